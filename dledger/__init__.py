@@ -1,0 +1,24 @@
+"""dledger: a Raft-replicated CommitLog (DLedger-style) on pysyncobj, stored in LMDB.
+
+The broker uses only what this package exports; nothing outside dledger/ imports pysyncobj.
+"""
+
+from .codec import decode_batch, encode_batch
+from .config import FlushPolicy, ReplicaConfig
+from .errors import (
+    AppendQueueFullError,
+    DledgerError,
+    EntryTooLargeError,
+    NoLeaderError,
+    NotLeaderError,
+    OutcomeUnknownError,
+    ReplicaClosedError,
+)
+from .replica import AppendResult, LogEntry, Replica, ReplicaStatus, Role, StateMachine
+from .store import Store
+
+__all__ = [
+    "AppendQueueFullError", "AppendResult", "DledgerError", "EntryTooLargeError", "FlushPolicy", "LogEntry",
+    "NoLeaderError", "NotLeaderError", "OutcomeUnknownError", "Replica", "ReplicaClosedError", "ReplicaConfig",
+    "ReplicaStatus", "Role", "StateMachine", "Store", "decode_batch", "encode_batch",
+]

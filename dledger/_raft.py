@@ -1,0 +1,486 @@
+"""The Raft engine: pysyncobj 0.3.x behind one seam. Nothing else in rocketraft imports pysyncobj.
+
+What this module changes in pysyncobj, and why (each one pinned by tests/dledger/test_raft_seam.py):
+- Journal: `pysyncobj.syncobj.createJournal` is wrapped so a replica's SyncObj gets our LMDB journal
+  (its FileJournal keeps every entry in a Python list and never fsyncs).
+- Wire format: messages are pickled with the highest protocol instead of 2 (protocol 2 turns every
+  bytes payload into a latin-1 str: ~1.6x size and CPU) and not zlib-compressed (CPU on 2 cores).
+- Outgoing peer sockets bind to the replica's own address, so a peer is one IP on the wire and a
+  firewall rule can cut exactly one replica off (tests use 127.0.0.11-13).
+- Timing: commands are sent at once (appendEntriesUseBatch=False; batching added >= 100 ms per
+  commit), the leader steps down after `leader_fallback_ms` without a majority (not 30 s), failed
+  connects are retried every `connection_retry_ms` (not 5 s).
+- Elections: pre-vote (Raft thesis 9.6). A replica whose election timer fires first asks its peers
+  whether they would vote; only with a majority does pysyncobj start a real election. Peers refuse
+  while they still hear from a leader, so a flapping connection or a partitioned minority never bumps
+  the term. A follower whose connection to the leader is reset (the leader process died) starts a
+  pre-vote at once instead of waiting for the full timeout.
+- Durability: we drive the tick loop ourselves (autoTick=False). Every tick, just before pysyncobj
+  polls its sockets, the pending LMDB transaction (journal appends + state-machine applies + applied
+  index) is committed, fsynced under SYNC_FLUSH, and only then are append futures resolved. A follower
+  commits (and under SYNC_FLUSH fsyncs) before every success acknowledgement it sends.
+- Restart: the applied index is read from LMDB and handed to pysyncobj before the first tick, so no
+  entry is applied twice and restart time does not grow with the log.
+- Snapshots: pysyncobj's serializer hook ships a compacted LMDB copy of the whole store (retained log
+  + state machine) to a follower that is behind the leader's first log index.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import random
+import socket as _socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pysyncobj.pickle as _pso_pickle
+import pysyncobj.syncobj as _pso_syncobj
+import pysyncobj.tcp_connection as _pso_tcp
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+from pysyncobj.transport import TCPTransport
+
+from .config import FlushPolicy, ReplicaConfig
+from .journal import LmdbJournal
+from .store import Store
+
+log = logging.getLogger(__name__)
+
+PYSYNCOBJ_VERSION_RANGE = ("0.3.17", "0.4")
+REGULAR_COMMAND = b"\x00"  # pysyncobj _COMMAND_TYPE.REGULAR
+NO_OP_COMMAND = 1
+
+# -- seam 1: the journal --------------------------------------------------------------------------------
+_pending_journals: dict[str, LmdbJournal] = {}
+_pending_lock = threading.Lock()
+_original_create_journal = _pso_syncobj.createJournal
+
+
+def _create_journal(journal_file=None):
+    with _pending_lock:
+        journal = _pending_journals.pop(journal_file, None) if journal_file else None
+    return journal if journal is not None else _original_create_journal(journal_file)
+
+
+_pso_syncobj.createJournal = _create_journal
+
+# -- seam 2: wire format ----------------------------------------------------------------------------------
+_pso_pickle.__dict__["__protocol"] = pickle.HIGHEST_PROTOCOL
+
+
+class _Uncompressed:
+    """Stands in for zlib inside pysyncobj.tcp_connection."""
+
+    @staticmethod
+    def compress(data, level=-1):
+        return data
+
+    @staticmethod
+    def decompress(data):
+        return data
+
+
+_pso_tcp.zlib = _Uncompressed
+
+# -- seam 3: source-bound outgoing sockets ----------------------------------------------------------------
+_thread_source = threading.local()
+
+
+class _SourceBoundSocketModule:
+    """The `socket` module as pysyncobj.tcp_connection sees it: sockets it creates on a replica's tick
+    thread are bound to that replica's own IP before they connect."""
+
+    def __getattr__(self, name):
+        return getattr(_socket, name)
+
+    @staticmethod
+    def socket(*args, **kwargs):
+        sock = _socket.socket(*args, **kwargs)
+        source_ip = getattr(_thread_source, "ip", None)
+        if source_ip:
+            sock.bind((source_ip, 0))
+        return sock
+
+
+_pso_tcp.socket = _SourceBoundSocketModule()
+
+
+# -- roles ------------------------------------------------------------------------------------------------
+class RaftState:
+    FOLLOWER = 0
+    CANDIDATE = 1
+    LEADER = 2
+
+
+@dataclass(frozen=True)
+class EngineView:
+    """What the tick thread saw at the end of its last tick (read by other threads without locks)."""
+
+    raft_state: int
+    leader_ready: bool  # leader whose first entry of its term is applied
+    term: int
+    leader_address: str | None
+    commit_index: int
+    applied_index: int
+    first_index: int
+    last_index: int
+    durable_index: int
+    match_index: dict
+    connected_peers: tuple
+
+
+class _Transport(TCPTransport):
+    """pysyncobj's TCP transport plus the hooks dledger needs (flush-before-ack, pre-vote, fast failover)."""
+
+    def send(self, node, message):
+        engine = self._syncObj.dl_engine
+        if isinstance(message, dict) and message.get("type") == "next_node_idx" and message.get("success"):
+            engine.before_ack(message["next_node_idx"] - 1)
+        return super().send(node, message)
+
+    def _onMessageReceived(self, node, message):  # noqa: N802
+        engine = self._syncObj.dl_engine
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind in ("dl_prevote", "dl_prevote_resp"):
+            engine.on_prevote_message(node, message)
+            return
+        if kind == "append_entries":
+            engine.on_leader_contact(node, message["term"])
+        super()._onMessageReceived(node, message)
+
+    def _onNodeDisconnected(self, node):  # noqa: N802
+        super()._onNodeDisconnected(node)
+        self._syncObj.dl_engine.on_peer_disconnected(node)
+
+
+class _SyncObj(SyncObj):
+    def __init__(self, engine: RaftEngine, self_addr: str, other_addrs: list[str], conf: SyncObjConf):
+        self.dl_engine = engine
+        super().__init__(self_addr, other_addrs, conf=conf, transportClass=_Transport)
+
+    @replicated
+    def dl_apply(self, blob):
+        return self.dl_engine.apply_blob(blob)
+
+
+ApplyFn = Callable[[int, int, bytes, object], object]  # (index, term, blob, txn) -> result
+
+
+class RaftEngine:
+    """One Raft replica: pysyncobj, the tick thread, durability points, pre-vote and snapshots."""
+
+    def __init__(self, config: ReplicaConfig, store: Store, journal: LmdbJournal, applied_index: int,
+                 apply_fn: ApplyFn, after_tick: Callable[[EngineView], None],
+                 record_applied: Callable[[int, object], None], snapshot_hooks=None):
+        self.config = config
+        self.store = store
+        self.journal = journal
+        self._apply_fn = apply_fn
+        self._after_tick = after_tick
+        self._record_applied = record_applied
+        self._snapshot_hooks = snapshot_hooks
+        self._deferred: list[tuple[Callable, object, int]] = []
+        self._stop = threading.Event()
+        self._failed: BaseException | None = None
+        self._last_async_fsync = time.monotonic()
+        self._recorded_applied = applied_index
+        self._leader_contact_at = 0.0
+        self._prevote: dict | None = None
+        self._prevote_granted_term = -1
+        self._self_ip = config.self_address.rpartition(":")[0]
+        self.stats = {"acks_sent": 0, "acks_beyond_durable": 0, "commits_checked": 0,
+                      "commits_beyond_durable": 0, "prevote_rounds": 0, "elections_started": 0,
+                      "snapshots_sent": 0, "snapshots_installed": 0}
+        self._journal_token = f"dledger-journal:{config.group_id}:{config.self_id}:{id(self)}"
+        with _pending_lock:
+            _pending_journals[self._journal_token] = journal
+        self._address_to_id = {addr: pid for pid, addr in config.peers.items()}
+        others = [addr for pid, addr in sorted(config.peers.items()) if pid != config.self_id]
+        self.so = _SyncObj(self, config.self_address, others, self._pysyncobj_conf())
+        self._check_seam()
+        # Never re-apply what LMDB says is applied; never load pysyncobj's dump file at start.
+        self.so._SyncObj__raftLastApplied = max(applied_index, 1)
+        self.so._SyncObj__needLoadDumpFile = False
+        self._func_id = self.so._methodToID[self.so._getFuncName("dl_apply")]
+        self.store.commit(fsync=True)  # pysyncobj may have written its initial entry on this thread
+        self.view = self._make_view()
+        self._thread = threading.Thread(target=self._run, name=f"raft-{config.group_id}-{config.self_id}",
+                                        daemon=True)
+
+    def _pysyncobj_conf(self) -> SyncObjConf:
+        c = self.config
+        hb = c.heartbeat_interval_ms / 1000
+        snapshot = self._snapshot_hooks
+        conf = SyncObjConf(
+            autoTick=False,
+            journalFile=self._journal_token,
+            appendEntriesUseBatch=False,
+            appendEntriesPeriod=hb,
+            raftMinTimeout=c.election_timeout_min_ms / 1000,
+            raftMaxTimeout=c.election_timeout_max_ms / 1000,
+            leaderFallbackTimeout=c.leader_fallback_ms / 1000,
+            connectionTimeout=max(c.election_timeout_max_ms / 1000 * 2, 2.0),
+            connectionRetryTime=c.connection_retry_ms / 1000,
+            # Above the largest entry we ever build: pysyncobj's chunked path for bigger entries is broken.
+            appendEntriesBatchSizeBytes=c.entry_bytes_max + 64 * 1024,
+            commandsQueueSize=c.append_queue_max,
+            commandsWaitLeader=False,
+            bindAddress=c.self_address,
+            sendBufferSize=c.socket_buffer_bytes,
+            recvBufferSize=c.socket_buffer_bytes,
+            password=c.password,
+            # Compaction is triggered by dledger only (retention is a broker policy), never by count/time.
+            logCompactionMinEntries=2**62,
+            logCompactionMinTime=10**12,
+            logCompactionBatchSize=c.snapshot_chunk_bytes,
+            fullDumpFile=os.path.join(c.data_dir, "snapshot.mdb") if snapshot else None,
+            serializer=snapshot.serialize if snapshot else None,
+            deserializer=snapshot.deserialize if snapshot else None,
+            serializeChecker=snapshot.check if snapshot else None,
+            useFork=False,
+            dynamicMembershipChange=False,
+        )
+        return conf
+
+    def _check_seam(self) -> None:
+        """Fail loudly if this pysyncobj does not have the internals this module relies on."""
+        for name in ("_SyncObj__raftLastApplied", "_SyncObj__needLoadDumpFile", "_SyncObj__raftElectionDeadline",
+                     "_SyncObj__raftState", "_SyncObj__noopIDx", "_SyncObj__raftLog", "_SyncObj__raftMatchIndex"):
+            if not hasattr(self.so, name):
+                raise RuntimeError(f"pysyncobj internals changed ({name} missing); dledger supports "
+                                   f"pysyncobj {PYSYNCOBJ_VERSION_RANGE[0]} up to {PYSYNCOBJ_VERSION_RANGE[1]}")
+        if self.so._SyncObj__raftLog is not self.journal:
+            raise RuntimeError("pysyncobj did not take the LMDB journal (createJournal seam failed)")
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    @property
+    def failure(self) -> BaseException | None:
+        return self._failed
+
+    def _run(self) -> None:
+        _thread_source.ip = self._self_ip
+        self.store.bind_writer()
+        self.so.addOnTickCallback(self._on_tick_end)
+        wait_s = min(0.01, self.config.heartbeat_interval_ms / 5000)
+        try:
+            while not self._stop.is_set():
+                self._pre_tick()
+                self.so.doTick(wait_s)
+        except BaseException as exc:  # a broken invariant stops the replica loudly
+            self._failed = exc
+            log.critical("replica %s/%s stopped: %r", self.config.group_id, self.config.self_id, exc,
+                         exc_info=True)
+            self._fail_deferred(exc)
+        finally:
+            try:
+                self.so._doDestroy()
+            except Exception:  # noqa: BLE001 - best effort while stopping
+                log.exception("error while closing the Raft transport")
+            if self._failed is None:
+                self.store.commit(fsync=True)
+            else:
+                self.store.abort()
+
+    # -- submitting ----------------------------------------------------------------------------------
+    def submit(self, blob: bytes, callback: Callable[[object, int], None]) -> None:
+        """Append one Raft entry carrying blob; callback(result, fail_reason) runs on the tick thread."""
+        command = pickle.dumps((self._func_id, (blob,)), protocol=pickle.HIGHEST_PROTOCOL)
+
+        def on_result(result, reason):
+            if threading.get_ident() == self._thread.ident:
+                self.defer(callback, result, reason)  # resolved once the tick's LMDB commit is done
+            else:
+                callback(result, reason)  # refused synchronously (queue full): nothing to wait for
+
+        try:
+            self.so._applyCommand(command, on_result, 0)
+        except BlockingIOError:
+            pass  # the wake-up pipe is full: the tick thread is already due to run
+
+    def command_size(self, blob_size: int) -> int:
+        return blob_size + 32
+
+    # -- apply -----------------------------------------------------------------------------------------
+    def apply_blob(self, blob: bytes):
+        index = self.so._SyncObj__raftLastApplied + 1
+        term = self.journal.entry(index)[2]
+        txn = self.store.write_txn()
+        result = self._apply_fn(index, term, blob, txn)
+        self._record_applied(index, txn)
+        self._recorded_applied = index
+        return (index, term, result)
+
+    # -- tick hooks -------------------------------------------------------------------------------------
+    def fail(self, exc: BaseException) -> None:
+        """Stop the replica at the start of the next tick (used where pysyncobj would swallow errors)."""
+        self._failed = self._failed or exc
+
+    def snapshot_installed(self, applied_index: int) -> None:
+        self._recorded_applied = applied_index
+        self.stats["snapshots_installed"] += 1
+
+    def _pre_tick(self) -> None:
+        if self._failed is not None:
+            raise self._failed
+        if not self.config.pre_vote:
+            return
+        so = self.so
+        if so._SyncObj__raftState == RaftState.LEADER:
+            self._prevote = None
+            return
+        now = time.monotonic()
+        if so._SyncObj__raftElectionDeadline > now:
+            return
+        term = so.raftCurrentTerm
+        if self._prevote_granted_term == term:
+            self.stats["elections_started"] += 1
+            return  # a majority said it would vote: let pysyncobj run the election now
+        self._start_prevote(term, now)
+
+    def _start_prevote(self, term: int, now: float) -> None:
+        so = self.so
+        c = self.config
+        self._prevote = {"term": term + 1, "votes": {c.self_address}}
+        self.stats["prevote_rounds"] += 1
+        last = self.journal[-1]
+        message = {"type": "dl_prevote", "term": term + 1, "last_log_index": last[1], "last_log_term": last[2]}
+        for node in so.otherNodes:
+            so._SyncObj__transport.send(node, message)
+        timeout = random.uniform(c.election_timeout_min_ms, c.election_timeout_max_ms) / 1000
+        so._SyncObj__raftElectionDeadline = now + timeout
+        self._maybe_prevote_won()
+
+    def _maybe_prevote_won(self) -> None:
+        if self._prevote and len(self._prevote["votes"]) * 2 > len(self.config.peers):
+            self._prevote_granted_term = self._prevote["term"] - 1
+            self._prevote = None
+            self.so._SyncObj__raftElectionDeadline = 0
+
+    def on_prevote_message(self, node, message: dict) -> None:
+        so = self.so
+        if message["type"] == "dl_prevote":
+            last = self.journal[-1]
+            log_ok = (message["last_log_term"], message["last_log_index"]) >= (last[2], last[1])
+            granted = message["term"] > so.raftCurrentTerm and log_ok and not self._leader_alive()
+            so._SyncObj__transport.send(node, {"type": "dl_prevote_resp", "term": message["term"],
+                                               "granted": granted})
+        elif self._prevote and message["term"] == self._prevote["term"] and message["granted"]:
+            self._prevote["votes"].add(node.address)
+            self._maybe_prevote_won()
+
+    def _leader_alive(self) -> bool:
+        so = self.so
+        if so._SyncObj__raftState == RaftState.LEADER:
+            return True
+        leader = so._getLeader()
+        if leader is None or not so.isNodeConnected(leader):
+            return False
+        return time.monotonic() - self._leader_contact_at < self.config.election_timeout_min_ms / 1000
+
+    def on_leader_contact(self, node, term: int) -> None:
+        if term >= self.so.raftCurrentTerm:
+            self._leader_contact_at = time.monotonic()
+
+    def on_peer_disconnected(self, node) -> None:
+        so = self.so
+        if so._SyncObj__raftState != RaftState.LEADER and so._getLeader() == node:
+            # The leader's process is gone (or its link reset): ask for votes soon, not after the timeout.
+            self._leader_contact_at = 0.0
+            jitter_s = random.uniform(0, 2 * self.config.heartbeat_interval_ms / 1000)
+            so._SyncObj__raftElectionDeadline = min(so._SyncObj__raftElectionDeadline, time.monotonic() + jitter_s)
+
+    def before_ack(self, acked_index: int) -> None:
+        """A follower is about to tell the leader it holds entries up to acked_index."""
+        self._commit_store()
+        self.stats["acks_sent"] += 1
+        if self.journal.durable_index < acked_index:
+            self.stats["acks_beyond_durable"] += 1
+
+    def _commit_store(self) -> None:
+        sync = self.config.flush_policy is FlushPolicy.SYNC_FLUSH
+        now = time.monotonic()
+        if not sync and now - self._last_async_fsync >= self.config.async_flush_interval_ms / 1000:
+            sync = True
+        if sync:
+            self._last_async_fsync = now
+        if not sync and not self.store.has_pending_writes:
+            return
+        if sync and not self.store.has_pending_writes and self.journal.durable_index >= self.journal.last_index:
+            return
+        self.store.commit(fsync=sync)
+        if sync:
+            self.journal.durable_index = self.journal.last_index
+
+    def _on_tick_end(self) -> None:
+        """Runs on the tick thread after pysyncobj's work and before it polls sockets."""
+        so = self.so
+        if so.raftLastApplied > self._recorded_applied:  # no-op entries advance it too
+            self._record_applied(so.raftLastApplied, self.store.write_txn())
+            self._recorded_applied = so.raftLastApplied
+        if so._SyncObj__raftState == RaftState.LEADER:
+            self.stats["commits_checked"] += 1
+            if so.raftCommitIndex > self.journal.durable_index and so.raftCommitIndex > 1:
+                self.stats["commits_beyond_durable"] += 1
+        self._commit_store()
+        deferred, self._deferred = self._deferred, []
+        for callback, result, reason in deferred:
+            callback(result, reason)
+        self.view = self._make_view()
+        self._after_tick(self.view)
+
+    def defer(self, callback: Callable, result, reason: int) -> None:
+        """Hold a pysyncobj callback until the transaction it depends on is committed (tick end)."""
+        self._deferred.append((callback, result, reason))
+
+    def _fail_deferred(self, exc: BaseException) -> None:
+        deferred, self._deferred = self._deferred, []
+        for callback, _result, _reason in deferred:
+            callback(None, FAIL_REASON.UNKNOWN_OUTCOME)
+
+    def _make_view(self) -> EngineView:
+        so = self.so
+        state = so._SyncObj__raftState
+        noop = so._SyncObj__noopIDx
+        leader_ready = state == RaftState.LEADER and noop is not None and so.raftLastApplied >= noop
+        leader = so._getLeader()
+        match = dict(so._SyncObj__raftMatchIndex) if state == RaftState.LEADER else {}
+        return EngineView(
+            raft_state=state,
+            leader_ready=leader_ready,
+            term=so.raftCurrentTerm,
+            leader_address=leader.address if leader is not None else None,
+            commit_index=so.raftCommitIndex,
+            applied_index=so.raftLastApplied,
+            first_index=self.journal.first_index,
+            last_index=self.journal.last_index,
+            durable_index=self.journal.durable_index,
+            match_index={n.address: i for n, i in match.items()},
+            connected_peers=tuple(sorted(n.address for n in so.otherNodes if so.isNodeConnected(n))),
+        )
+
+    def peer_id(self, address: str | None) -> str | None:
+        return self._address_to_id.get(address) if address else None
+
+    # -- log compaction / snapshots --------------------------------------------------------------------------
+    def force_compaction(self) -> None:
+        self.so.forceLogCompaction()
+
+
+def decode_command(command: bytes) -> bytes | None:
+    """The dledger payload of a journal command, or None for pysyncobj's own entries (no-ops)."""
+    if command[:1] != REGULAR_COMMAND:
+        return None
+    _func_id, args = pickle.loads(command[1:])[:2]
+    return args[0]
+

@@ -1,0 +1,44 @@
+"""Encoding of one Raft entry's payload: a batch of opaque byte strings (the CommitLog's unit).
+
+Layout (all integers big-endian): version u8 = 1, count u32, count x length u32, then the bodies.
+A batch is never empty.
+"""
+
+from __future__ import annotations
+
+import struct
+
+VERSION = 1
+_HEAD = struct.Struct(">BI")
+BATCH_HEADER_BYTES = _HEAD.size
+PER_ENTRY_OVERHEAD_BYTES = 4
+
+
+def encoded_size(payloads: list[bytes]) -> int:
+    return BATCH_HEADER_BYTES + sum(PER_ENTRY_OVERHEAD_BYTES + len(p) for p in payloads)
+
+
+def encode_batch(payloads: list[bytes]) -> bytes:
+    if not payloads:
+        raise ValueError("a batch holds at least one entry")
+    count = len(payloads)
+    lengths = struct.pack(f">{count}I", *(len(p) for p in payloads))
+    return b"".join((_HEAD.pack(VERSION, count), lengths, *payloads))
+
+
+def decode_batch(blob: bytes) -> list[bytes]:
+    view = memoryview(blob)
+    if len(view) < _HEAD.size:
+        raise ValueError("batch shorter than its header")
+    version, count = _HEAD.unpack_from(view)
+    if version != VERSION or count == 0:
+        raise ValueError(f"unknown batch version {version} or empty batch")
+    lengths = struct.unpack_from(f">{count}I", view, _HEAD.size)
+    pos = _HEAD.size + 4 * count
+    out = []
+    for n in lengths:
+        out.append(bytes(view[pos : pos + n]))
+        pos += n
+    if pos != len(view):
+        raise ValueError(f"batch length mismatch: {pos} != {len(view)}")
+    return out

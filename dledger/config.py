@@ -1,0 +1,97 @@
+"""Typed configuration of one dledger replica. Every limit is named, with its unit last."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class FlushPolicy(enum.Enum):
+    """What an acknowledged (committed) entry means on disk; see docs/architecture.md.
+
+    SYNC_FLUSH: a replica fsyncs its log before it acknowledges an entry to the leader, and the leader
+        fsyncs its own log before it counts itself; a commit therefore means "fsynced on a quorum".
+    ASYNC_FLUSH: entries are written to LMDB (the OS page cache) at once and fsynced every
+        `async_flush_interval_ms`; a commit means "in the page cache of a quorum": it survives process
+        crashes (kill -9) but an OS crash or power loss on a majority can lose the last interval.
+    Term and vote are fsynced before any vote is sent, in both modes.
+    """
+
+    SYNC_FLUSH = "SYNC_FLUSH"
+    ASYNC_FLUSH = "ASYNC_FLUSH"
+
+
+MiB = 1024 * 1024
+
+# A message body may be 4 MiB (RocketMQ's maxMessageSize); an entry adds headers and properties.
+ENTRY_BYTES_MAX_DEFAULT = 4 * MiB + 64 * 1024
+
+
+@dataclass
+class ReplicaConfig:
+    """Configuration of one replica of one Raft group.
+
+    peers maps every replica id of the group (self included) to its Raft address "host:port".
+    """
+
+    group_id: str
+    self_id: str
+    peers: dict[str, str]
+    data_dir: str
+    flush_policy: FlushPolicy = FlushPolicy.SYNC_FLUSH
+    async_flush_interval_ms: int = 200
+    heartbeat_interval_ms: int = 50
+    election_timeout_min_ms: int = 600
+    election_timeout_max_ms: int = 1200
+    # A leader that heard from no majority for this long steps down (pysyncobj's default is 30 s).
+    leader_fallback_timeout_ms: int | None = None
+    connection_retry_ms: int = 200
+    pre_vote: bool = True
+    entry_bytes_max: int = ENTRY_BYTES_MAX_DEFAULT
+    append_timeout_ms: int = 3000
+    append_queue_max: int = 20_000
+    # LMDB reserves address space, not disk: the file grows with the data.
+    map_size_bytes: int = 1 << 40
+    cache_bytes_max: int = 64 * MiB
+    socket_buffer_bytes: int = 4 * MiB
+    snapshot_chunk_bytes: int = 1 * MiB
+    # Raft peer traffic is encrypted and authenticated with this password when set.
+    password: str | None = None
+    # Raft log compaction (a snapshot + prefix deletion) runs when retention allows deleting this many
+    # entries, at most once per interval.
+    compaction_min_entries: int = 10_000
+    compaction_min_interval_ms: int = 30_000
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def self_address(self) -> str:
+        return self.peers[self.self_id]
+
+    @property
+    def leader_fallback_ms(self) -> int:
+        return self.leader_fallback_timeout_ms or self.election_timeout_min_ms
+
+    def validate(self) -> None:
+        problems = []
+        if self.self_id not in self.peers:
+            problems.append(f"self_id {self.self_id!r} is not among peers {sorted(self.peers)}")
+        if len(set(self.peers.values())) != len(self.peers):
+            problems.append("two peers share one Raft address")
+        for pid, addr in self.peers.items():
+            host, _, port = addr.rpartition(":")
+            if not host or not port.isdigit():
+                problems.append(f"peer {pid!r} address {addr!r} is not host:port")
+        if self.heartbeat_interval_ms * 3 >= self.election_timeout_min_ms:
+            problems.append("election_timeout_min_ms must exceed 3 x heartbeat_interval_ms")
+        if self.election_timeout_max_ms <= self.election_timeout_min_ms:
+            problems.append("election_timeout_max_ms must exceed election_timeout_min_ms")
+        if self.leader_fallback_ms <= self.heartbeat_interval_ms:
+            problems.append("leader_fallback_timeout_ms must exceed heartbeat_interval_ms")
+        if self.entry_bytes_max < 1024:
+            problems.append("entry_bytes_max must be at least 1024")
+        if self.append_queue_max < 1 or self.append_timeout_ms < 1:
+            problems.append("append_queue_max and append_timeout_ms must be positive")
+        if problems:
+            raise ValueError("invalid dledger config: " + "; ".join(problems))

@@ -1,0 +1,60 @@
+"""Typed errors of the dledger surface. Each carries a stable code and a message that says what to do."""
+
+from __future__ import annotations
+
+
+class DledgerError(Exception):
+    """Base class. `code` is stable and machine-readable; the message is for people."""
+
+    code = "DLEDGER_ERROR"
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class NotLeaderError(DledgerError):
+    """Definite failure: the entry was not appended. Retry on the leader named here (if known)."""
+
+    code = "NOT_LEADER"
+
+    def __init__(self, message: str, leader_id: str | None = None, leader_address: str | None = None):
+        super().__init__(message)
+        self.leader_id = leader_id
+        self.leader_address = leader_address
+
+
+class NoLeaderError(NotLeaderError):
+    """Definite failure: no leader is known right now (election in progress or no quorum reachable)."""
+
+    code = "NO_LEADER"
+
+
+class OutcomeUnknownError(DledgerError):
+    """The entry may or may not have been committed; a caller must not report it as a failure."""
+
+    code = "OUTCOME_UNKNOWN"
+
+
+class EntryTooLargeError(DledgerError):
+    code = "ENTRY_TOO_LARGE"
+
+
+class AppendQueueFullError(DledgerError):
+    """Definite failure: too many appends are waiting; back off and retry."""
+
+    code = "APPEND_QUEUE_FULL"
+
+
+class ReplicaClosedError(DledgerError):
+    code = "REPLICA_CLOSED"
+
+
+class StoreFullError(DledgerError):
+    """The LMDB map is full. Raise `map_size_bytes` (the store keeps running read-only until then)."""
+
+    code = "STORE_MAP_FULL"
+
+
+class InvalidRequestError(DledgerError):
+    code = "INVALID_REQUEST"

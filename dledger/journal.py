@@ -1,0 +1,291 @@
+"""The Raft log stored in LMDB, behind the small journal interface pysyncobj 0.3.x expects.
+
+pysyncobj addresses its journal by *position* (0 = the oldest entry still kept) and holds entries as
+tuples (command: bytes, index: int, term: int). This class keeps them in the LMDB database LOG_DB
+(key = index, big-endian u64; value = term u64 + command) and only a bounded cache of the newest
+entries in memory. Slices are lazy views (`JournalSlice`) so that "everything from index i" never
+loads the whole log.
+
+Deleting the log prefix (pysyncobj's log compaction) is capped at `delete_upto_max`, which the
+replica sets from the broker's retention floor and the newest snapshot: Raft compaction never deletes
+a message that is still retained.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections import OrderedDict
+from collections.abc import Iterator
+
+from .store import Store, u64_key, u64_of
+
+log = logging.getLogger(__name__)
+
+Entry = tuple  # (command: bytes, index: int, term: int)
+TERM = struct.Struct(">Q")
+ITER_CHUNK = 256
+
+META_TERM = b"term"
+META_VOTED_FOR = b"voted_for"
+META_COMMIT_INDEX = b"commit_index"
+
+
+def encode_value(command: bytes, term: int) -> bytes:
+    return TERM.pack(term) + command
+
+
+def decode_value(index: int, value: bytes) -> Entry:
+    return (bytes(value[8:]), index, TERM.unpack_from(value)[0])
+
+
+class LmdbJournal:
+    def __init__(self, store: Store, cache_bytes_max: int):
+        self._store = store
+        self._cache_bytes_max = cache_bytes_max
+        self._cache: OrderedDict[int, Entry] = OrderedDict()
+        self._cache_bytes = 0
+        self.delete_upto_max = 0  # highest index a prefix deletion may remove
+        self.durable_index = 0  # highest index known to be fsynced (SYNC_FLUSH bookkeeping)
+        self._absorb: list[int] | None = None
+        self.reload()
+
+    # -- state loaded from LMDB ----------------------------------------------------------------------
+    def reload(self) -> None:
+        """(Re)read bounds and Raft metadata from the store, e.g. after opening or a snapshot install."""
+        self._cache.clear()
+        self._cache_bytes = 0
+
+        def bounds(txn):
+            cur = txn.cursor(db=self._store.log_db)
+            first = u64_of(cur.key()) if cur.first() else 0
+            last = u64_of(cur.key()) if cur.last() else 0
+            meta = {k: txn.get(k, db=self._store.meta_db) for k in (META_TERM, META_VOTED_FOR, META_COMMIT_INDEX)}
+            return first, last, meta
+
+        self._first, self._last, meta = self._store.read(bounds)
+        self._term = u64_of(meta[META_TERM]) if meta[META_TERM] else 0
+        voted = meta[META_VOTED_FOR]
+        self._voted_for = voted.decode() if voted else None
+        self._commit_index = u64_of(meta[META_COMMIT_INDEX]) if meta[META_COMMIT_INDEX] else 1
+        self.durable_index = self._last
+
+    @property
+    def first_index(self) -> int:
+        return self._first
+
+    @property
+    def last_index(self) -> int:
+        return self._last
+
+    # -- pysyncobj journal interface -----------------------------------------------------------------
+    def add(self, command: bytes, idx: int, term: int) -> None:
+        if self._absorb is not None and self._absorb_add(idx, term):
+            return
+        if self._last and idx != self._last + 1:
+            raise AssertionError(f"journal gap: appending index {idx} after {self._last}")
+        command = bytes(command)
+        self._store.write_txn().put(u64_key(idx), encode_value(command, term), db=self._store.log_db)
+        if not self._first:
+            self._first = idx
+        self._last = idx
+        self._cache_put((command, idx, term))
+
+    def clear(self) -> None:
+        if self._absorb is not None:
+            return  # snapshot install: the new store already holds the log; see expect_reset()
+        self._store.write_txn().drop(self._store.log_db, delete=False)
+        self._first = self._last = 0
+        self.durable_index = 0
+        self._cache.clear()
+        self._cache_bytes = 0
+
+    def deleteEntriesFrom(self, entryFrom: int) -> None:  # noqa: N802 (pysyncobj's name)
+        start = self._first + entryFrom
+        if not self._last or start > self._last:
+            return
+        self._delete_range(start, self._last)
+        self._last = start - 1
+        if self._last < self._first:
+            self._first = self._last = 0
+        self.durable_index = min(self.durable_index, self._last)
+        for idx in [i for i in self._cache if i >= start]:
+            self._cache_drop(idx)
+
+    def deleteEntriesTo(self, entryTo: int) -> None:  # noqa: N802
+        wanted_first = self._first + entryTo
+        new_first = min(wanted_first, self.delete_upto_max + 1, self._last - 1)
+        if not self._first or new_first <= self._first:
+            return
+        self._delete_range(self._first, new_first - 1)
+        self._first = new_first
+        for idx in [i for i in self._cache if i < new_first]:
+            self._cache_drop(idx)
+
+    def __getitem__(self, item):
+        n = len(self)
+        if isinstance(item, slice):
+            start, stop, step = item.indices(n)
+            if step != 1:
+                raise ValueError("journal slices take no step")
+            return JournalSlice(self, self._first + start, self._first + max(start, stop))
+        if item < 0:
+            item += n
+        if not 0 <= item < n:
+            raise IndexError(f"journal position {item} out of range (length {n})")
+        return self.entry(self._first + item)
+
+    def __len__(self) -> int:
+        return self._last - self._first + 1 if self._last else 0
+
+    def _destroy(self) -> None:
+        pass  # the replica owns and closes the store
+
+    def setRaftCommitIndex(self, raftCommitIndex: int) -> None:  # noqa: N802, N803
+        if raftCommitIndex != self._commit_index:
+            self._commit_index = raftCommitIndex
+            self._store.write_txn().put(META_COMMIT_INDEX, u64_key(raftCommitIndex), db=self._store.meta_db)
+
+    def getRaftCommitIndex(self) -> int:  # noqa: N802
+        return self._commit_index
+
+    def setCurrentTerm(self, term: int, votedForNodeId) -> None:  # noqa: N802, N803
+        """Raft: term and vote must be durable before any message that reflects them is sent."""
+        txn = self._store.write_txn()
+        txn.put(META_TERM, u64_key(term), db=self._store.meta_db)
+        txn.put(META_VOTED_FOR, (votedForNodeId or "").encode(), db=self._store.meta_db)
+        self._term, self._voted_for = term, votedForNodeId
+        self._store.commit(fsync=True)
+        self.durable_index = self._last
+
+    def getCurrentTerm(self) -> int:  # noqa: N802
+        return self._term
+
+    def getVotedForNodeId(self):  # noqa: N802
+        return self._voted_for
+
+    def flush(self) -> None:
+        self._store.commit(fsync=True)
+        self.durable_index = self._last
+
+    def onOneSecondTimer(self) -> None:  # noqa: N802
+        pass
+
+    # -- reads ---------------------------------------------------------------------------------------
+    def entry(self, idx: int) -> Entry:
+        cached = self._cache.get(idx)
+        if cached is not None:
+            return cached
+        value = self._txn_get(idx)
+        if value is None:
+            raise IndexError(f"raft index {idx} is not in the journal [{self._first}, {self._last}]")
+        return decode_value(idx, value)
+
+    def iter_range(self, start: int, stop: int) -> Iterator[Entry]:
+        """Entries with start <= index < stop, read in bounded chunks."""
+        idx = start
+        while idx < stop:
+            chunk_stop = min(stop, idx + ITER_CHUNK)
+            if idx in self._cache and (chunk_stop - 1) in self._cache:
+                chunk = [self._cache[i] for i in range(idx, chunk_stop)]
+            else:
+                chunk = self._read_chunk(idx, chunk_stop)
+            yield from chunk
+            idx = chunk_stop
+
+    def _read_chunk(self, start: int, stop: int) -> list[Entry]:
+        def read(txn):
+            out = []
+            cur = txn.cursor(db=self._store.log_db)
+            if not cur.set_key(u64_key(start)):
+                return out
+            for key, value in cur:
+                idx = u64_of(key)
+                if idx >= stop:
+                    break
+                out.append(decode_value(idx, value))
+            return out
+
+        if self._store.has_pending_writes:
+            chunk = read(self._store.write_txn())
+        else:
+            chunk = self._store.read(read)
+        if len(chunk) != stop - start:
+            raise IndexError(f"raft log range [{start}, {stop}) is incomplete in the store")
+        return chunk
+
+    def _txn_get(self, idx: int):
+        key = u64_key(idx)
+        if self._store.has_pending_writes:
+            return self._store.write_txn().get(key, db=self._store.log_db)
+        return self._store.read(lambda txn: txn.get(key, db=self._store.log_db))
+
+    # -- snapshot install ----------------------------------------------------------------------------
+    def expect_reset(self, indexes: list[int]) -> None:
+        """pysyncobj clears the journal and re-adds the snapshot's two boundary entries right after a
+        snapshot install; the installed store already holds them (and the retained log), so absorb that."""
+        self._absorb = list(indexes)
+
+    def _absorb_add(self, idx: int, term: int) -> bool:
+        expected = self._absorb.pop(0)
+        if not self._absorb:
+            self._absorb = None
+        stored = self.entry(idx)
+        if idx != expected or stored[2] != term:
+            raise AssertionError(f"snapshot boundary mismatch at {idx}: expected {expected}, term {stored[2]}/{term}")
+        return True
+
+    # -- internals -----------------------------------------------------------------------------------
+    def _delete_range(self, first: int, last: int) -> None:
+        txn = self._store.write_txn()
+        cur = txn.cursor(db=self._store.log_db)
+        if not cur.set_range(u64_key(first)):
+            return
+        while cur.key() and u64_of(cur.key()) <= last:
+            if not cur.delete():
+                break
+
+    def _cache_put(self, entry: Entry) -> None:
+        self._cache[entry[1]] = entry
+        self._cache_bytes += len(entry[0]) + 64
+        while self._cache_bytes > self._cache_bytes_max and len(self._cache) > 2:
+            _, old = self._cache.popitem(last=False)
+            self._cache_bytes -= len(old[0]) + 64
+
+    def _cache_drop(self, idx: int) -> None:
+        old = self._cache.pop(idx, None)
+        if old is not None:
+            self._cache_bytes -= len(old[0]) + 64
+
+
+class JournalSlice:
+    """A lazy view of entries [start, stop) by Raft index. Iterating reads in chunks; slicing it again
+    returns a list (pysyncobj does that only for bounded batches it is about to send)."""
+
+    __slots__ = ("_journal", "_start", "_stop")
+
+    def __init__(self, journal: LmdbJournal, start: int, stop: int):
+        self._journal, self._start, self._stop = journal, start, stop
+
+    def __len__(self) -> int:
+        return max(0, self._stop - self._start)
+
+    def __bool__(self) -> bool:
+        return self._stop > self._start
+
+    def __iter__(self) -> Iterator[Entry]:
+        return self._journal.iter_range(self._start, self._stop)
+
+    def __getitem__(self, item):
+        n = len(self)
+        if isinstance(item, slice):
+            start, stop, _ = item.indices(n)
+            return list(self._journal.iter_range(self._start + start, self._start + max(start, stop)))
+        if item < 0:
+            item += n
+        if not 0 <= item < n:
+            raise IndexError(item)
+        return self._journal.entry(self._start + item)
+
+    def __reversed__(self) -> Iterator[Entry]:
+        return reversed(list(self))

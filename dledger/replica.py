@@ -1,0 +1,347 @@
+"""The public surface of dledger: one replica of a Raft-replicated CommitLog.
+
+    replica = Replica.open(config, state_machine)
+    result = replica.append([b"m1", b"m2"]).result()   # AppendResult(index, term, result)
+    entries = replica.read(from_index=1, max_entries=100)
+    replica.status(); replica.subscribe(callback); replica.close()
+
+One `append` is one Raft entry holding a batch of opaque byte strings. The future resolves once the
+entry is committed (quorum) and applied on this replica, with its LMDB transaction committed; it fails
+with NotLeaderError/NoLeaderError (definitely not appended), AppendQueueFullError, EntryTooLargeError,
+or OutcomeUnknownError (may or may not be committed: never report that as a failure).
+Appends made on a follower are forwarded to the leader.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import itertools
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from . import _raft
+from .codec import decode_batch, encode_batch, encoded_size
+from .config import ReplicaConfig
+from .errors import (
+    AppendQueueFullError,
+    DledgerError,
+    EntryTooLargeError,
+    NoLeaderError,
+    NotLeaderError,
+    OutcomeUnknownError,
+    ReplicaClosedError,
+)
+from .journal import LmdbJournal, decode_value
+from .snapshot import SnapshotHooks
+from .store import Store, u64_key, u64_of
+
+log = logging.getLogger(__name__)
+
+META_APPLIED_INDEX = b"applied_index"
+
+
+class Role(enum.Enum):
+    FOLLOWER = "FOLLOWER"
+    CANDIDATE = "CANDIDATE"
+    LEADER_PENDING = "LEADER_PENDING"  # elected, but its term's first entry is not applied yet
+    LEADER = "LEADER"  # serves as master
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    index: int
+    term: int
+    payloads: list[bytes]
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    index: int
+    term: int
+    result: Any = None
+
+
+@dataclass(frozen=True)
+class ReplicaStatus:
+    group_id: str
+    self_id: str
+    role: Role
+    term: int
+    leader_id: str | None
+    leader_address: str | None
+    commit_index: int
+    applied_index: int
+    first_index: int
+    last_index: int
+    durable_index: int
+    peer_match_index: dict = field(default_factory=dict)  # leader only: peer id -> highest replicated index
+    connected_peers: tuple = ()
+    failure: str | None = None
+
+
+class StateMachine(Protocol):
+    def attach(self, store: Store) -> None:
+        """Open tables (store.db(name)); called at open and after a snapshot replaced the store."""
+
+    def apply(self, entry: LogEntry, txn) -> Any:
+        """Apply one committed entry inside `txn`, the same LMDB write transaction that records the
+        applied index. Must be deterministic and must not raise: an exception stops the replica."""
+
+
+class Replica:
+    def __init__(self, config: ReplicaConfig, state_machine: StateMachine | None = None):
+        self.config = config
+        self._sm = state_machine
+        os.makedirs(config.data_dir, exist_ok=True)
+        self.store = Store(os.path.join(config.data_dir, "store"), config.map_size_bytes)
+        self.journal = LmdbJournal(self.store, config.cache_bytes_max)
+        if self._sm is not None:
+            self._sm.attach(self.store)
+        applied = self._stored_applied_index()
+        self._ids = itertools.count(1)
+        self._pending: dict[int, tuple[Future, float]] = {}
+        self._deadlines: list[tuple[float, int]] = []
+        self._pending_lock = threading.Lock()
+        self._subscribers: list[Callable[[ReplicaStatus], None]] = []
+        self._completions: queue.SimpleQueue = queue.SimpleQueue()
+        self._closed = False
+        self._last_role_key = None
+        self._retention_floor = 0
+        self._snapshot = SnapshotHooks(self)
+        self._engine = _raft.RaftEngine(config, self.store, self.journal, applied, self._apply, self._after_tick,
+                                        self._record_applied, self._snapshot)
+        self._status = self._status_from(self._engine.view)
+        self._completer = threading.Thread(target=self._complete_loop, name=f"dledger-done-{config.self_id}",
+                                           daemon=True)
+        self._completer.start()
+        self._engine.start()
+
+    @classmethod
+    def open(cls, config: ReplicaConfig, state_machine: StateMachine | None = None) -> Replica:
+        return cls(config, state_machine)
+
+    # -- writes ----------------------------------------------------------------------------------------
+    def append(self, payloads: list[bytes]) -> Future:
+        future: Future = Future()
+        if self._closed:
+            future.set_exception(ReplicaClosedError("replica is closed; open it again to append"))
+            return future
+        if not payloads:
+            future.set_exception(ValueError("append needs at least one payload"))
+            return future
+        size = encoded_size(payloads)
+        if size > self.config.entry_bytes_max:
+            future.set_exception(EntryTooLargeError(
+                f"entry of {size} bytes exceeds entry_bytes_max={self.config.entry_bytes_max}; "
+                "split the batch or raise the limit on every replica"))
+            return future
+        now = time.monotonic()
+        with self._pending_lock:
+            if len(self._pending) >= self.config.append_queue_max:
+                future.set_exception(AppendQueueFullError(
+                    f"{len(self._pending)} appends already waiting (append_queue_max="
+                    f"{self.config.append_queue_max}); back off and retry"))
+                return future
+            request_id = next(self._ids)
+            deadline = now + self.config.append_timeout_ms / 1000
+            self._pending[request_id] = (future, deadline)
+            heapq.heappush(self._deadlines, (deadline, request_id))
+        self._engine.submit(encode_batch(payloads), lambda res, reason: self._on_result(request_id, res, reason))
+        return future
+
+    def _on_result(self, request_id: int, result, reason: int) -> None:
+        with self._pending_lock:
+            entry = self._pending.pop(request_id, None)
+        if entry is None:
+            return  # already timed out (reported as outcome unknown)
+        future = entry[0]
+        if reason == _raft.FAIL_REASON.SUCCESS:
+            index, term, sm_result = result
+            self._completions.put((future, AppendResult(index, term, sm_result), None))
+        else:
+            self._completions.put((future, None, self._error_for(reason)))
+
+    def _error_for(self, reason: int) -> DledgerError:
+        st = self._status
+        where = f"leader is {st.leader_id} at {st.leader_address}" if st.leader_id else "no leader is known"
+        reasons = _raft.FAIL_REASON
+        if reason == reasons.MISSING_LEADER:
+            return NoLeaderError(f"not appended: {where} (election in progress or no quorum); retry shortly")
+        if reason == reasons.NOT_LEADER:
+            return NotLeaderError(f"not appended: the forward target was not the leader; {where}",
+                                  st.leader_id, st.leader_address)
+        if reason == reasons.DISCARDED:
+            return NotLeaderError(f"not committed: a new leader replaced the entry; {where}; retry",
+                                  st.leader_id, st.leader_address)
+        if reason == reasons.QUEUE_FULL:
+            return AppendQueueFullError("not appended: the Raft command queue is full; back off and retry")
+        if reason in (reasons.LEADER_CHANGED, reasons.UNKNOWN_OUTCOME):
+            return OutcomeUnknownError(f"outcome unknown: the leader changed while the entry was in flight; {where}")
+        return DledgerError(f"append refused (pysyncobj reason {reason})")
+
+    # -- reads -----------------------------------------------------------------------------------------
+    def read(self, from_index: int, max_entries: int = 1000, max_bytes: int = 16 * 1024 * 1024) -> list[LogEntry]:
+        """Committed, applied data entries with index >= from_index (pysyncobj's no-ops are skipped)."""
+        applied = self._status.applied_index
+        store = self.store
+
+        def scan(txn):
+            out, size = [], 0
+            cur = txn.cursor(db=store.log_db)
+            if not cur.set_range(u64_key(max(from_index, 1))):
+                return out
+            for key, value in cur:
+                index = u64_of(key)
+                if index > applied or len(out) >= max_entries or (out and size >= max_bytes):
+                    break
+                command, _, term = decode_value(index, value)
+                blob = _raft.decode_command(command)
+                if blob is None:
+                    continue
+                payloads = decode_batch(blob)
+                size += sum(len(p) for p in payloads)
+                out.append(LogEntry(index, term, payloads))
+            return out
+
+        return store.read(scan)
+
+    # -- status and roles -------------------------------------------------------------------------------
+    def status(self) -> ReplicaStatus:
+        return self._status
+
+    @property
+    def stats(self) -> dict:
+        return dict(self._engine.stats, fsync_count=self.store.fsync_count, commit_count=self.store.commit_count)
+
+    def subscribe(self, callback: Callable[[ReplicaStatus], None]) -> Callable[[], None]:
+        """callback(status) runs on a dledger thread whenever role, term or leader changes."""
+        self._subscribers.append(callback)
+        return lambda: self._subscribers.remove(callback)
+
+    def wait_for(self, predicate: Callable[[ReplicaStatus], bool], timeout_s: float) -> ReplicaStatus:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            st = self._status
+            if predicate(st):
+                return st
+            time.sleep(0.005)
+        raise TimeoutError(f"condition not reached within {timeout_s}s; last status {self._status}")
+
+    # -- retention -------------------------------------------------------------------------------------
+    def set_retention_floor(self, index: int) -> None:
+        """The broker no longer needs entries with index <= `index`; Raft compaction may delete them."""
+        self._retention_floor = max(self._retention_floor, min(index, self._status.applied_index))
+        self._snapshot.request_compaction()
+
+    @property
+    def retention_floor(self) -> int:
+        return self._retention_floor
+
+    def transfer_leadership(self, to_id: str | None = None) -> None:
+        target = self.config.peers[to_id] if to_id else None
+        self._engine.so.transferLeadership(target)
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._engine.stop()
+        with self._pending_lock:
+            pending, self._pending = self._pending, {}
+        for future, _deadline in pending.values():
+            self._completions.put((future, None, OutcomeUnknownError("replica closed before the outcome was known")))
+        self._completions.put(None)
+        self._completer.join(5)
+        self.store.close()
+
+    def __enter__(self) -> Replica:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- engine callbacks (tick thread) ------------------------------------------------------------------
+    def _apply(self, index: int, term: int, blob: bytes, txn):
+        if self._sm is None:
+            return None
+        return self._sm.apply(LogEntry(index, term, decode_batch(blob)), txn)
+
+    def _record_applied(self, index: int, txn) -> None:
+        txn.put(META_APPLIED_INDEX, u64_key(index), db=self.store.meta_db)
+
+    def _stored_applied_index(self) -> int:
+        raw = self.store.read(lambda txn: txn.get(META_APPLIED_INDEX, db=self.store.meta_db))
+        return u64_of(raw) if raw else 0
+
+    def _after_tick(self, view: _raft.EngineView) -> None:
+        status = self._status_from(view)
+        self._status = status
+        self._expire_pending()
+        key = (status.role, status.term, status.leader_id)
+        if key != self._last_role_key:
+            self._last_role_key = key
+            self._completions.put(("role", status, None))
+        self._snapshot.on_tick(view)
+
+    def _status_from(self, view: _raft.EngineView) -> ReplicaStatus:
+        if view.raft_state == _raft.RaftState.LEADER:
+            role = Role.LEADER if view.leader_ready else Role.LEADER_PENDING
+        elif view.raft_state == _raft.RaftState.CANDIDATE:
+            role = Role.CANDIDATE
+        else:
+            role = Role.FOLLOWER
+        leader_id = self.config.self_id if role is Role.LEADER else self._engine.peer_id(view.leader_address)
+        if role is not Role.LEADER and leader_id == self.config.self_id:
+            leader_id = None
+        failure = self._engine.failure
+        return ReplicaStatus(
+            group_id=self.config.group_id, self_id=self.config.self_id, role=role, term=view.term,
+            leader_id=leader_id, leader_address=self.config.peers.get(leader_id) if leader_id else None,
+            commit_index=view.commit_index, applied_index=view.applied_index, first_index=view.first_index,
+            last_index=view.last_index, durable_index=view.durable_index,
+            peer_match_index={self._engine.peer_id(a): i for a, i in view.match_index.items()},
+            connected_peers=tuple(self._engine.peer_id(a) for a in view.connected_peers),
+            failure=repr(failure) if failure else None,
+        )
+
+    def _expire_pending(self) -> None:
+        now = time.monotonic()
+        if not self._deadlines or self._deadlines[0][0] > now:
+            return
+        expired = []
+        with self._pending_lock:
+            while self._deadlines and self._deadlines[0][0] <= now:
+                _, request_id = heapq.heappop(self._deadlines)
+                entry = self._pending.pop(request_id, None)
+                if entry is not None:
+                    expired.append(entry[0])
+        for future in expired:
+            self._completions.put((future, None, OutcomeUnknownError(
+                f"no outcome within append_timeout_ms={self.config.append_timeout_ms}; the entry may still commit")))
+
+    def _complete_loop(self) -> None:
+        while True:
+            item = self._completions.get()
+            if item is None:
+                return
+            target, result, error = item
+            if target == "role":
+                for callback in list(self._subscribers):
+                    try:
+                        callback(result)
+                    except Exception:  # noqa: BLE001 - a subscriber must not stop dledger
+                        log.exception("role subscriber failed")
+                continue
+            if error is None:
+                target.set_result(result)
+            else:
+                target.set_exception(error)

@@ -1,0 +1,147 @@
+"""Raft log compaction and snapshots that carry the data.
+
+Compaction is asked for by retention (Replica.set_retention_floor), never by pysyncobj's entry/time
+counters. A snapshot is a compacted LMDB copy of the whole store (retained log, state machine, Raft
+metadata), made from a read transaction in a background thread so the tick thread never blocks on
+it. pysyncobj streams that file to a follower that is behind the leader's first log index; the
+follower replaces its store with it and resumes from the copy's applied index.
+
+pysyncobj protocol, as used here (pysyncobj 0.3.x, Serializer with a custom serializer+checker):
+- serialize(tmp_file, boundary) runs on the tick thread; pysyncobj renames tmp_file onto the snapshot
+  path right after, so we leave an empty placeholder and build the real copy on the next tick.
+- check() reports SERIALIZING until the copy replaced the placeholder; while it does, pysyncobj sends
+  no snapshot data. On SUCCESS pysyncobj deletes the log prefix, capped by the journal's
+  delete_upto_max (the retention floor).
+- deserialize(path) runs on the follower's tick thread once the whole file arrived.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+from typing import TYPE_CHECKING
+
+import lmdb
+
+from .journal import decode_value
+from .store import DATA_FILE, LOG_DB, META_DB, MAX_DBS, u64_key, u64_of
+
+if TYPE_CHECKING:
+    from .replica import Replica
+
+log = logging.getLogger(__name__)
+
+NOT_SERIALIZING, SERIALIZING, SUCCESS, FAILED = 0, 1, 2, 3  # pysyncobj's SERIALIZER_STATE values
+META_APPLIED_INDEX = b"applied_index"
+
+
+class SnapshotHooks:
+    def __init__(self, replica: Replica):
+        self._replica = replica
+        self._state = NOT_SERIALIZING
+        self._build_due = False
+        self._requested = False
+        self._last_started = 0.0
+        self.path = os.path.join(replica.config.data_dir, "snapshot.mdb")
+        self.last_snapshot_applied_index = 0
+        self.last_duration_s = 0.0
+
+    # -- asked by the replica ---------------------------------------------------------------------------
+    def request_compaction(self) -> None:
+        self._requested = True
+
+    def on_tick(self, view) -> None:
+        """Tick thread, end of every tick."""
+        replica = self._replica
+        replica.journal.delete_upto_max = replica.retention_floor
+        if self._build_due:
+            self._build_due = False
+            threading.Thread(target=self._build, name="dledger-snapshot", daemon=True).start()
+            return
+        if not self._requested or self._state != NOT_SERIALIZING:
+            return
+        deletable = replica.retention_floor - view.first_index
+        min_interval_s = replica.config.compaction_min_interval_ms / 1000
+        if deletable < replica.config.compaction_min_entries or time.monotonic() - self._last_started < min_interval_s:
+            return
+        self._requested = False
+        self._last_started = time.monotonic()
+        replica._engine.force_compaction()
+
+    # -- pysyncobj serializer protocol ------------------------------------------------------------------
+    def serialize(self, tmp_file: str, _boundary) -> None:
+        with open(tmp_file, "wb"):
+            pass
+        self._state = SERIALIZING
+        self._build_due = True
+        # Everything applied so far goes into the copy.
+        self._replica.store.commit(fsync=False)
+
+    def check(self) -> int:
+        state = self._state
+        if state in (SUCCESS, FAILED):
+            self._state = NOT_SERIALIZING
+        return state
+
+    def _build(self) -> None:
+        started = time.monotonic()
+        building = self.path + ".building"
+        try:
+            store = self._replica.store
+            with store.reader() as txn:
+                raw = txn.get(META_APPLIED_INDEX, db=store.meta_db)
+                store.copy_to(building, txn)
+            os.replace(building, self.path)
+            self.last_snapshot_applied_index = u64_of(raw) if raw else 0
+            self.last_duration_s = time.monotonic() - started
+            self._state = SUCCESS
+            log.info("snapshot at applied index %d built in %.2fs", self.last_snapshot_applied_index,
+                     self.last_duration_s)
+        except Exception:  # noqa: BLE001 - reported to pysyncobj as FAILED, logged here
+            log.exception("building the snapshot failed")
+            self._state = FAILED
+
+    def deserialize(self, path: str):
+        """Install a snapshot received from the leader; return pysyncobj's boundary entries."""
+        replica = self._replica
+        try:
+            applied, before, last = _boundary_of(path)
+            incoming = os.path.join(replica.config.data_dir, "snapshot.incoming")
+            shutil.copyfile(path, incoming)
+            replica.store.replace_with(incoming)
+            replica.journal.reload()
+            replica.journal.expect_reset([before[1], last[1]])
+            replica._engine.snapshot_installed(applied)
+            if replica._sm is not None:
+                replica._sm.attach(replica.store)
+            log.info("installed snapshot at applied index %d", applied)
+            return (last, before, None)
+        except BaseException as exc:
+            replica._engine.fail(exc)  # pysyncobj would swallow it; the replica must stop instead
+            raise
+
+
+def _boundary_of(path: str):
+    """(applied index, entry before it, entry at it) as stored in a snapshot file."""
+    env = lmdb.open(path, subdir=False, readonly=True, lock=False, max_dbs=MAX_DBS)
+    try:
+        log_db = env.open_db(LOG_DB, create=False)
+        meta_db = env.open_db(META_DB, create=False)
+        with env.begin() as txn:
+            raw = txn.get(META_APPLIED_INDEX, db=meta_db)
+            applied = u64_of(raw) if raw else 1
+            cur = txn.cursor(db=log_db)
+            if not cur.set_key(u64_key(applied)):
+                raise ValueError(f"snapshot {path} lacks its applied entry {applied}")
+            last = decode_value(applied, cur.value())
+            before_raw = txn.get(u64_key(applied - 1), db=log_db)
+            before = decode_value(applied - 1, before_raw) if before_raw is not None else last
+        return applied, before, last
+    finally:
+        env.close()
+
+
+__all__ = ["SnapshotHooks", "DATA_FILE"]
