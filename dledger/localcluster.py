@@ -1,0 +1,204 @@
+"""A local dledger group of real replica processes on 127.0.0.x (demo, tests, benchmarks).
+
+Each replica gets its own loopback address (127.0.0.11, .12, ...) so a firewall rule can isolate one
+of them; all replicas use the same two ports (Raft, control) on their own address.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+from .config import FlushPolicy, ReplicaConfig
+from .control import ControlClient
+
+
+@dataclass
+class NodeSpec:
+    node_id: str
+    ip: str
+    raft_port: int
+    control_port: int
+    data_dir: str
+
+    @property
+    def raft_address(self) -> str:
+        return f"{self.ip}:{self.raft_port}"
+
+
+def free_port_pair(ips: list[str]) -> int:
+    """A port P such that P and P+1 are free on every one of ips."""
+    for _ in range(200):
+        with socket.socket() as probe:
+            probe.bind((ips[0], 0))
+            port = probe.getsockname()[1]
+        if port >= 65535:
+            continue
+        try:
+            for ip in ips:
+                for p in (port, port + 1):
+                    with socket.socket() as s:
+                        s.bind((ip, p))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError(f"no free port pair on {ips}")
+
+
+class LocalCluster:
+    def __init__(self, base_dir: str, size: int = 3, first_ip: int = 11, group_id: str = "group-a",
+                 flush_policy: FlushPolicy = FlushPolicy.SYNC_FLUSH, log_level: str = "INFO", **overrides):
+        self.base_dir = base_dir
+        self.group_id = group_id
+        self.log_level = log_level
+        ips = [f"127.0.0.{first_ip + i}" for i in range(size)]
+        port = free_port_pair(ips)
+        self.nodes = {f"n{i + 1}": NodeSpec(f"n{i + 1}", ip, port, port + 1, os.path.join(base_dir, f"n{i + 1}"))
+                      for i, ip in enumerate(ips)}
+        self.peers = {n.node_id: n.raft_address for n in self.nodes.values()}
+        self.flush_policy = flush_policy
+        self.overrides = overrides
+        self._procs: dict[str, subprocess.Popen] = {}
+        self._clients: dict[str, ControlClient] = {}
+
+    # -- processes ------------------------------------------------------------------------------------
+    def config_for(self, node_id: str) -> ReplicaConfig:
+        spec = self.nodes[node_id]
+        return ReplicaConfig(group_id=self.group_id, self_id=node_id, peers=self.peers, data_dir=spec.data_dir,
+                             flush_policy=self.flush_policy, **self.overrides)
+
+    def start(self) -> LocalCluster:
+        for node_id in self.nodes:
+            self.start_node(node_id)
+        return self
+
+    def start_node(self, node_id: str) -> None:
+        spec = self.nodes[node_id]
+        os.makedirs(spec.data_dir, exist_ok=True)
+        raw = asdict(self.config_for(node_id))
+        raw["flush_policy"] = raw["flush_policy"].value
+        config_path = os.path.join(spec.data_dir, "replica.json")
+        with open(config_path, "w") as f:
+            json.dump(raw, f, indent=2)
+        log = open(os.path.join(spec.data_dir, "node.log"), "ab")
+        self._procs[node_id] = subprocess.Popen(
+            [sys.executable, "-m", "dledger.node", "--config", config_path,
+             "--control", f"{spec.ip}:{spec.control_port}", "--log-level", self.log_level],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        self._clients.pop(node_id, None)
+        self.client(node_id, wait_s=30)
+
+    def is_running(self, node_id: str) -> bool:
+        proc = self._procs.get(node_id)
+        return proc is not None and proc.poll() is None
+
+    def pid(self, node_id: str) -> int:
+        return self._procs[node_id].pid
+
+    def kill(self, node_id: str) -> None:
+        self._signal(node_id, signal.SIGKILL)
+        self._procs[node_id].wait(10)
+        self._drop_client(node_id)
+
+    def pause(self, node_id: str) -> None:
+        self._signal(node_id, signal.SIGSTOP)
+
+    def resume(self, node_id: str) -> None:
+        self._signal(node_id, signal.SIGCONT)
+
+    def stop_node(self, node_id: str, timeout_s: float = 15) -> None:
+        proc = self._procs.get(node_id)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGCONT)
+        proc.terminate()
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        self._drop_client(node_id)
+
+    def stop(self) -> None:
+        for node_id in self.nodes:
+            self.stop_node(node_id)
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _signal(self, node_id: str, sig: int) -> None:
+        self._procs[node_id].send_signal(sig)
+
+    def _drop_client(self, node_id: str) -> None:
+        client = self._clients.pop(node_id, None)
+        if client is not None:
+            client.close()
+
+    # -- talking to replicas ----------------------------------------------------------------------------
+    def client(self, node_id: str, wait_s: float = 5) -> ControlClient:
+        client = self._clients.get(node_id)
+        if client is not None:
+            return client
+        spec = self.nodes[node_id]
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                client = ControlClient((spec.ip, spec.control_port))
+                break
+            except OSError:
+                if time.monotonic() > deadline or not self.is_running(node_id):
+                    raise RuntimeError(f"replica {node_id} is not answering on {spec.ip}:{spec.control_port}; "
+                                       f"see {spec.data_dir}/node.log") from None
+                time.sleep(0.05)
+        self._clients[node_id] = client
+        return client
+
+    def status(self, node_id: str) -> dict | None:
+        if not self.is_running(node_id):
+            return None
+        try:
+            return self.client(node_id).call("status", timeout_s=2)
+        except Exception:  # noqa: BLE001 - a paused or dying replica simply has no status
+            return None
+
+    def statuses(self) -> dict[str, dict | None]:
+        return {node_id: self.status(node_id) for node_id in self.nodes}
+
+    def leader(self, among: list[str] | None = None) -> str | None:
+        for node_id in among or list(self.nodes):
+            st = self.status(node_id)
+            if st and st["role"] == "LEADER":
+                return node_id
+        return None
+
+    def wait_leader(self, timeout_s: float = 15, among: list[str] | None = None) -> str:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            leader = self.leader(among)
+            if leader:
+                return leader
+            time.sleep(0.02)
+        raise TimeoutError(f"no leader among {among or list(self.nodes)} within {timeout_s}s: {self.statuses()}")
+
+    def wait_applied(self, index: int, nodes: list[str] | None = None, timeout_s: float = 30) -> None:
+        deadline = time.monotonic() + timeout_s
+        nodes = nodes or list(self.nodes)
+        while time.monotonic() < deadline:
+            sts = [self.status(n) for n in nodes]
+            if all(st and st["applied_index"] >= index for st in sts):
+                return
+            time.sleep(0.05)
+        raise TimeoutError(f"not all of {nodes} applied index {index} within {timeout_s}s: {self.statuses()}")
+
+    def append(self, node_id: str, payloads: list[bytes], timeout_s: float = 10) -> dict:
+        return self.client(node_id).call("append", timeout_s=timeout_s, payloads=payloads)
