@@ -149,6 +149,7 @@ class _Transport(TCPTransport):
             return
         if kind == "append_entries":
             engine.on_leader_contact(node, message["term"])
+            message = engine.trim_known_entries(message)
         super()._onMessageReceived(node, message)
 
     def _onNodeDisconnected(self, node):  # noqa: N802
@@ -391,6 +392,29 @@ class RaftEngine:
     def on_leader_contact(self, node, term: int) -> None:
         if term >= self.so.raftCurrentTerm:
             self._leader_contact_at = time.monotonic()
+
+    def trim_known_entries(self, message: dict) -> dict:
+        """Drop the leading entries of an append_entries that this log already holds with the same term.
+
+        pysyncobj truncates everything after prevLogIdx and re-appends, even when the entries match
+        (e.g. after a snapshot install the leader resends from its own first index). By Raft's log
+        matching property, an entry with the same index and term implies the whole prefix is equal,
+        so moving prevLogIdx forward to it is exact and spares the truncation."""
+        entries = message.get("entries")
+        if not entries or "prevLogIdx" not in message or "transmission" in message:
+            return message
+        journal = self.journal
+        known = 0
+        for _command, idx, term in entries:
+            if not journal.first_index <= idx <= journal.last_index or journal.entry(idx)[2] != term:
+                break
+            known += 1
+        if not known:
+            return message
+        trimmed = dict(message)
+        trimmed["prevLogIdx"], trimmed["prevLogTerm"] = entries[known - 1][1], entries[known - 1][2]
+        trimmed["entries"] = entries[known:]
+        return trimmed
 
     def on_peer_disconnected(self, node) -> None:
         so = self.so

@@ -95,7 +95,9 @@ class ControlServer:
             entries = r.read(args["from_index"], args.get("max_entries", 1000))
             reply({"entries": [(e.index, e.term, e.payloads) for e in entries]})
         elif op == "digest":
-            reply(log_digest(r, args.get("upto")))
+            reply(log_digest(r, args.get("upto"), args.get("from_index", 1)))
+        elif op == "counts":
+            reply(r.state_machine.counts())
         elif op == "set_retention_floor":
             r.set_retention_floor(args["index"])
             reply({"ok": True})
@@ -116,11 +118,12 @@ def _append_reply(future: Future) -> dict:
     return {"index": result.index, "term": result.term}
 
 
-def log_digest(replica: Replica, upto: int | None = None) -> dict:
-    """SHA-256 over (index, term, payloads) of every committed data entry up to `upto` (default: applied)."""
+def log_digest(replica: Replica, upto: int | None = None, from_index: int = 1) -> dict:
+    """SHA-256 over (index, term, payloads) of the committed data entries in [from_index, upto]
+    (default upto: the applied index)."""
     upto = upto or replica.status().applied_index
     h = hashlib.sha256()
-    count, next_index, last = 0, 1, 0
+    count, next_index, last = 0, from_index, 0
     while True:
         batch = replica.read(next_index, max_entries=2000)
         batch = [e for e in batch if e.index <= upto]

@@ -15,6 +15,7 @@ import threading
 
 from .config import FlushPolicy, ReplicaConfig
 from .control import ControlServer
+from .counting import CountingStateMachine
 from .replica import Replica
 
 
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level,
                         format=f"%(asctime)s %(levelname)s [{config.group_id}/{config.self_id}] %(name)s: %(message)s")
     host, _, port = args.control.rpartition(":")
-    replica = Replica.open(config)
+    replica = Replica.open(config, CountingStateMachine())
     server = ControlServer(replica, (host, int(port)))
     server.start()
     stop = threading.Event()

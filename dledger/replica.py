@@ -218,6 +218,10 @@ class Replica:
         return self._status
 
     @property
+    def state_machine(self) -> StateMachine | None:
+        return self._sm
+
+    @property
     def stats(self) -> dict:
         return dict(self._engine.stats, fsync_count=self.store.fsync_count, commit_count=self.store.commit_count)
 

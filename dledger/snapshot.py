@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import lmdb
 
 from .journal import decode_value
-from .store import DATA_FILE, LOG_DB, META_DB, MAX_DBS, u64_key, u64_of
+from .store import DATA_FILE, LOG_DB, MAX_DBS, META_DB, u64_key, u64_of
 
 if TYPE_CHECKING:
     from .replica import Replica
@@ -113,6 +113,10 @@ class SnapshotHooks:
             shutil.copyfile(path, incoming)
             replica.store.replace_with(incoming)
             replica.journal.reload()
+            # Keep only the committed prefix: entries after the applied index were not yet committed
+            # when the copy was made, and the leader will send them again.
+            replica.journal.deleteEntriesFrom(applied + 1 - replica.journal.first_index)
+            replica.store.commit(fsync=True)
             replica.journal.expect_reset([before[1], last[1]])
             replica._engine.snapshot_installed(applied)
             if replica._sm is not None:

@@ -1,0 +1,1 @@
+"""audit: see docs/architecture.md (not built yet)."""

@@ -1,0 +1,1 @@
+"""bench: see docs/architecture.md (not built yet)."""

@@ -1,0 +1,1 @@
+"""broker: see docs/architecture.md (not built yet)."""

@@ -1,0 +1,1 @@
+"""namesrv: see docs/architecture.md (not built yet)."""

@@ -1,0 +1,97 @@
+"""Pins what dledger/_raft.py changes in pysyncobj, so an upgrade that breaks the seam fails here first."""
+
+from __future__ import annotations
+
+import pickle
+import socket
+
+import pysyncobj
+import pysyncobj.pickle as pso_pickle
+import pysyncobj.syncobj as pso_syncobj
+import pysyncobj.tcp_connection as pso_tcp
+import pytest
+
+from dledger import _raft
+from dledger.config import ReplicaConfig
+from dledger.journal import LmdbJournal
+from dledger.replica import Replica
+
+
+def one_replica(tmp_path, **overrides) -> Replica:
+    peers = {"solo": "127.0.0.21:0"}
+    with socket.socket() as s:
+        s.bind(("127.0.0.21", 0))
+        peers["solo"] = f"127.0.0.21:{s.getsockname()[1]}"
+    return Replica.open(ReplicaConfig(group_id="seam", self_id="solo", peers=peers, data_dir=str(tmp_path),
+                                      **overrides))
+
+
+def test_pysyncobj_is_the_pinned_minor_version():
+    from pysyncobj.version import VERSION
+
+    assert VERSION.startswith("0.3."), VERSION
+    assert tuple(int(x) for x in VERSION.split(".")) >= (0, 3, 17), "0.3.17 is the first that persists term/vote"
+    assert hasattr(pysyncobj, "SyncObj")
+
+
+def test_journal_seam_hands_our_lmdb_journal_to_pysyncobj(tmp_path):
+    replica = one_replica(tmp_path)
+    try:
+        raft_log = replica._engine.so._SyncObj__raftLog
+        assert isinstance(raft_log, LmdbJournal)
+        assert raft_log is replica.journal
+        # the module-level factory is ours and still builds pysyncobj's own journals for other callers
+        assert pso_syncobj.createJournal is _raft._create_journal
+        assert type(pso_syncobj.createJournal(None)).__name__ == "MemoryJournal"
+    finally:
+        replica.close()
+
+
+def test_wire_format_uses_the_highest_pickle_protocol_and_no_zlib():
+    assert pso_pickle.__dict__["__protocol"] == pickle.HIGHEST_PROTOCOL
+    payload = bytes(range(256)) * 4
+    assert len(pso_pickle.dumps({"entries": [(payload, 1, 1)]})) < len(payload) + 100
+    assert pso_tcp.zlib.compress(b"abc", 3) == b"abc"
+
+
+def test_pysyncobj_timing_traps_are_configured_away(tmp_path):
+    replica = one_replica(tmp_path, election_timeout_min_ms=500, election_timeout_max_ms=900)
+    try:
+        conf = replica._engine.so.conf
+        assert conf.appendEntriesUseBatch is False  # batching held every commit >= appendEntriesPeriod
+        assert conf.leaderFallbackTimeout == pytest.approx(0.5)  # pysyncobj default: 30 s
+        assert conf.connectionRetryTime <= 0.5  # pysyncobj default: 5 s
+        assert conf.appendEntriesBatchSizeBytes > replica.config.entry_bytes_max  # chunked path is broken
+        assert conf.autoTick is False  # dledger drives ticks: durability points and the apply index
+        assert conf.logCompactionMinEntries > 10**12  # compaction only when retention asks
+        assert conf.bindAddress == replica.config.self_address  # pysyncobj binds 0.0.0.0 otherwise
+    finally:
+        replica.close()
+
+
+def test_outgoing_peer_sockets_bind_to_the_replica_address_on_its_tick_thread():
+    _raft._thread_source.ip = "127.0.0.23"
+    try:
+        sock = pso_tcp.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        assert sock.getsockname()[0] == "127.0.0.23"
+        sock.close()
+    finally:
+        _raft._thread_source.ip = None
+    sock = pso_tcp.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    assert sock.getsockname() == ("0.0.0.0", 0)
+    sock.close()
+
+
+def test_restart_hands_the_stored_applied_index_to_pysyncobj(tmp_path):
+    replica = one_replica(tmp_path)
+    replica.wait_for(lambda st: st.role.value == "LEADER", 10)
+    last = None
+    for i in range(30):
+        last = replica.append([f"x{i}".encode()]).result(5)
+    replica.close()
+    again = Replica.open(replica.config)
+    try:
+        assert again._engine.so.raftLastApplied >= last.index
+        assert again.status().applied_index >= last.index
+    finally:
+        again.close()

@@ -1,0 +1,136 @@
+"""The public Replica surface, with three in-process replicas (real sockets, disks and Raft)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from dledger import (
+    EntryTooLargeError,
+    NoLeaderError,
+    NotLeaderError,
+    OutcomeUnknownError,
+    Replica,
+    ReplicaClosedError,
+    ReplicaConfig,
+    Role,
+)
+from dledger.counting import CountingStateMachine
+
+
+def free_port(ip: str) -> int:
+    with socket.socket() as s:
+        s.bind((ip, 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def group(tmp_path):
+    ips = ["127.0.0.31", "127.0.0.32", "127.0.0.33"]
+    peers = {f"r{i}": f"{ip}:{free_port(ip)}" for i, ip in enumerate(ips)}
+    replicas = {}
+
+    def open_one(rid: str, **overrides) -> Replica:
+        cfg = ReplicaConfig(group_id="api", self_id=rid, peers=peers, data_dir=str(tmp_path / rid), **overrides)
+        replicas[rid] = Replica.open(cfg, CountingStateMachine())
+        return replicas[rid]
+
+    for rid in peers:
+        open_one(rid)
+    yield replicas, open_one
+    for r in replicas.values():
+        r.close()
+
+
+def leader_of(replicas: dict, timeout_s: float = 10) -> Replica:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for r in replicas.values():
+            if r.status().role is Role.LEADER:
+                return r
+        time.sleep(0.01)
+    raise TimeoutError([r.status() for r in replicas.values()])
+
+
+def test_append_resolves_after_commit_and_apply_with_index_term_and_state_machine_result(group):
+    replicas, _ = group
+    leader = leader_of(replicas)
+    first = leader.append([b"a", b"b"]).result(5)
+    second = leader.append([b"c"]).result(5)
+    assert second.index > first.index and second.term == first.term
+    assert second.result == first.result + 1  # CountingStateMachine returns its entry count
+    assert leader.status().applied_index >= second.index
+    [entry] = [e for e in leader.read(first.index, 10) if e.index == first.index]
+    assert entry.payloads == [b"a", b"b"]
+
+
+def test_role_subscribers_see_the_leader_take_over_and_the_roles_are_exclusive(group):
+    replicas, _ = group
+    seen: list = []
+    event = threading.Event()
+    for r in replicas.values():
+        r.subscribe(lambda st: (seen.append(st), event.set() if st.role is Role.LEADER else None))
+    leader = leader_of(replicas)
+    assert event.wait(5)
+    leaders = [r for r in replicas.values() if r.status().role is Role.LEADER]
+    assert leaders == [leader]
+    followers = [r for r in replicas.values() if r is not leader]
+    deadline = time.monotonic() + 5
+    while any(f.status().leader_id != leader.config.self_id for f in followers):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_reads_never_pass_the_applied_index(group):
+    replicas, _ = group
+    leader = leader_of(replicas)
+    for i in range(20):
+        leader.append([f"p{i}".encode()]).result(5)
+    for r in replicas.values():
+        applied = r.status().applied_index
+        assert all(e.index <= applied for e in r.read(1, 10_000))
+
+
+def test_oversized_entry_and_empty_batch_are_refused_before_reaching_raft(group):
+    replicas, _ = group
+    leader = leader_of(replicas)
+    with pytest.raises(EntryTooLargeError, match="entry_bytes_max"):
+        leader.append([b"z" * (leader.config.entry_bytes_max + 1)]).result(1)
+    with pytest.raises(ValueError):
+        leader.append([]).result(1)
+
+
+def test_without_a_quorum_appends_fail_definitely_or_report_an_unknown_outcome(group):
+    replicas, _ = group
+    leader = leader_of(replicas)
+    others = [r for r in replicas.values() if r is not leader]
+    for r in others:
+        r.close()
+    # with no majority the leader steps down within the fallback timeout; nothing may claim success
+    future = leader.append([b"no-quorum"])
+    with pytest.raises((OutcomeUnknownError, NotLeaderError)):
+        future.result(10)
+    leader.wait_for(lambda st: st.role is not Role.LEADER, 5)
+    with pytest.raises((NoLeaderError, NotLeaderError, OutcomeUnknownError)):
+        leader.append([b"still-no-quorum"]).result(10)
+
+
+def test_closed_replica_refuses_appends_with_a_clear_error(group):
+    replicas, _ = group
+    r = next(iter(replicas.values()))
+    r.close()
+    with pytest.raises(ReplicaClosedError, match="closed"):
+        r.append([b"x"]).result(1)
+
+
+def test_config_rejects_nonsense_with_a_message_naming_the_field(tmp_path):
+    with pytest.raises(ValueError, match="self_id"):
+        ReplicaConfig(group_id="g", self_id="x", peers={"a": "127.0.0.1:1"}, data_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="election_timeout_min_ms"):
+        ReplicaConfig(group_id="g", self_id="a", peers={"a": "127.0.0.1:1"}, data_dir=str(tmp_path),
+                      heartbeat_interval_ms=300, election_timeout_min_ms=600)
+    with pytest.raises(ValueError, match="host:port"):
+        ReplicaConfig(group_id="g", self_id="a", peers={"a": "nohost"}, data_dir=str(tmp_path))
