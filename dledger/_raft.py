@@ -7,9 +7,12 @@ What this module changes in pysyncobj, and why (each one pinned by tests/dledger
   bytes payload into a latin-1 str: ~1.6x size and CPU) and not zlib-compressed (CPU on 2 cores).
 - Outgoing peer sockets bind to the replica's own address, so a peer is one IP on the wire and a
   firewall rule can cut exactly one replica off (tests use 127.0.0.11-13).
-- Timing: commands are sent at once (appendEntriesUseBatch=False; batching added >= 100 ms per
-  commit), the leader steps down after `leader_fallback_ms` without a majority (not 30 s), failed
-  connects are retried every `connection_retry_ms` (not 5 s).
+- Timing: pysyncobj either sends one append_entries per command and per follower
+  (appendEntriesUseBatch=False) or only once per heartbeat period (True: >= 100 ms per commit). We
+  run it in batch mode and send ourselves at the end of every tick that added entries or advanced
+  the commit index: one message per follower per tick, with every new entry. Appends wake the tick
+  thread through our own pipe. The leader steps down after `leader_fallback_ms` without a majority
+  (not 30 s); failed connects are retried every `connection_retry_ms` (not 5 s).
 - Elections: pre-vote (Raft thesis 9.6). A replica whose election timer fires first asks its peers
   whether they would vote; only with a majority does pysyncobj start a real election. Peers refuse
   while they still hear from a leader, so a flapping connection or a partitioned minority never bumps
@@ -17,8 +20,10 @@ What this module changes in pysyncobj, and why (each one pinned by tests/dledger
   pre-vote at once instead of waiting for the full timeout.
 - Durability: we drive the tick loop ourselves (autoTick=False). Every tick, just before pysyncobj
   polls its sockets, the pending LMDB transaction (journal appends + state-machine applies + applied
-  index) is committed, fsynced under SYNC_FLUSH, and only then are append futures resolved. A follower
-  commits (and under SYNC_FLUSH fsyncs) before every success acknowledgement it sends.
+  index) is committed, fsynced under SYNC_FLUSH when it holds new log entries, and only then are
+  append futures resolved. A follower holds its success acknowledgements until pysyncobj's poll has
+  handled every ready message, commits (under SYNC_FLUSH: fsyncs) once, then sends them: one fsync
+  per burst of append_entries, not one per message.
 - Restart: the applied index is read from LMDB and handed to pysyncobj before the first tick, so no
   entry is applied twice and restart time does not grow with the log.
 - Snapshots: pysyncobj's serializer hook ships a compacted LMDB copy of the whole store (retained log
@@ -41,6 +46,7 @@ import pysyncobj.pickle as _pso_pickle
 import pysyncobj.syncobj as _pso_syncobj
 import pysyncobj.tcp_connection as _pso_tcp
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+from pysyncobj.pipe_notifier import PipeNotifier
 from pysyncobj.transport import TCPTransport
 
 from .config import FlushPolicy, ReplicaConfig
@@ -138,7 +144,12 @@ class _Transport(TCPTransport):
     def send(self, node, message):
         engine = self._syncObj.dl_engine
         if isinstance(message, dict) and message.get("type") == "next_node_idx" and message.get("success"):
-            engine.before_ack(message["next_node_idx"] - 1)
+            engine.hold_ack(node, message)  # sent after the store is committed (release_acks)
+            return True
+        engine.release_acks()  # keep held acks ahead of anything sent after them
+        return super().send(node, message)
+
+    def send_now(self, node, message):
         return super().send(node, message)
 
     def _onMessageReceived(self, node, message):  # noqa: N802
@@ -192,6 +203,10 @@ class RaftEngine:
         self._prevote: dict | None = None
         self._prevote_granted_term = -1
         self._self_ip = config.self_address.rpartition(":")[0]
+        self._held_acks: list = []
+        self._sent_last_index = 0
+        self._sent_commit_index = 0
+        self._sent_commit_at = 0.0
         self.stats = {"acks_sent": 0, "acks_beyond_durable": 0, "commits_checked": 0,
                       "commits_beyond_durable": 0, "prevote_rounds": 0, "elections_started": 0,
                       "snapshots_sent": 0, "snapshots_installed": 0}
@@ -206,6 +221,7 @@ class RaftEngine:
         self.so._SyncObj__raftLastApplied = max(applied_index, 1)
         self.so._SyncObj__needLoadDumpFile = False
         self._func_id = self.so._methodToID[self.so._getFuncName("dl_apply")]
+        self._wakeup = PipeNotifier(self.so._poller)
         self.store.commit(fsync=True)  # pysyncobj may have written its initial entry on this thread
         self.view = self._make_view()
         self._thread = threading.Thread(target=self._run, name=f"raft-{config.group_id}-{config.self_id}",
@@ -218,7 +234,7 @@ class RaftEngine:
         conf = SyncObjConf(
             autoTick=False,
             journalFile=self._journal_token,
-            appendEntriesUseBatch=False,
+            appendEntriesUseBatch=True,  # we send at the end of every tick (see _send_new_entries)
             appendEntriesPeriod=hb,
             raftMinTimeout=c.election_timeout_min_ms / 1000,
             raftMaxTimeout=c.election_timeout_max_ms / 1000,
@@ -278,6 +294,7 @@ class RaftEngine:
             while not self._stop.is_set():
                 self._pre_tick()
                 self.so.doTick(wait_s)
+                self.release_acks()
         except BaseException as exc:  # a broken invariant stops the replica loudly
             self._failed = exc
             log.critical("replica %s/%s stopped: %r", self.config.group_id, self.config.self_id, exc,
@@ -304,8 +321,9 @@ class RaftEngine:
             else:
                 callback(result, reason)  # refused synchronously (queue full): nothing to wait for
 
+        self.so._applyCommand(command, on_result, 0)
         try:
-            self.so._applyCommand(command, on_result, 0)
+            self._wakeup.notify()
         except BlockingIOError:
             pass  # the wake-up pipe is full: the tick thread is already due to run
 
@@ -424,27 +442,55 @@ class RaftEngine:
             jitter_s = random.uniform(0, 2 * self.config.heartbeat_interval_ms / 1000)
             so._SyncObj__raftElectionDeadline = min(so._SyncObj__raftElectionDeadline, time.monotonic() + jitter_s)
 
-    def before_ack(self, acked_index: int) -> None:
-        """A follower is about to tell the leader it holds entries up to acked_index."""
+    def hold_ack(self, node, message: dict) -> None:
+        """A follower wants to tell the leader it holds entries up to next_node_idx - 1."""
+        self._held_acks.append((node, message))
+
+    def release_acks(self) -> None:
+        """Commit the store (fsync under SYNC_FLUSH if it holds new log entries), then send held acks."""
+        if not self._held_acks:
+            return
+        held, self._held_acks = self._held_acks, []
         self._commit_store()
-        self.stats["acks_sent"] += 1
-        if self.journal.durable_index < acked_index:
-            self.stats["acks_beyond_durable"] += 1
+        latest: dict = {}
+        for node, message in held:  # only the newest ack per leader matters
+            latest[node] = message
+        transport = self.so._SyncObj__transport
+        for node, message in latest.items():
+            self.stats["acks_sent"] += 1
+            if self.journal.durable_index < message["next_node_idx"] - 1:
+                self.stats["acks_beyond_durable"] += 1
+            transport.send_now(node, message)
 
     def _commit_store(self) -> None:
-        sync = self.config.flush_policy is FlushPolicy.SYNC_FLUSH
+        """Commit the open transaction; fsync when the flush policy says new log entries need it."""
+        journal = self.journal
+        undurable = journal.durable_index < journal.last_index
+        if self.config.flush_policy is FlushPolicy.SYNC_FLUSH:
+            fsync = undurable
+        else:
+            fsync = undurable and (time.monotonic() - self._last_async_fsync
+                                   >= self.config.async_flush_interval_ms / 1000)
+        if not fsync and not self.store.has_pending_writes:
+            return
+        self.store.commit(fsync=fsync)
+        if fsync:
+            self._last_async_fsync = time.monotonic()
+            journal.durable_index = journal.last_index
+
+    def _send_new_entries(self) -> None:
+        """Leader: one append_entries per follower for everything added or committed this tick."""
+        so = self.so
+        if so._SyncObj__raftState != RaftState.LEADER:
+            self._sent_last_index = self._sent_commit_index = 0
+            return
+        last, commit = self.journal.last_index, so.raftCommitIndex
         now = time.monotonic()
-        if not sync and now - self._last_async_fsync >= self.config.async_flush_interval_ms / 1000:
-            sync = True
-        if sync:
-            self._last_async_fsync = now
-        if not sync and not self.store.has_pending_writes:
-            return
-        if sync and not self.store.has_pending_writes and self.journal.durable_index >= self.journal.last_index:
-            return
-        self.store.commit(fsync=sync)
-        if sync:
-            self.journal.durable_index = self.journal.last_index
+        commit_news = commit > self._sent_commit_index and (
+            now - self._sent_commit_at >= self.config.follower_commit_notify_ms / 1000)
+        if last > self._sent_last_index or commit_news:
+            so._SyncObj__sendAppendEntries()
+            self._sent_last_index, self._sent_commit_index, self._sent_commit_at = last, commit, now
 
     def _on_tick_end(self) -> None:
         """Runs on the tick thread after pysyncobj's work and before it polls sockets."""
@@ -456,6 +502,7 @@ class RaftEngine:
             self.stats["commits_checked"] += 1
             if so.raftCommitIndex > self.journal.durable_index and so.raftCommitIndex > 1:
                 self.stats["commits_beyond_durable"] += 1
+        self._send_new_entries()  # before our own fsync: followers write while we do
         self._commit_store()
         deferred, self._deferred = self._deferred, []
         for callback, result, reason in deferred:

@@ -46,6 +46,9 @@ class ReplicaConfig:
     # A leader that heard from no majority for this long steps down (pysyncobj's default is 30 s).
     leader_fallback_timeout_ms: int | None = None
     connection_retry_ms: int = 200
+    # When the leader's commit index advances with no new entry to carry it, followers are told at most
+    # this often (new entries and heartbeats always carry it): their applied index lags by up to this.
+    follower_commit_notify_ms: int = 5
     pre_vote: bool = True
     entry_bytes_max: int = ENTRY_BYTES_MAX_DEFAULT
     append_timeout_ms: int = 3000

@@ -13,6 +13,7 @@ import os
 import shutil
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
@@ -51,6 +52,7 @@ class Store:
         self._wtxn: lmdb.Transaction | None = None
         self._writer_ident: int | None = None
         self.fsync_count = 0
+        self.fsync_seconds_total = 0.0
         self.commit_count = 0
         self.generation = 0
         self._open()
@@ -105,7 +107,9 @@ class Store:
             txn.commit()
             self.commit_count += 1
         if fsync:
+            started = time.perf_counter()
             self.env.sync(True)
+            self.fsync_seconds_total += time.perf_counter() - started
             self.fsync_count += 1
 
     def abort(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 import socket
+import time
 
 import pysyncobj
 import pysyncobj.pickle as pso_pickle
@@ -58,7 +59,8 @@ def test_pysyncobj_timing_traps_are_configured_away(tmp_path):
     replica = one_replica(tmp_path, election_timeout_min_ms=500, election_timeout_max_ms=900)
     try:
         conf = replica._engine.so.conf
-        assert conf.appendEntriesUseBatch is False  # batching held every commit >= appendEntriesPeriod
+        # batch mode, but dledger sends at the end of every tick (test_commits_do_not_wait_for_the_heartbeat)
+        assert conf.appendEntriesUseBatch is True
         assert conf.leaderFallbackTimeout == pytest.approx(0.5)  # pysyncobj default: 30 s
         assert conf.connectionRetryTime <= 0.5  # pysyncobj default: 5 s
         assert conf.appendEntriesBatchSizeBytes > replica.config.entry_bytes_max  # chunked path is broken
@@ -95,3 +97,31 @@ def test_restart_hands_the_stored_applied_index_to_pysyncobj(tmp_path):
         assert again.status().applied_index >= last.index
     finally:
         again.close()
+
+
+def test_commits_do_not_wait_for_the_heartbeat_period(tmp_path):
+    """pysyncobj in batch mode sends entries only once per appendEntriesPeriod; dledger sends at the end
+    of every tick. With a 300 ms heartbeat, 10 sequential commits would take >= 3 s if that leaked."""
+    ips = ["127.0.0.41", "127.0.0.42", "127.0.0.43"]
+    peers = {}
+    for i, ip in enumerate(ips):
+        with socket.socket() as s:
+            s.bind((ip, 0))
+            peers[f"h{i}"] = f"{ip}:{s.getsockname()[1]}"
+    replicas = [Replica.open(ReplicaConfig(group_id="hb", self_id=rid, peers=peers, data_dir=str(tmp_path / rid),
+                                           heartbeat_interval_ms=300, election_timeout_min_ms=1000,
+                                           election_timeout_max_ms=2000)) for rid in peers]
+    try:
+        leader = None
+        deadline = time.monotonic() + 15
+        while leader is None and time.monotonic() < deadline:
+            leader = next((r for r in replicas if r.status().role.value == "LEADER"), None)
+            time.sleep(0.01)
+        assert leader is not None
+        started = time.monotonic()
+        for i in range(10):
+            leader.append([f"hb{i}".encode()]).result(5)
+        assert time.monotonic() - started < 1.5
+    finally:
+        for r in replicas:
+            r.close()
