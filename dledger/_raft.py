@@ -47,6 +47,7 @@ import pysyncobj.syncobj as _pso_syncobj
 import pysyncobj.tcp_connection as _pso_tcp
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.pipe_notifier import PipeNotifier
+from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.transport import TCPTransport
 
 from .config import FlushPolicy, ReplicaConfig
@@ -143,11 +144,45 @@ class _Transport(TCPTransport):
 
     def send(self, node, message):
         engine = self._syncObj.dl_engine
-        if isinstance(message, dict) and message.get("type") == "next_node_idx" and message.get("success"):
-            engine.hold_ack(node, message)  # sent after the store is committed (release_acks)
-            return True
+        if isinstance(message, dict):
+            kind = message.get("type")
+            if kind == "next_node_idx" and message.get("success"):
+                engine.hold_ack(node, message)  # sent after the store is committed (release_acks)
+                return True
+            if kind == "append_entries" and message.get("entries") and engine.hold_back(node, message):
+                self.drain(node)
+                return True
         engine.release_acks()  # keep held acks ahead of anything sent after them
-        return super().send(node, message)
+        sent = super().send(node, message)
+        self.drain(node)
+        return sent
+
+    def unsent_bytes(self, node) -> int:
+        conn = self._connections.get(node)
+        return conn.getSendBufferSize() if conn is not None else 0
+
+    def drain(self, node) -> None:
+        """pysyncobj leaves what the socket did not take in a buffer and only retries on the next send;
+        ask the poller for a write event so the rest goes out as soon as the socket has room."""
+        conn = self._connections.get(node)
+        if conn is None or not conn.getSendBufferSize() or conn.fileno() is None:
+            return
+        events = POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.WRITE | POLL_EVENT_TYPE.ERROR
+        self._syncObj._poller.subscribe(conn.fileno(), conn._TcpConnection__processConnection, events)
+
+    def is_connected(self, node) -> bool:
+        conn = self._connections.get(node)
+        return conn is not None and conn.state == _pso_tcp.CONNECTION_STATE.CONNECTED
+
+    def _onIncomingMessageReceived(self, conn, message):  # noqa: N802
+        # pysyncobj accepts unauthenticated utility commands (leadership transfer, membership, status)
+        # and read-only nodes that receive the whole log on its Raft port; a replica group has neither.
+        if isinstance(message, list) or message == "readonly":
+            log.warning("refused a pysyncobj utility/read-only connection on the Raft port")
+            conn.disconnect()
+            self._unknownConnections.discard(conn)
+            return
+        super()._onIncomingMessageReceived(conn, message)
 
     def send_now(self, node, message):
         return super().send(node, message)
@@ -197,19 +232,21 @@ class RaftEngine:
         self._deferred: list[tuple[Callable, object, int]] = []
         self._stop = threading.Event()
         self._failed: BaseException | None = None
-        self._last_async_fsync = time.monotonic()
+        self._committed_last_index = 0
+        self._async_durable_index = 0
         self._recorded_applied = applied_index
         self._leader_contact_at = 0.0
         self._prevote: dict | None = None
         self._prevote_granted_term = -1
         self._self_ip = config.self_address.rpartition(":")[0]
         self._held_acks: list = []
+        self._throttled: set = set()
         self._sent_last_index = 0
         self._sent_commit_index = 0
         self._sent_commit_at = 0.0
         self.stats = {"acks_sent": 0, "acks_beyond_durable": 0, "commits_checked": 0,
                       "commits_beyond_durable": 0, "prevote_rounds": 0, "elections_started": 0,
-                      "snapshots_sent": 0, "snapshots_installed": 0}
+                      "snapshots_installed": 0, "sends_held_back": 0}
         self._journal_token = f"dledger-journal:{config.group_id}:{config.self_id}:{id(self)}"
         with _pending_lock:
             _pending_journals[self._journal_token] = journal
@@ -275,6 +312,9 @@ class RaftEngine:
     # -- lifecycle ------------------------------------------------------------------------------------
     def start(self) -> None:
         self._thread.start()
+        if self.config.flush_policy is FlushPolicy.ASYNC_FLUSH:
+            threading.Thread(target=self._flush_loop, name=f"dledger-flush-{self.config.self_id}",
+                             daemon=True).start()
 
     def stop(self, timeout_s: float = 10.0) -> None:
         self._stop.set()
@@ -295,6 +335,7 @@ class RaftEngine:
                 self._pre_tick()
                 self.so.doTick(wait_s)
                 self.release_acks()
+                self._restore_throttled()
         except BaseException as exc:  # a broken invariant stops the replica loudly
             self._failed = exc
             log.critical("replica %s/%s stopped: %r", self.config.group_id, self.config.self_id, exc,
@@ -370,6 +411,8 @@ class RaftEngine:
     def _start_prevote(self, term: int, now: float) -> None:
         so = self.so
         c = self.config
+        log.info("election timer fired in term %d (leader %s, last contact %.0f ms ago): pre-vote", term,
+                 so._getLeader(), (now - self._leader_contact_at) * 1000 if self._leader_contact_at else -1)
         self._prevote = {"term": term + 1, "votes": {c.self_address}}
         self.stats["prevote_rounds"] += 1
         last = self.journal[-1]
@@ -412,31 +455,42 @@ class RaftEngine:
             self._leader_contact_at = time.monotonic()
 
     def trim_known_entries(self, message: dict) -> dict:
-        """Drop the leading entries of an append_entries that this log already holds with the same term.
+        """Rewrite an append_entries so pysyncobj never truncates entries that do not conflict.
 
-        pysyncobj truncates everything after prevLogIdx and re-appends, even when the entries match
-        (e.g. after a snapshot install the leader resends from its own first index). By Raft's log
-        matching property, an entry with the same index and term implies the whole prefix is equal,
-        so moving prevLogIdx forward to it is exact and spares the truncation."""
-        entries = message.get("entries")
-        if not entries or "prevLogIdx" not in message or "transmission" in message:
+        pysyncobj deletes everything after prevLogIdx and re-appends, even when the entries match, and
+        a heartbeat whose prevLogIdx is behind our log (the leader's next index went back: flow control,
+        a resend after a snapshot) truncates entries we already acknowledged. Raft deletes only on a
+        conflict. By the log matching property an entry with the same index and term implies an equal
+        prefix, so (1) leading entries we hold with the same term are dropped and prevLogIdx moves to the
+        last of them; (2) if nothing new remains and our last entry has the leader's current term, our
+        whole log came from this leader (one leader per term), so prevLogIdx moves to our last entry."""
+        if "prevLogIdx" not in message or "transmission" in message:
             return message
         journal = self.journal
+        entries = message.get("entries") or []
+        prev_idx, prev_term = message["prevLogIdx"], message["prevLogTerm"]
         known = 0
         for _command, idx, term in entries:
             if not journal.first_index <= idx <= journal.last_index or journal.entry(idx)[2] != term:
                 break
             known += 1
-        if not known:
+        if known:
+            prev_idx, prev_term = entries[known - 1][1], entries[known - 1][2]
+        remaining = entries[known:]
+        last_idx = journal.last_index
+        if (not remaining and prev_idx < last_idx and journal.first_index <= prev_idx
+                and journal.entry(prev_idx)[2] == prev_term and journal.entry(last_idx)[2] == message["term"]):
+            prev_idx, prev_term = last_idx, message["term"]
+        if prev_idx == message["prevLogIdx"] and not known:
             return message
-        trimmed = dict(message)
-        trimmed["prevLogIdx"], trimmed["prevLogTerm"] = entries[known - 1][1], entries[known - 1][2]
-        trimmed["entries"] = entries[known:]
-        return trimmed
+        rewritten = dict(message)
+        rewritten["prevLogIdx"], rewritten["prevLogTerm"], rewritten["entries"] = prev_idx, prev_term, remaining
+        return rewritten
 
     def on_peer_disconnected(self, node) -> None:
         so = self.so
         if so._SyncObj__raftState != RaftState.LEADER and so._getLeader() == node:
+            log.info("connection to the leader %s lost: starting a pre-vote soon", node.address)
             # The leader's process is gone (or its link reset): ask for votes soon, not after the timeout.
             self._leader_contact_at = 0.0
             jitter_s = random.uniform(0, 2 * self.config.heartbeat_interval_ms / 1000)
@@ -445,6 +499,30 @@ class RaftEngine:
     def hold_ack(self, node, message: dict) -> None:
         """A follower wants to tell the leader it holds entries up to next_node_idx - 1."""
         self._held_acks.append((node, message))
+
+    def hold_back(self, node, message: dict) -> bool:
+        """Flow control: while a follower still has more than replication_unsent_bytes_max of our data
+        waiting in its connection's send buffer, send it no more entries. pysyncobj would queue every
+        new entry (and copy the growing buffer on each append), and heartbeats would wait behind it."""
+        transport = self.so._SyncObj__transport
+        if transport.unsent_bytes(node) <= self.config.replication_unsent_bytes_max:
+            return False
+        so = self.so
+        so._SyncObj__raftNextIndex[node] = message["entries"][0][1]  # resend from here later
+        so._SyncObj__connectedNodes.discard(node)  # ends pysyncobj's send loop for this node, this tick
+        self._throttled.add(node)
+        self.stats["sends_held_back"] += 1
+        return True
+
+    def _restore_throttled(self) -> None:
+        if not self._throttled:
+            return
+        transport = self.so._SyncObj__transport
+        connected = self.so._SyncObj__connectedNodes
+        for node in self._throttled:
+            if transport.is_connected(node):
+                connected.add(node)
+        self._throttled.clear()
 
     def release_acks(self) -> None:
         """Commit the store (fsync under SYNC_FLUSH if it holds new log entries), then send held acks."""
@@ -463,20 +541,30 @@ class RaftEngine:
             transport.send_now(node, message)
 
     def _commit_store(self) -> None:
-        """Commit the open transaction; fsync when the flush policy says new log entries need it."""
+        """Commit the open transaction; under SYNC_FLUSH also fsync when it holds new log entries.
+        Under ASYNC_FLUSH the fsync happens on the flusher thread, off the tick thread."""
         journal = self.journal
-        undurable = journal.durable_index < journal.last_index
-        if self.config.flush_policy is FlushPolicy.SYNC_FLUSH:
-            fsync = undurable
-        else:
-            fsync = undurable and (time.monotonic() - self._last_async_fsync
-                                   >= self.config.async_flush_interval_ms / 1000)
+        fsync = self.config.flush_policy is FlushPolicy.SYNC_FLUSH and journal.durable_index < journal.last_index
         if not fsync and not self.store.has_pending_writes:
             return
         self.store.commit(fsync=fsync)
+        self._committed_last_index = journal.last_index
         if fsync:
-            self._last_async_fsync = time.monotonic()
             journal.durable_index = journal.last_index
+
+    def _flush_loop(self) -> None:
+        """ASYNC_FLUSH: fsync what the tick thread committed, every async_flush_interval_ms."""
+        interval_s = self.config.async_flush_interval_ms / 1000
+        while not self._stop.wait(interval_s):
+            committed = self._committed_last_index
+            if committed <= self.journal.durable_index:
+                continue
+            try:
+                self.store.sync()
+            except Exception as exc:  # noqa: BLE001 - the tick thread stops the replica
+                self.fail(exc)
+                return
+            self._async_durable_index = committed  # folded in by the tick thread (_on_tick_end)
 
     def _send_new_entries(self) -> None:
         """Leader: one append_entries per follower for everything added or committed this tick."""
@@ -495,6 +583,8 @@ class RaftEngine:
     def _on_tick_end(self) -> None:
         """Runs on the tick thread after pysyncobj's work and before it polls sockets."""
         so = self.so
+        if self._async_durable_index > self.journal.durable_index:
+            self.journal.durable_index = min(self._async_durable_index, self.journal.last_index)
         if so.raftLastApplied > self._recorded_applied:  # no-op entries advance it too
             self._record_applied(so.raftLastApplied, self.store.write_txn())
             self._recorded_applied = so.raftLastApplied

@@ -33,6 +33,8 @@ def decode_batch(blob: bytes) -> list[bytes]:
     version, count = _HEAD.unpack_from(view)
     if version != VERSION or count == 0:
         raise ValueError(f"unknown batch version {version} or empty batch")
+    if len(view) < _HEAD.size + 4 * count:
+        raise ValueError(f"batch of {len(view)} bytes is too short for {count} length fields")
     lengths = struct.unpack_from(f">{count}I", view, _HEAD.size)
     pos = _HEAD.size + 4 * count
     out = []

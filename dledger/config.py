@@ -39,7 +39,7 @@ class ReplicaConfig:
     peers: dict[str, str]
     data_dir: str
     flush_policy: FlushPolicy = FlushPolicy.SYNC_FLUSH
-    async_flush_interval_ms: int = 200
+    async_flush_interval_ms: int = 50
     heartbeat_interval_ms: int = 50
     election_timeout_min_ms: int = 600
     election_timeout_max_ms: int = 1200
@@ -57,7 +57,13 @@ class ReplicaConfig:
     map_size_bytes: int = 1 << 40
     cache_bytes_max: int = 64 * MiB
     socket_buffer_bytes: int = 4 * MiB
+    # Flow control: no new entries go to a follower while this much is still unsent on its connection.
+    replication_unsent_bytes_max: int = 2 * MiB
     snapshot_chunk_bytes: int = 1 * MiB
+    # The tick thread must get the GIL back quickly after every socket or disk call, or threads that
+    # compute (encoding, gRPC) starve it and heartbeats stall: Python's default 5 ms switch interval
+    # caused leader churn under load. Process-wide; None leaves it alone.
+    python_switch_interval_s: float | None = 0.0005
     # Raft peer traffic is encrypted and authenticated with this password when set.
     password: str | None = None
     # Raft log compaction (a snapshot + prefix deletion) runs when retention allows deleting this many

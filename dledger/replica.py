@@ -20,6 +20,7 @@ import itertools
 import logging
 import os
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -101,6 +102,8 @@ class Replica:
         self.config = config
         self._sm = state_machine
         os.makedirs(config.data_dir, exist_ok=True)
+        if config.python_switch_interval_s is not None:
+            sys.setswitchinterval(min(sys.getswitchinterval(), config.python_switch_interval_s))
         self.store = Store(os.path.join(config.data_dir, "store"), config.map_size_bytes)
         self.journal = LmdbJournal(self.store, config.cache_bytes_max)
         if self._sm is not None:

@@ -47,7 +47,8 @@ class Store:
         self.path = path
         self.map_size_bytes = map_size_bytes
         os.makedirs(path, exist_ok=True)
-        self._swap_lock = threading.RLock()
+        self._swap_lock = threading.RLock()  # readers vs. replacing/closing the environment
+        self._sync_lock = threading.Lock()  # fsync vs. replacing/closing the environment
         self._dbs: dict[bytes, object] = {}
         self._wtxn: lmdb.Transaction | None = None
         self._writer_ident: int | None = None
@@ -79,7 +80,7 @@ class Store:
         return handle
 
     def close(self) -> None:
-        with self._swap_lock:
+        with self._swap_lock, self._sync_lock:
             if self._wtxn is not None:
                 self._wtxn.abort()
                 self._wtxn = None
@@ -107,6 +108,11 @@ class Store:
             txn.commit()
             self.commit_count += 1
         if fsync:
+            self.sync()
+
+    def sync(self) -> None:
+        """fsync everything committed so far. Any thread (the ASYNC_FLUSH flusher uses it)."""
+        with self._sync_lock:
             started = time.perf_counter()
             self.env.sync(True)
             self.fsync_seconds_total += time.perf_counter() - started
@@ -139,7 +145,7 @@ class Store:
 
     def replace_with(self, data_file: str) -> None:
         """Replace this environment by a copy made with copy_to (snapshot install). Writer thread only."""
-        with self._swap_lock:
+        with self._swap_lock, self._sync_lock:
             self.abort()
             self.env.close()
             target = os.path.join(self.path, DATA_FILE)
