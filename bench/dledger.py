@@ -148,11 +148,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--levels", default="0,1000000,5000000", help="scale: message counts")
     parser.add_argument("--quick", action="store_true", help="fewer messages per throughput point")
     parser.add_argument("--dir", default=None, help="data directory (default: a temporary one)")
+    parser.add_argument("--log-level", default="INFO", help="replica log level (logs: <dir>/n*/node.log)")
     args = parser.parse_args(argv)
     base = args.dir or tempfile.mkdtemp(prefix="dledger-bench-", dir=os.environ.get("BENCH_TMP", "/tmp"))
     results = {"date": date.today().isoformat(), "flush": args.flush, "machine": f"{os.cpu_count()} cores, "
                f"{platform.python_implementation()} {platform.python_version()}", "scenarios": {}}
-    cluster = LocalCluster(base, flush_policy=FlushPolicy(args.flush), log_level="WARNING")
+    cluster = LocalCluster(base, flush_policy=FlushPolicy(args.flush), log_level=args.log_level)
     cluster.start()
     try:
         for name in args.scenarios:
@@ -172,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     path = os.path.join(RESULTS_DIR, f"dledger-{'-'.join(args.scenarios)}-{args.flush}-{int(time.time())}.json")
     with open(path, "w") as f:
         json.dump(results, f, indent=2)
-    print(f"results: {path}")
+    print(f"results: {path}\nreplica logs: {base}/n*/node.log")
     return 0
 
 

@@ -5,6 +5,8 @@ What this module changes in pysyncobj, and why (each one pinned by tests/dledger
   (its FileJournal keeps every entry in a Python list and never fsyncs).
 - Wire format: messages are pickled with the highest protocol instead of 2 (protocol 2 turns every
   bytes payload into a latin-1 str: ~1.6x size and CPU) and not zlib-compressed (CPU on 2 cores).
+  Connection buffers are bytearrays: pysyncobj's bytes `+=` copied the whole pending buffer on every
+  socket read, which starved followers under load.
 - Outgoing peer sockets bind to the replica's own address, so a peer is one IP on the wire and a
   firewall rule can cut exactly one replica off (tests use 127.0.0.11-13).
 - Timing: pysyncobj either sends one append_entries per command and per follower
@@ -32,11 +34,13 @@ What this module changes in pysyncobj, and why (each one pinned by tests/dledger
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import pickle
 import random
 import socket as _socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -78,19 +82,6 @@ _pso_syncobj.createJournal = _create_journal
 _pso_pickle.__dict__["__protocol"] = pickle.HIGHEST_PROTOCOL
 
 
-class _Uncompressed:
-    """Stands in for zlib inside pysyncobj.tcp_connection."""
-
-    @staticmethod
-    def compress(data, level=-1):
-        return data
-
-    @staticmethod
-    def decompress(data):
-        return data
-
-
-_pso_tcp.zlib = _Uncompressed
 
 # -- seam 3: source-bound outgoing sockets ----------------------------------------------------------------
 _thread_source = threading.local()
@@ -113,6 +104,104 @@ class _SourceBoundSocketModule:
 
 
 _pso_tcp.socket = _SourceBoundSocketModule()
+
+
+# -- seam 4: linear-time connection buffers -------------------------------------------------------------------
+# pysyncobj keeps each connection's read and write buffers as bytes and grows them with `+=` and shrinks
+# them with slicing: every socket read copies the whole pending buffer, so a 4 MiB message arriving in
+# 64 KiB reads costs ~128 MiB of copying, and followers starved the CPU under load. Same wire format,
+# bytearray buffers (append and front-deletion are amortised O(1) in CPython).
+_Conn = _pso_tcp.TcpConnection
+_FRAME = struct.Struct("i")  # pysyncobj's length prefix: native int
+
+
+def _conn_send(self, message):
+    if self.sendRandKey:
+        message = (self.sendRandKey, message)
+    data = _pso_pickle.dumps(message)
+    if self.encryptor:
+        data = self.encryptor.encrypt_at_time(data, int(_pso_tcp.monotonicTime()))
+    buf = self._TcpConnection__writeBuffer
+    if type(buf) is not bytearray:
+        buf = self._TcpConnection__writeBuffer = bytearray(buf)
+    buf += _FRAME.pack(len(data))
+    buf += data
+    self._TcpConnection__trySendBuffer()
+
+
+def _conn_process_send(self):
+    buf = self._TcpConnection__writeBuffer
+    if not buf:
+        return False
+    try:
+        sent = self._TcpConnection__socket.send(buf)
+    except OSError as e:
+        if e.errno not in (errno.EAGAIN, errno.EWOULDBLOCK):
+            self.disconnect()
+        return False
+    if sent <= 0:
+        if sent < 0:
+            self.disconnect()
+        return False
+    if type(buf) is not bytearray:
+        buf = self._TcpConnection__writeBuffer = bytearray(buf)
+    del buf[:sent]
+    return True
+
+
+def _conn_process_read(self):
+    sock = self._TcpConnection__socket
+    try:
+        incoming = sock.recv(self._TcpConnection__recvBufferSize)
+    except OSError as e:
+        if e.errno not in (errno.EAGAIN, errno.EWOULDBLOCK):
+            self.disconnect()
+        return False
+    if not incoming or sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_ERROR):
+        self.disconnect()
+        return False
+    buf = self._TcpConnection__readBuffer
+    if type(buf) is not bytearray:
+        buf = self._TcpConnection__readBuffer = bytearray(buf)
+    buf += incoming
+    return True
+
+
+def _conn_parse_message(self):
+    buf = self._TcpConnection__readBuffer
+    if len(buf) < 4:
+        return None
+    length = _FRAME.unpack_from(buf)[0]
+    if len(buf) - 4 < length:
+        return None
+    data = bytes(buf[4:4 + length])
+    try:
+        if self.encryptor:
+            timestamp = self.encryptor.extract_timestamp(data)
+            if timestamp < self.recvLastTimestamp:
+                raise ValueError("replayed or reordered encrypted message")
+            self.recvLastTimestamp = timestamp
+            data = self.encryptor.decrypt(data)
+        message = _pso_pickle.loads(data)
+        if self.recvRandKey:
+            rand_key, message = message
+            if rand_key != self.recvRandKey:
+                raise ValueError("session key mismatch")
+    except Exception:  # noqa: BLE001 - like pysyncobj: a bad frame closes the connection
+        self.disconnect()
+        return None
+    del buf[:4 + length]
+    return message
+
+
+for _name in ("_TcpConnection__processSend", "_TcpConnection__processRead", "_TcpConnection__processParseMessage",
+              "_TcpConnection__trySendBuffer", "_TcpConnection__writeBuffer"):
+    if _name != "_TcpConnection__writeBuffer" and not hasattr(_Conn, _name):
+        raise RuntimeError(f"pysyncobj.tcp_connection changed ({_name} missing); dledger needs 0.3.x")
+_Conn.send = _conn_send
+_Conn._TcpConnection__processSend = _conn_process_send
+_Conn._TcpConnection__processRead = _conn_process_read
+_Conn._TcpConnection__processParseMessage = _conn_parse_message
 
 
 # -- roles ------------------------------------------------------------------------------------------------
@@ -434,7 +523,10 @@ class RaftEngine:
         if message["type"] == "dl_prevote":
             last = self.journal[-1]
             log_ok = (message["last_log_term"], message["last_log_index"]) >= (last[2], last[1])
-            granted = message["term"] > so.raftCurrentTerm and log_ok and not self._leader_alive()
+            leader_alive = self._leader_alive()
+            granted = message["term"] > so.raftCurrentTerm and log_ok and not leader_alive
+            log.debug("pre-vote for %s in term %d: %s (my term %d, log ok %s, leader alive %s)", node.address,
+                     message["term"], "granted" if granted else "refused", so.raftCurrentTerm, log_ok, leader_alive)
             so._SyncObj__transport.send(node, {"type": "dl_prevote_resp", "term": message["term"],
                                                "granted": granted})
         elif self._prevote and message["term"] == self._prevote["term"] and message["granted"]:
@@ -490,11 +582,16 @@ class RaftEngine:
     def on_peer_disconnected(self, node) -> None:
         so = self.so
         if so._SyncObj__raftState != RaftState.LEADER and so._getLeader() == node:
-            log.info("connection to the leader %s lost: starting a pre-vote soon", node.address)
             # The leader's process is gone (or its link reset): ask for votes soon, not after the timeout.
+            # Survivors go one after the other, in replica-id order, so that two of them rarely become
+            # candidates at once (a split vote costs a whole election timeout).
+            survivors = sorted(pid for pid, addr in self.config.peers.items() if addr != node.address)
+            rank = survivors.index(self.config.self_id)
+            step_s = self.config.heartbeat_interval_ms / 1000
+            delay_s = rank * step_s + random.uniform(0, step_s / 2)
+            log.info("connection to the leader %s lost: pre-vote in %.0f ms", node.address, delay_s * 1000)
             self._leader_contact_at = 0.0
-            jitter_s = random.uniform(0, 2 * self.config.heartbeat_interval_ms / 1000)
-            so._SyncObj__raftElectionDeadline = min(so._SyncObj__raftElectionDeadline, time.monotonic() + jitter_s)
+            so._SyncObj__raftElectionDeadline = min(so._SyncObj__raftElectionDeadline, time.monotonic() + delay_s)
 
     def hold_ack(self, node, message: dict) -> None:
         """A follower wants to tell the leader it holds entries up to next_node_idx - 1."""

@@ -48,6 +48,7 @@ class LmdbJournal:
         self.delete_upto_max = 0  # highest index a prefix deletion may remove
         self.durable_index = 0  # highest index known to be fsynced (SYNC_FLUSH bookkeeping)
         self._absorb: list[int] | None = None
+        self.truncated_entries = 0  # entries removed from the log's tail (conflicts with a new leader)
         self.reload()
 
     # -- state loaded from LMDB ----------------------------------------------------------------------
@@ -105,6 +106,7 @@ class LmdbJournal:
         if not self._last or start > self._last:
             return
         self._delete_range(start, self._last)
+        self.truncated_entries += self._last - start + 1
         self._last = start - 1
         if self._last < self._first:
             self._first = self._last = 0

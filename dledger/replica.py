@@ -227,7 +227,8 @@ class Replica:
     @property
     def stats(self) -> dict:
         return dict(self._engine.stats, fsync_count=self.store.fsync_count, commit_count=self.store.commit_count,
-                    fsync_seconds_total=round(self.store.fsync_seconds_total, 6))
+                    fsync_seconds_total=round(self.store.fsync_seconds_total, 6),
+                    truncated_entries=self.journal.truncated_entries)
 
     def subscribe(self, callback: Callable[[ReplicaStatus], None]) -> Callable[[], None]:
         """callback(status) runs on a dledger thread whenever role, term or leader changes."""

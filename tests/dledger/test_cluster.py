@@ -145,3 +145,35 @@ def test_encrypted_group_replicates_and_a_replica_with_the_wrong_password_gets_n
     st = cluster.status(follower)
     assert st["applied_index"] < reply2["index"], st
     assert st["role"] != "LEADER"
+
+
+def test_the_raft_port_refuses_pysyncobj_admin_commands(make_cluster):
+    """pysyncobj answers unauthenticated 'status'/'transfer'/'add' on its port; a dledger replica must not."""
+    from pysyncobj.syncobj_admin import executeAdminCommand
+
+    cluster = make_cluster()
+    leader = cluster.wait_leader()
+    term = cluster.status(leader)["term"]
+    address = cluster.nodes[leader].raft_address
+    for command in (["-status"], ["-transfer"]):
+        answer = executeAdminCommand(["-conn", address, *command])
+        assert "raft_term" not in answer and not answer.startswith("SUCCESS"), answer
+    time.sleep(0.5)
+    st = cluster.status(leader)
+    assert st["role"] == "LEADER" and st["term"] == term, st
+
+
+def test_many_large_entries_in_flight_commit_without_leader_churn_or_truncation(make_cluster):
+    """Flow control and the append_entries rewrite: 64 MiB in flight (256 x 256 KiB entries) must neither
+    cost the leader its term nor make a follower truncate entries it already holds."""
+    cluster = make_cluster()
+    leader = cluster.wait_leader()
+    term = cluster.status(leader)["term"]
+    result = cluster.client(leader).call("bench_append", timeout_s=120, count=600, msgs_per_entry=256,
+                                         msg_bytes=1024, inflight=256)
+    assert result["entries"] == 600 and not result["errors"], result
+    st = cluster.status(cluster.wait_leader())
+    assert st["term"] == term, f"leader changed under load: {st}"
+    cluster.wait_applied(st["commit_index"], timeout_s=60)
+    stats = {n: cluster.client(n).call("stats") for n in cluster.nodes}
+    assert all(s["truncated_entries"] == 0 for s in stats.values()), stats

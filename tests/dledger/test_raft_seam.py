@@ -52,7 +52,33 @@ def test_wire_format_uses_the_highest_pickle_protocol_and_no_zlib():
     assert pso_pickle.__dict__["__protocol"] == pickle.HIGHEST_PROTOCOL
     payload = bytes(range(256)) * 4
     assert len(pso_pickle.dumps({"entries": [(payload, 1, 1)]})) < len(payload) + 100
-    assert pso_tcp.zlib.compress(b"abc", 3) == b"abc"
+
+
+def test_patched_connections_frame_large_and_small_messages_in_order():
+    """Our linear-time buffers keep pysyncobj's framing: length prefix + pickle, in order, any size."""
+    from pysyncobj.poller import createPoller
+
+    poller = createPoller("auto")
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    received = []
+    sender = pso_tcp.TcpConnection(poller, socket=a, sendBufferSize=2**16, recvBufferSize=2**16)
+    receiver = pso_tcp.TcpConnection(poller, socket=b, onMessageReceived=received.append,
+                                     sendBufferSize=2**16, recvBufferSize=2**16)
+    big = bytes(range(256)) * (5 * 4096)  # 5 MiB, far more than the socket takes at once
+    messages = [{"n": 0}, {"big": big}, *({"n": i} for i in range(1, 50))]
+    for m in messages:
+        sender.send(m)
+    deadline = time.monotonic() + 10
+    while len(received) < len(messages) and time.monotonic() < deadline:
+        # what pysyncobj does on write readiness: push the rest of the buffer
+        sender._TcpConnection__trySendBuffer()
+        poller.poll(0.01)
+    assert received == messages
+    assert isinstance(receiver._TcpConnection__readBuffer, bytearray) and not receiver._TcpConnection__readBuffer
+    sender.disconnect()
+    receiver.disconnect()
 
 
 def test_pysyncobj_timing_traps_are_configured_away(tmp_path):
