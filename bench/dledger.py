@@ -74,6 +74,7 @@ def election(cluster: LocalCluster, trials: int) -> dict:
     for trial in range(trials):
         leader = cluster.wait_leader(30)
         cluster.wait_applied(cluster.status(leader)["commit_index"], timeout_s=30)
+        cluster.wait_connected()  # steady state: the replica restarted by the last trial is back in the mesh
         survivors = [n for n in cluster.nodes if n != leader]
         for n in survivors:
             cluster.client(n)  # connect before the kill, so no connect time is measured

@@ -291,6 +291,10 @@ class _Transport(TCPTransport):
         super()._onNodeDisconnected(node)
         self._syncObj.dl_engine.on_peer_disconnected(node)
 
+    def _onNodeConnected(self, node):  # noqa: N802
+        super()._onNodeConnected(node)
+        self._syncObj.dl_engine.on_peer_connected(node)
+
 
 class _SyncObj(SyncObj):
     def __init__(self, engine: RaftEngine, self_addr: str, other_addrs: list[str], conf: SyncObjConf):
@@ -310,8 +314,10 @@ class RaftEngine:
 
     def __init__(self, config: ReplicaConfig, store: Store, journal: LmdbJournal, applied_index: int,
                  apply_fn: ApplyFn, after_tick: Callable[[EngineView], None],
-                 record_applied: Callable[[int, object], None], snapshot_hooks=None):
+                 record_applied: Callable[[int, object], None], on_failure: Callable[[BaseException], None],
+                 snapshot_hooks=None):
         self.config = config
+        self._on_failure = on_failure
         self.store = store
         self.journal = journal
         self._apply_fn = apply_fn
@@ -325,6 +331,7 @@ class RaftEngine:
         self._async_durable_index = 0
         self._recorded_applied = applied_index
         self._leader_contact_at = 0.0
+        self._lost_leader: str | None = None
         self._prevote: dict | None = None
         self._prevote_granted_term = -1
         self._self_ip = config.self_address.rpartition(":")[0]
@@ -457,9 +464,6 @@ class RaftEngine:
         except BlockingIOError:
             pass  # the wake-up pipe is full: the tick thread is already due to run
 
-    def command_size(self, blob_size: int) -> int:
-        return blob_size + 32
-
     # -- apply -----------------------------------------------------------------------------------------
     def apply_blob(self, blob: bytes):
         index = self.so._SyncObj__raftLastApplied + 1
@@ -545,6 +549,10 @@ class RaftEngine:
     def on_leader_contact(self, node, term: int) -> None:
         if term >= self.so.raftCurrentTerm:
             self._leader_contact_at = time.monotonic()
+            # A leader is alive: a pre-vote round (or its result) must not start an election now.
+            self._prevote = None
+            self._prevote_granted_term = -1
+            self._lost_leader = None
 
     def trim_known_entries(self, message: dict) -> dict:
         """Rewrite an append_entries so pysyncobj never truncates entries that do not conflict.
@@ -579,19 +587,32 @@ class RaftEngine:
         rewritten["prevLogIdx"], rewritten["prevLogTerm"], rewritten["entries"] = prev_idx, prev_term, remaining
         return rewritten
 
+    def on_peer_connected(self, node) -> None:
+        """A peer (re)connected after we lost the leader: a pre-vote that could not reach it may win now,
+        so ask again soon (in rank order) instead of after a full election timeout."""
+        so = self.so
+        if self._lost_leader is None or so._SyncObj__raftState == RaftState.LEADER or self._leader_alive():
+            return
+        self._schedule_prevote(self._lost_leader)
+
     def on_peer_disconnected(self, node) -> None:
         so = self.so
         if so._SyncObj__raftState != RaftState.LEADER and so._getLeader() == node:
             # The leader's process is gone (or its link reset): ask for votes soon, not after the timeout.
-            # Survivors go one after the other, in replica-id order, so that two of them rarely become
-            # candidates at once (a split vote costs a whole election timeout).
-            survivors = sorted(pid for pid, addr in self.config.peers.items() if addr != node.address)
-            rank = survivors.index(self.config.self_id)
-            step_s = self.config.heartbeat_interval_ms / 1000
-            delay_s = rank * step_s + random.uniform(0, step_s / 2)
-            log.info("connection to the leader %s lost: pre-vote in %.0f ms", node.address, delay_s * 1000)
             self._leader_contact_at = 0.0
-            so._SyncObj__raftElectionDeadline = min(so._SyncObj__raftElectionDeadline, time.monotonic() + delay_s)
+            self._lost_leader = node.address
+            delay_s = self._schedule_prevote(node.address)
+            log.info("connection to the leader %s lost: pre-vote in %.0f ms", node.address, delay_s * 1000)
+
+    def _schedule_prevote(self, lost_leader: str) -> float:
+        """Survivors go one after the other, in replica-id order, so two of them rarely become candidates
+        at once (a split vote costs a whole election timeout)."""
+        survivors = sorted(pid for pid, addr in self.config.peers.items() if addr != lost_leader)
+        step_s = self.config.heartbeat_interval_ms / 1000
+        delay_s = survivors.index(self.config.self_id) * step_s + random.uniform(0, step_s / 2)
+        so = self.so
+        so._SyncObj__raftElectionDeadline = min(so._SyncObj__raftElectionDeadline, time.monotonic() + delay_s)
+        return delay_s
 
     def hold_ack(self, node, message: dict) -> None:
         """A follower wants to tell the leader it holds entries up to next_node_idx - 1."""
@@ -705,6 +726,7 @@ class RaftEngine:
         deferred, self._deferred = self._deferred, []
         for callback, _result, _reason in deferred:
             callback(None, FAIL_REASON.UNKNOWN_OUTCOME)
+        self._on_failure(exc)
 
     def _make_view(self) -> EngineView:
         so = self.so

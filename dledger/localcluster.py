@@ -190,6 +190,17 @@ class LocalCluster:
             time.sleep(0.02)
         raise TimeoutError(f"no leader among {among or list(self.nodes)} within {timeout_s}s: {self.statuses()}")
 
+    def wait_connected(self, timeout_s: float = 15) -> None:
+        """Until every running replica is connected to every other running replica."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            running = [n for n in self.nodes if self.is_running(n)]
+            sts = {n: self.status(n) for n in running}
+            if all(st and set(st["connected_peers"]) >= set(running) - {n} for n, st in sts.items()):
+                return
+            time.sleep(0.02)
+        raise TimeoutError(f"replicas not fully connected within {timeout_s}s: {self.statuses()}")
+
     def wait_applied(self, index: int, nodes: list[str] | None = None, timeout_s: float = 30) -> None:
         deadline = time.monotonic() + timeout_s
         nodes = nodes or list(self.nodes)

@@ -120,7 +120,7 @@ class Replica:
         self._retention_floor = 0
         self._snapshot = SnapshotHooks(self)
         self._engine = _raft.RaftEngine(config, self.store, self.journal, applied, self._apply, self._after_tick,
-                                        self._record_applied, self._snapshot)
+                                        self._record_applied, self._on_engine_failure, self._snapshot)
         self._status = self._status_from(self._engine.view)
         self._completer = threading.Thread(target=self._complete_loop, name=f"dledger-done-{config.self_id}",
                                            daemon=True)
@@ -136,6 +136,10 @@ class Replica:
         future: Future = Future()
         if self._closed:
             future.set_exception(ReplicaClosedError("replica is closed; open it again to append"))
+            return future
+        if self._engine.failure is not None:
+            future.set_exception(ReplicaClosedError(
+                f"replica stopped after an error ({self._engine.failure!r}); see its log, fix the cause, reopen"))
             return future
         if not payloads:
             future.set_exception(ValueError("append needs at least one payload"))
@@ -321,6 +325,14 @@ class Replica:
             connected_peers=tuple(self._engine.peer_id(a) for a in view.connected_peers),
             failure=repr(failure) if failure else None,
         )
+
+    def _on_engine_failure(self, exc: BaseException) -> None:
+        """The tick thread stopped: nothing in flight will get an outcome from this replica any more."""
+        self._status = self._status_from(self._engine.view)
+        with self._pending_lock:
+            pending, self._pending = self._pending, {}
+        for future, _deadline in pending.values():
+            self._completions.put((future, None, OutcomeUnknownError(f"replica stopped after an error: {exc!r}")))
 
     def _expire_pending(self) -> None:
         now = time.monotonic()

@@ -134,3 +134,35 @@ def test_config_rejects_nonsense_with_a_message_naming_the_field(tmp_path):
                       heartbeat_interval_ms=300, election_timeout_min_ms=600)
     with pytest.raises(ValueError, match="host:port"):
         ReplicaConfig(group_id="g", self_id="a", peers={"a": "nohost"}, data_dir=str(tmp_path))
+
+
+class ExplodingStateMachine(CountingStateMachine):
+    def apply(self, entry, txn):
+        if entry.payloads == [b"boom"]:
+            raise RuntimeError("state machine invariant broken")
+        return super().apply(entry, txn)
+
+
+def test_a_failing_state_machine_stops_the_replica_loudly_and_no_future_hangs(tmp_path):
+    ip = "127.0.0.34"
+    peers = {"solo": f"{ip}:{free_port(ip)}"}
+    replica = Replica.open(ReplicaConfig(group_id="boom", self_id="solo", peers=peers, data_dir=str(tmp_path)),
+                           ExplodingStateMachine())
+    try:
+        replica.wait_for(lambda st: st.role is Role.LEADER, 10)
+        assert replica.append([b"fine"]).result(5).index > 0
+        with pytest.raises(OutcomeUnknownError, match="stopped"):
+            replica.append([b"boom"]).result(5)
+        st = replica.wait_for(lambda st: st.failure is not None, 5)
+        assert "state machine invariant broken" in st.failure
+        with pytest.raises(ReplicaClosedError, match="stopped after an error"):
+            replica.append([b"after"]).result(1)
+    finally:
+        replica.close()
+    # the entry that broke the state machine is in the log but not applied: reopening retries it
+    reopened = Replica.open(replica.config, CountingStateMachine())
+    try:
+        reopened.wait_for(lambda st: st.role is Role.LEADER, 10)
+        assert reopened.state_machine.counts()["entries"] >= 2
+    finally:
+        reopened.close()
