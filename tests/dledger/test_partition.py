@@ -27,12 +27,12 @@ def test_isolated_leader_steps_down_within_the_election_timeout_and_the_majority
 
     netfaults.isolate(ips[old], ips.values())
     cut_at = time.monotonic()
-    majority = [n for n in cluster.nodes if n != old]
-    new = cluster.wait_leader(among=majority, timeout_s=10)
-    _st, stepped_down_at = wait_role_change(cluster, old, "LEADER", timeout_s=5)
+    _st, stepped_down_at = wait_role_change(cluster, old, "LEADER", timeout_s=10)
     fallback_s = cluster.config_for(old).leader_fallback_ms / 1000
     # "about the election timeout": the fallback timeout plus a few ticks, never pysyncobj's 30 s
-    assert stepped_down_at - cut_at < fallback_s + 1.0, stepped_down_at - cut_at
+    assert stepped_down_at - cut_at < fallback_s + 1.5, stepped_down_at - cut_at
+    majority = [n for n in cluster.nodes if n != old]
+    new = cluster.wait_leader(among=majority, timeout_s=10)
     # the isolated replica refuses writes instead of accepting them
     isolated_reply = cluster.append(old, [b"written-to-the-minority"], timeout_s=10)
     assert "index" not in isolated_reply, isolated_reply
