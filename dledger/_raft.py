@@ -34,10 +34,12 @@ What this module changes in pysyncobj, and why (each one pinned by tests/dledger
 
 from __future__ import annotations
 
+import collections
 import errno
 import logging
 import os
 import pickle
+import queue
 import random
 import socket as _socket
 import struct
@@ -187,7 +189,8 @@ def _conn_parse_message(self):
             rand_key, message = message
             if rand_key != self.recvRandKey:
                 raise ValueError("session key mismatch")
-    except Exception:  # noqa: BLE001 - like pysyncobj: a bad frame closes the connection
+    except Exception as exc:  # noqa: BLE001 - like pysyncobj: a bad frame closes the connection
+        log.warning("closing a peer connection: undecodable message of %d bytes (%r)", length, exc)
         self.disconnect()
         return None
     del buf[:4 + length]
@@ -198,7 +201,15 @@ for _name in ("_TcpConnection__processSend", "_TcpConnection__processRead", "_Tc
               "_TcpConnection__trySendBuffer", "_TcpConnection__writeBuffer"):
     if _name != "_TcpConnection__writeBuffer" and not hasattr(_Conn, _name):
         raise RuntimeError(f"pysyncobj.tcp_connection changed ({_name} missing); dledger needs 0.3.x")
+def _conn_check_timeout(self):
+    idle_s = _pso_tcp.monotonicTime() - self._TcpConnection__lastReadTime
+    if idle_s > self._TcpConnection__timeout:
+        log.warning("closing a peer connection: nothing received for %.1f s", idle_s)
+        self.disconnect()
+
+
 _Conn.send = _conn_send
+_Conn._TcpConnection__processConnectionTimeout = _conn_check_timeout
 _Conn._TcpConnection__processSend = _conn_process_send
 _Conn._TcpConnection__processRead = _conn_process_read
 _Conn._TcpConnection__processParseMessage = _conn_parse_message
@@ -296,6 +307,43 @@ class _Transport(TCPTransport):
         self._syncObj.dl_engine.on_peer_connected(node)
 
 
+class _BudgetedQueue:
+    """pysyncobj's command queue, with a byte budget per tick.
+
+    pysyncobj takes queued commands for up to one heartbeat period per tick, whatever their size: with
+    large entries one tick appended over 100 MiB, whose commit and fsync then stalled the tick thread
+    long enough for followers to time out. Once `budget_bytes` were taken in a tick, get_nowait reports
+    empty until the next tick (reset_budget), and the wake-up pipe makes that tick come at once."""
+
+    def __init__(self, max_size: int, budget_bytes: int, wakeup: Callable[[], None]):
+        self._queue: collections.deque = collections.deque()
+        self._lock = threading.Lock()
+        self._max_size = max_size
+        self._budget_bytes = budget_bytes
+        self._taken_bytes = 0
+        self._wakeup = wakeup
+
+    def put_nowait(self, item) -> None:
+        with self._lock:
+            if len(self._queue) >= self._max_size:
+                raise queue.Full()
+            self._queue.append(item)
+
+    def get_nowait(self):
+        with self._lock:
+            if not self._queue:
+                raise queue.Empty()
+            if self._taken_bytes >= self._budget_bytes:
+                self._wakeup()
+                raise queue.Empty()
+            item = self._queue.popleft()
+        self._taken_bytes += len(item[0])
+        return item
+
+    def reset_budget(self) -> None:
+        self._taken_bytes = 0
+
+
 class _SyncObj(SyncObj):
     def __init__(self, engine: RaftEngine, self_addr: str, other_addrs: list[str], conf: SyncObjConf):
         self.dl_engine = engine
@@ -355,6 +403,8 @@ class RaftEngine:
         self.so._SyncObj__needLoadDumpFile = False
         self._func_id = self.so._methodToID[self.so._getFuncName("dl_apply")]
         self._wakeup = PipeNotifier(self.so._poller)
+        self._commands = _BudgetedQueue(config.append_queue_max, config.append_bytes_per_tick_max, self.wake)
+        self.so._SyncObj__commandsQueue = self._commands
         self.store.commit(fsync=True)  # pysyncobj may have written its initial entry on this thread
         self.view = self._make_view()
         self._thread = threading.Thread(target=self._run, name=f"raft-{config.group_id}-{config.self_id}",
@@ -398,7 +448,9 @@ class RaftEngine:
     def _check_seam(self) -> None:
         """Fail loudly if this pysyncobj does not have the internals this module relies on."""
         for name in ("_SyncObj__raftLastApplied", "_SyncObj__needLoadDumpFile", "_SyncObj__raftElectionDeadline",
-                     "_SyncObj__raftState", "_SyncObj__noopIDx", "_SyncObj__raftLog", "_SyncObj__raftMatchIndex"):
+                     "_SyncObj__raftState", "_SyncObj__noopIDx", "_SyncObj__raftLog", "_SyncObj__raftMatchIndex",
+                     "_SyncObj__commandsQueue", "_SyncObj__raftNextIndex", "_SyncObj__connectedNodes",
+                     "_SyncObj__transport", "_SyncObj__sendAppendEntries"):
             if not hasattr(self.so, name):
                 raise RuntimeError(f"pysyncobj internals changed ({name} missing); dledger supports "
                                    f"pysyncobj {PYSYNCOBJ_VERSION_RANGE[0]} up to {PYSYNCOBJ_VERSION_RANGE[1]}")
@@ -428,6 +480,7 @@ class RaftEngine:
         wait_s = min(0.01, self.config.heartbeat_interval_ms / 5000)
         try:
             while not self._stop.is_set():
+                self._commands.reset_budget()
                 self._pre_tick()
                 self.so.doTick(wait_s)
                 self.release_acks()
@@ -459,6 +512,9 @@ class RaftEngine:
                 callback(result, reason)  # refused synchronously (queue full): nothing to wait for
 
         self.so._applyCommand(command, on_result, 0)
+        self.wake()
+
+    def wake(self) -> None:
         try:
             self._wakeup.notify()
         except BlockingIOError:

@@ -53,6 +53,9 @@ class ReplicaConfig:
     entry_bytes_max: int = ENTRY_BYTES_MAX_DEFAULT
     append_timeout_ms: int = 3000
     append_queue_max: int = 20_000
+    # The leader appends at most this much to its log per tick (one LMDB commit, one fsync): larger
+    # bursts stalled the tick thread long enough to lose leadership.
+    append_bytes_per_tick_max: int = 8 * MiB
     # LMDB reserves address space, not disk: the file grows with the data.
     map_size_bytes: int = 1 << 40
     cache_bytes_max: int = 64 * MiB
