@@ -195,9 +195,11 @@ class Replica:
         return DledgerError(f"append refused (pysyncobj reason {reason})")
 
     # -- reads -----------------------------------------------------------------------------------------
-    def read(self, from_index: int, max_entries: int = 1000, max_bytes: int = 16 * 1024 * 1024) -> list[LogEntry]:
-        """Committed, applied data entries with index >= from_index (pysyncobj's no-ops are skipped)."""
-        applied = self._status.applied_index
+    def read(self, from_index: int, max_entries: int = 1000, max_bytes: int = 16 * 1024 * 1024,
+             to_index: int | None = None) -> list[LogEntry]:
+        """Committed, applied data entries with from_index <= index <= to_index (default: the applied
+        index), at most max_entries and about max_bytes; pysyncobj's no-op entries are skipped."""
+        applied = self._status.applied_index if to_index is None else min(to_index, self._status.applied_index)
         store = self.store
 
         def scan(txn):

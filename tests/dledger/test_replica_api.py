@@ -63,8 +63,9 @@ def test_append_resolves_after_commit_and_apply_with_index_term_and_state_machin
     assert second.index > first.index and second.term == first.term
     assert second.result == first.result + 1  # CountingStateMachine returns its entry count
     assert leader.status().applied_index >= second.index
-    [entry] = [e for e in leader.read(first.index, 10) if e.index == first.index]
-    assert entry.payloads == [b"a", b"b"]
+    [entry] = leader.read(first.index, 10, to_index=first.index)
+    assert (entry.index, entry.term, entry.payloads) == (first.index, first.term, [b"a", b"b"])
+    assert [e.index for e in leader.read(first.index, 10)] == [first.index, second.index]
 
 
 def test_role_subscribers_see_the_leader_take_over_and_the_roles_are_exclusive(group):
