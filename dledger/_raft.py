@@ -293,9 +293,15 @@ class _Transport(TCPTransport):
         if kind in ("dl_prevote", "dl_prevote_resp"):
             engine.on_prevote_message(node, message)
             return
+        if kind == "dl_snapshot_progress":
+            return  # only there so the leader's connection sees traffic during a long transfer
         if kind == "append_entries":
             engine.on_leader_contact(node, message["term"])
             message = engine.trim_known_entries(message)
+            if message.get("serialized"):
+                # pysyncobj acknowledges only the last chunk of a snapshot; without traffic the leader's
+                # side would close the connection (connectionTimeout) during a long transfer.
+                super().send(node, {"type": "dl_snapshot_progress"})
         super()._onMessageReceived(node, message)
 
     def _onNodeDisconnected(self, node):  # noqa: N802
@@ -403,6 +409,7 @@ class RaftEngine:
         self.so._SyncObj__needLoadDumpFile = False
         self._func_id = self.so._methodToID[self.so._getFuncName("dl_apply")]
         self._wakeup = PipeNotifier(self.so._poller)
+        self._throttle_snapshot_chunks()
         self._commands = _BudgetedQueue(config.append_queue_max, config.append_bytes_per_tick_max, self.wake)
         self.so._SyncObj__commandsQueue = self._commands
         self.store.commit(fsync=True)  # pysyncobj may have written its initial entry on this thread
@@ -450,7 +457,8 @@ class RaftEngine:
         for name in ("_SyncObj__raftLastApplied", "_SyncObj__needLoadDumpFile", "_SyncObj__raftElectionDeadline",
                      "_SyncObj__raftState", "_SyncObj__noopIDx", "_SyncObj__raftLog", "_SyncObj__raftMatchIndex",
                      "_SyncObj__commandsQueue", "_SyncObj__raftNextIndex", "_SyncObj__connectedNodes",
-                     "_SyncObj__transport", "_SyncObj__sendAppendEntries"):
+                     "_SyncObj__transport", "_SyncObj__sendAppendEntries", "_SyncObj__serializer",
+                     "_SyncObj__votedForNodeId"):
             if not hasattr(self.so, name):
                 raise RuntimeError(f"pysyncobj internals changed ({name} missing); dledger supports "
                                    f"pysyncobj {PYSYNCOBJ_VERSION_RANGE[0]} up to {PYSYNCOBJ_VERSION_RANGE[1]}")
@@ -481,6 +489,9 @@ class RaftEngine:
         try:
             while not self._stop.is_set():
                 self._commands.reset_budget()
+                # What the last poll wrote (a new leader's first entry) is on disk before pysyncobj's next
+                # commit computation counts this replica for it.
+                self._commit_store()
                 self._pre_tick()
                 self.so.doTick(wait_s)
                 self.release_acks()
@@ -536,6 +547,13 @@ class RaftEngine:
         self._failed = self._failed or exc
 
     def snapshot_installed(self, applied_index: int) -> None:
+        """The store was replaced by the leader's copy: its Raft metadata is the leader's, not ours.
+        Write back our own term and vote (a replica must never forget a vote) and a commit index that
+        does not pass the installed log."""
+        so = self.so
+        journal = self.journal
+        journal.setRaftCommitIndex(min(journal.getRaftCommitIndex(), journal.last_index))
+        journal.setCurrentTerm(so.raftCurrentTerm, so._SyncObj__votedForNodeId)
         self._recorded_applied = applied_index
         self.stats["snapshots_installed"] += 1
 
@@ -584,7 +602,9 @@ class RaftEngine:
             last = self.journal[-1]
             log_ok = (message["last_log_term"], message["last_log_index"]) >= (last[2], last[1])
             leader_alive = self._leader_alive()
-            granted = message["term"] > so.raftCurrentTerm and log_ok and not leader_alive
+            # >= (not >): a peer that already adopted the candidate's term from a failed election must
+            # still grant, or a replica with the longest log could never become leader.
+            granted = message["term"] >= so.raftCurrentTerm and log_ok and not leader_alive
             log.debug("pre-vote for %s in term %d: %s (my term %d, log ok %s, leader alive %s)", node.address,
                      message["term"], "granted" if granted else "refused", so.raftCurrentTerm, log_ok, leader_alive)
             so._SyncObj__transport.send(node, {"type": "dl_prevote_resp", "term": message["term"],
@@ -674,6 +694,22 @@ class RaftEngine:
         """A follower wants to tell the leader it holds entries up to next_node_idx - 1."""
         self._held_acks.append((node, message))
 
+    def _throttle_snapshot_chunks(self) -> None:
+        """Flow control for snapshot transfers: while a follower's connection still holds more than
+        replication_unsent_bytes_max unsent, pysyncobj gets no next chunk (None ends its send loop for
+        that node this tick) instead of copying the whole file into the send buffer."""
+        serializer = self.so._SyncObj__serializer
+        next_chunk = serializer.getTransmissionData
+        transport = self.so._SyncObj__transport
+        limit = self.config.replication_unsent_bytes_max
+
+        def throttled(node):
+            if transport.unsent_bytes(node) > limit:
+                return None
+            return next_chunk(node)
+
+        serializer.getTransmissionData = throttled
+
     def hold_back(self, node, message: dict) -> bool:
         """Flow control: while a follower still has more than replication_unsent_bytes_max of our data
         waiting in its connection's send buffer, send it no more entries. pysyncobj would queue every
@@ -715,15 +751,14 @@ class RaftEngine:
             transport.send_now(node, message)
 
     def _commit_store(self) -> None:
-        """Commit the open transaction; under SYNC_FLUSH also fsync when it holds new log entries.
-        Under ASYNC_FLUSH the fsync happens on the flusher thread, off the tick thread."""
-        journal = self.journal
-        fsync = self.config.flush_policy is FlushPolicy.SYNC_FLUSH and journal.durable_index < journal.last_index
-        if not fsync and not self.store.has_pending_writes:
+        """Commit the open transaction. Under SYNC_FLUSH the commit is LMDB's synchronous one (durable
+        and ordered); under ASYNC_FLUSH it is not, and the flusher thread fsyncs on its interval."""
+        if not self.store.has_pending_writes:
             return
-        self.store.commit(fsync=fsync)
+        self.store.commit()
+        journal = self.journal
         self._committed_last_index = journal.last_index
-        if fsync:
+        if self.store.sync_commits:
             journal.durable_index = journal.last_index
 
     def _flush_loop(self) -> None:

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from . import _raft
 from .codec import decode_batch, encode_batch, encoded_size
-from .config import ReplicaConfig
+from .config import FlushPolicy, ReplicaConfig
 from .errors import (
     AppendQueueFullError,
     DledgerError,
@@ -104,7 +104,8 @@ class Replica:
         os.makedirs(config.data_dir, exist_ok=True)
         if config.python_switch_interval_s is not None:
             sys.setswitchinterval(min(sys.getswitchinterval(), config.python_switch_interval_s))
-        self.store = Store(os.path.join(config.data_dir, "store"), config.map_size_bytes)
+        self.store = Store(os.path.join(config.data_dir, "store"), config.map_size_bytes,
+                           sync_commits=config.flush_policy is FlushPolicy.SYNC_FLUSH)
         self.journal = LmdbJournal(self.store, config.cache_bytes_max)
         if self._sm is not None:
             self._sm.attach(self.store)
@@ -134,13 +135,6 @@ class Replica:
     # -- writes ----------------------------------------------------------------------------------------
     def append(self, payloads: list[bytes]) -> Future:
         future: Future = Future()
-        if self._closed:
-            future.set_exception(ReplicaClosedError("replica is closed; open it again to append"))
-            return future
-        if self._engine.failure is not None:
-            future.set_exception(ReplicaClosedError(
-                f"replica stopped after an error ({self._engine.failure!r}); see its log, fix the cause, reopen"))
-            return future
         if not payloads:
             future.set_exception(ValueError("append needs at least one payload"))
             return future
@@ -151,7 +145,15 @@ class Replica:
                 "split the batch or raise the limit on every replica"))
             return future
         now = time.monotonic()
-        with self._pending_lock:
+        with self._pending_lock:  # close() and a replica failure take the same lock: nothing slips past them
+            if self._closed:
+                future.set_exception(ReplicaClosedError("replica is closed; open it again to append"))
+                return future
+            if self._engine.failure is not None:
+                future.set_exception(ReplicaClosedError(
+                    f"replica stopped after an error ({self._engine.failure!r}); see its log, fix the cause, "
+                    "reopen"))
+                return future
             if len(self._pending) >= self.config.append_queue_max:
                 future.set_exception(AppendQueueFullError(
                     f"{len(self._pending)} appends already waiting (append_queue_max="
@@ -260,15 +262,12 @@ class Replica:
     def retention_floor(self) -> int:
         return self._retention_floor
 
-    def transfer_leadership(self, to_id: str | None = None) -> None:
-        target = self.config.peers[to_id] if to_id else None
-        self._engine.so.transferLeadership(target)
-
     # -- lifecycle -------------------------------------------------------------------------------------
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+        with self._pending_lock:
+            if self._closed:
+                return
+            self._closed = True
         self._engine.stop()
         with self._pending_lock:
             pending, self._pending = self._pending, {}

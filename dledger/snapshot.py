@@ -73,8 +73,16 @@ class SnapshotHooks:
 
     # -- pysyncobj serializer protocol ------------------------------------------------------------------
     def serialize(self, tmp_file: str, _boundary) -> None:
-        with open(tmp_file, "wb"):
-            pass
+        # pysyncobj renames tmp_file onto the snapshot path as soon as we return. Give it the current
+        # snapshot (a hard link: same file) so a failed or interrupted build never leaves a follower an
+        # empty file where a good snapshot was.
+        if os.path.exists(tmp_file):
+            os.remove(tmp_file)
+        if os.path.exists(self.path):
+            os.link(self.path, tmp_file)
+        else:
+            with open(tmp_file, "wb"):
+                pass
         self._state = SERIALIZING
         self._build_due = True
         # Everything applied so far goes into the copy.
@@ -91,7 +99,7 @@ class SnapshotHooks:
         building = self.path + ".building"
         try:
             store = self._replica.store
-            with store.reader() as txn:
+            with store.copy_reader() as txn:
                 raw = txn.get(META_APPLIED_INDEX, db=store.meta_db)
                 store.copy_to(building, txn)
             os.replace(building, self.path)
@@ -105,10 +113,17 @@ class SnapshotHooks:
             self._state = FAILED
 
     def deserialize(self, path: str):
-        """Install a snapshot received from the leader; return pysyncobj's boundary entries."""
+        """Install a snapshot received from the leader; return pysyncobj's boundary entries.
+
+        A snapshot that cannot be read, or that is older than what this replica already applied, is
+        refused before anything changes (pysyncobj logs the error; the leader sends a snapshot again).
+        A failure after the store was replaced stops the replica."""
         replica = self._replica
+        applied, before, last = _boundary_of(path)
+        ours = replica._engine.so.raftLastApplied
+        if applied < ours:
+            raise ValueError(f"refusing a snapshot at applied index {applied}: this replica applied {ours}")
         try:
-            applied, before, last = _boundary_of(path)
             incoming = os.path.join(replica.config.data_dir, "snapshot.incoming")
             shutil.copyfile(path, incoming)
             replica.store.replace_with(incoming)

@@ -3,7 +3,14 @@
 Threading model: exactly one thread (the Raft tick thread) writes. It keeps one write transaction open
 while it works (journal appends, truncations, state-machine applies) and commits it at the points the
 flush policy names. Other threads read through `read()`, which sees committed data only.
-A snapshot install replaces the whole environment; `_swap_lock` keeps readers out while it does.
+A snapshot install replaces the whole environment; `_swap_lock` keeps other threads' readers out while
+it does (the writer thread itself never waits: it is the only one that swaps).
+
+Durability: with `sync_commits` (SYNC_FLUSH) every commit is LMDB's synchronous commit: data pages
+fsynced, then the meta page written and fsynced. That ordering is what keeps the file consistent
+through a power loss. Without it (ASYNC_FLUSH) commits are MDB_NOSYNC and `sync()` runs on a timer:
+faster, but LMDB documents that a system crash can then corrupt the file, not only lose the last
+transactions (see docs/architecture.md for what to do).
 """
 
 from __future__ import annotations
@@ -43,19 +50,23 @@ def u64_of(b: bytes) -> int:
 
 
 class Store:
-    def __init__(self, path: str, map_size_bytes: int):
+    def __init__(self, path: str, map_size_bytes: int, sync_commits: bool = True):
         self.path = path
         self.map_size_bytes = map_size_bytes
+        self.sync_commits = sync_commits
         os.makedirs(path, exist_ok=True)
-        self._swap_lock = threading.RLock()  # readers vs. replacing/closing the environment
-        self._sync_lock = threading.Lock()  # fsync vs. replacing/closing the environment
+        # Each lock keeps one kind of user away from an environment being replaced or closed; replace and
+        # close take all three. Readers (other threads), the ASYNC flusher and the snapshot copier
+        # never wait for one another.
+        self._swap_lock = threading.RLock()
+        self._sync_lock = threading.Lock()
+        self._copy_lock = threading.Lock()
         self._dbs: dict[bytes, object] = {}
         self._wtxn: lmdb.Transaction | None = None
         self._writer_ident: int | None = None
         self.fsync_count = 0
         self.fsync_seconds_total = 0.0
         self.commit_count = 0
-        self.generation = 0
         self._open()
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -64,7 +75,8 @@ class Store:
             self.path,
             map_size=self.map_size_bytes,
             max_dbs=MAX_DBS,
-            sync=False,  # durability points are explicit: see sync()
+            sync=self.sync_commits,
+            metasync=True,
             max_readers=512,
             readahead=False,
         )
@@ -80,7 +92,7 @@ class Store:
         return handle
 
     def close(self) -> None:
-        with self._swap_lock, self._sync_lock:
+        with self._swap_lock, self._sync_lock, self._copy_lock:
             if self._wtxn is not None:
                 self._wtxn.abort()
                 self._wtxn = None
@@ -101,13 +113,19 @@ class Store:
     def has_pending_writes(self) -> bool:
         return self._wtxn is not None
 
-    def commit(self, fsync: bool) -> None:
-        """Commit the open write transaction; with fsync, make everything committed so far durable."""
+    def commit(self, fsync: bool = False) -> None:
+        """Commit the open write transaction. With sync_commits the commit itself is durable; otherwise
+        `fsync` asks for everything committed so far to be made durable now."""
         if self._wtxn is not None:
             txn, self._wtxn = self._wtxn, None
+            started = time.perf_counter()
             txn.commit()
             self.commit_count += 1
-        if fsync:
+            if self.sync_commits:
+                self.fsync_seconds_total += time.perf_counter() - started
+                self.fsync_count += 1
+                return
+        if fsync and not self.sync_commits:
             self.sync()
 
     def sync(self) -> None:
@@ -125,12 +143,16 @@ class Store:
 
     # -- reader side ---------------------------------------------------------------------------------
     def read(self, fn: Callable[[lmdb.Transaction], T]) -> T:
+        if threading.get_ident() == self._writer_ident:
+            with self.env.begin(buffers=False) as txn:  # the writer is the only thread that swaps
+                return fn(txn)
         with self._swap_lock, self.env.begin(buffers=False) as txn:
             return fn(txn)
 
     @contextmanager
-    def reader(self) -> Iterator[lmdb.Transaction]:
-        with self._swap_lock, self.env.begin() as txn:
+    def copy_reader(self) -> Iterator[lmdb.Transaction]:
+        """A read transaction for a long copy (snapshot building) that blocks no reader and no writer."""
+        with self._copy_lock, self.env.begin() as txn:
             yield txn
 
     # -- snapshots -----------------------------------------------------------------------------------
@@ -145,7 +167,7 @@ class Store:
 
     def replace_with(self, data_file: str) -> None:
         """Replace this environment by a copy made with copy_to (snapshot install). Writer thread only."""
-        with self._swap_lock, self._sync_lock:
+        with self._swap_lock, self._sync_lock, self._copy_lock:
             self.abort()
             self.env.close()
             target = os.path.join(self.path, DATA_FILE)
@@ -156,7 +178,6 @@ class Store:
                 os.remove(lock_file)
             self._open()
             self.env.sync(True)
-            self.generation += 1
 
     def disk_bytes(self) -> int:
         return os.path.getsize(os.path.join(self.path, DATA_FILE))
