@@ -13,6 +13,7 @@ from .errors import (
     NotLeaderError,
     OutcomeUnknownError,
     ReplicaClosedError,
+    StoreUntrustedError,
 )
 from .replica import AppendResult, LogEntry, Replica, ReplicaStatus, Role, StateMachine
 from .store import Store
@@ -20,5 +21,5 @@ from .store import Store
 __all__ = [
     "AppendQueueFullError", "AppendResult", "DledgerError", "EntryTooLargeError", "FlushPolicy", "LogEntry",
     "NoLeaderError", "NotLeaderError", "OutcomeUnknownError", "Replica", "ReplicaClosedError", "ReplicaConfig",
-    "ReplicaStatus", "Role", "StateMachine", "Store", "decode_batch", "encode_batch",
+    "ReplicaStatus", "Role", "StateMachine", "Store", "StoreUntrustedError", "decode_batch", "encode_batch",
 ]

@@ -58,3 +58,9 @@ class StoreFullError(DledgerError):
 
 class InvalidRequestError(DledgerError):
     code = "INVALID_REQUEST"
+
+
+class StoreUntrustedError(DledgerError):
+    """The store may be corrupt (ASYNC_FLUSH store left open across an OS crash or power loss)."""
+
+    code = "STORE_UNTRUSTED"

@@ -39,6 +39,7 @@ from .errors import (
     NotLeaderError,
     OutcomeUnknownError,
     ReplicaClosedError,
+    StoreUntrustedError,
 )
 from .journal import LmdbJournal, decode_value
 from .snapshot import SnapshotHooks
@@ -97,6 +98,40 @@ class StateMachine(Protocol):
         applied index. Must be deterministic and must not raise: an exception stops the replica."""
 
 
+def _open_marker(config: ReplicaConfig) -> str:
+    return os.path.join(config.data_dir, "store.open")
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown"
+
+
+def check_previous_shutdown(config: ReplicaConfig) -> None:
+    """Refuse an ASYNC_FLUSH store that was open when the machine went down.
+
+    Under ASYNC_FLUSH, LMDB commits without fsync; LMDB documents that a system crash can then leave
+    the file corrupt (not only without its last transactions). A process crash (kill -9) is harmless:
+    the page cache survives. So: a marker holds the boot id while the store is open; if it is still
+    there with another boot id, the OS went down under an open ASYNC store."""
+    marker = _open_marker(config)
+    if os.path.exists(marker):
+        with open(marker) as f:
+            boot_id, _, policy = f.read().partition(" ")
+        if policy.strip() == FlushPolicy.ASYNC_FLUSH.value and boot_id != _boot_id():
+            raise StoreUntrustedError(
+                f"{config.data_dir}/store was open under ASYNC_FLUSH when the machine went down (OS crash or "
+                "power loss); its LMDB file may be corrupt. Delete that directory and start the replica again: "
+                "it catches up from the rest of the group.")
+    with open(marker, "w") as f:
+        f.write(f"{_boot_id()} {config.flush_policy.value}")
+        f.flush()
+        os.fsync(f.fileno())
+
+
 class Replica:
     def __init__(self, config: ReplicaConfig, state_machine: StateMachine | None = None):
         self.config = config
@@ -104,6 +139,7 @@ class Replica:
         os.makedirs(config.data_dir, exist_ok=True)
         if config.python_switch_interval_s is not None:
             sys.setswitchinterval(min(sys.getswitchinterval(), config.python_switch_interval_s))
+        check_previous_shutdown(config)
         self.store = Store(os.path.join(config.data_dir, "store"), config.map_size_bytes,
                            sync_commits=config.flush_policy is FlushPolicy.SYNC_FLUSH)
         self.journal = LmdbJournal(self.store, config.cache_bytes_max)
@@ -276,6 +312,8 @@ class Replica:
         self._completions.put(None)
         self._completer.join(5)
         self.store.close()
+        if self._engine.failure is None:
+            os.remove(_open_marker(self.config))
 
     def __enter__(self) -> Replica:
         return self

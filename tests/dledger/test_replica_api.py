@@ -167,3 +167,21 @@ def test_a_failing_state_machine_stops_the_replica_loudly_and_no_future_hangs(tm
         assert reopened.state_machine.counts()["entries"] >= 2
     finally:
         reopened.close()
+
+
+def test_an_async_store_left_open_across_an_os_crash_is_refused_with_what_to_do(tmp_path):
+    from dledger import FlushPolicy, StoreUntrustedError
+
+    ip = "127.0.0.36"
+    peers = {"solo": f"{ip}:{free_port(ip)}"}
+    config = ReplicaConfig(group_id="boot", self_id="solo", peers=peers, data_dir=str(tmp_path),
+                           flush_policy=FlushPolicy.ASYNC_FLUSH)
+    Replica.open(config).close()  # a clean close removes the marker
+    Replica.open(config).close()
+    # what an OS crash leaves behind: the marker of an open store, written under another boot
+    (tmp_path / "store.open").write_text("00000000-dead-beef-0000-000000000000 ASYNC_FLUSH")
+    with pytest.raises(StoreUntrustedError, match="Delete that directory"):
+        Replica.open(config)
+    # the same after a process crash (same boot) is fine: the page cache survived
+    (tmp_path / "store.open").write_text(open("/proc/sys/kernel/random/boot_id").read().strip() + " ASYNC_FLUSH")
+    Replica.open(config).close()
