@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import lmdb
 
 from .journal import decode_value
-from .store import DATA_FILE, LOG_DB, MAX_DBS, META_DB, u64_key, u64_of
+from .store import LOG_DB, MAX_DBS, META_DB, u64_key, u64_of
 
 if TYPE_CHECKING:
     from .replica import Replica
@@ -163,4 +163,4 @@ def _boundary_of(path: str):
         env.close()
 
 
-__all__ = ["SnapshotHooks", "DATA_FILE"]
+__all__ = ["SnapshotHooks"]
