@@ -22,10 +22,11 @@ What this module changes in pysyncobj, and why (each one pinned by tests/dledger
   pre-vote at once instead of waiting for the full timeout.
 - Durability: we drive the tick loop ourselves (autoTick=False). Every tick, just before pysyncobj
   polls its sockets, the pending LMDB transaction (journal appends + state-machine applies + applied
-  index) is committed, fsynced under SYNC_FLUSH when it holds new log entries, and only then are
-  append futures resolved. A follower holds its success acknowledgements until pysyncobj's poll has
-  handled every ready message, commits (under SYNC_FLUSH: fsyncs) once, then sends them: one fsync
-  per burst of append_entries, not one per message.
+  index) is committed (under SYNC_FLUSH: LMDB's synchronous commit, see store.py), and only then
+  are append futures resolved. A follower holds its success acknowledgements until pysyncobj's poll
+  has handled every ready message, commits once, then sends them: one durable commit per burst of
+  append_entries, not one per message. Whatever a poll wrote is committed before the next tick's
+  commit computation counts this replica.
 - Restart: the applied index is read from LMDB and handed to pysyncobj before the first tick, so no
   entry is applied twice and restart time does not grow with the log.
 - Snapshots: pysyncobj's serializer hook ships a compacted LMDB copy of the whole store (retained log
