@@ -740,6 +740,9 @@ class RaftEngine:
         if not self._held_acks:
             return
         held, self._held_acks = self._held_acks, []
+        # Apply what the leader's messages just committed in the same transaction: one durable commit
+        # per burst instead of one for the log and another for the apply.
+        self.so._SyncObj__applyLogEntries()
         self._commit_store()
         latest: dict = {}
         for node, message in held:  # only the newest ack per leader matters
