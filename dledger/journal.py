@@ -29,6 +29,7 @@ ITER_CHUNK = 256
 META_TERM = b"term"
 META_VOTED_FOR = b"voted_for"
 META_COMMIT_INDEX = b"commit_index"
+META_APPLIED_INDEX = b"applied_index"  # written by the replica in the transaction that applies
 
 
 def encode_value(command: bytes, term: int) -> bytes:

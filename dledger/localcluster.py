@@ -32,12 +32,17 @@ class NodeSpec:
         return f"{self.ip}:{self.raft_port}"
 
 
+def free_port(ip: str) -> int:
+    """A port free on ip right now."""
+    with socket.socket() as probe:
+        probe.bind((ip, 0))
+        return probe.getsockname()[1]
+
+
 def free_port_pair(ips: list[str]) -> int:
     """A port P such that P and P+1 are free on every one of ips."""
     for _ in range(200):
-        with socket.socket() as probe:
-            probe.bind((ips[0], 0))
-            port = probe.getsockname()[1]
+        port = free_port(ips[0])
         if port >= 65535:
             continue
         try:
@@ -103,15 +108,9 @@ class LocalCluster:
         return self._procs[node_id].pid
 
     def kill(self, node_id: str) -> None:
-        self._signal(node_id, signal.SIGKILL)
+        self._procs[node_id].send_signal(signal.SIGKILL)
         self._procs[node_id].wait(10)
         self._drop_client(node_id)
-
-    def pause(self, node_id: str) -> None:
-        self._signal(node_id, signal.SIGSTOP)
-
-    def resume(self, node_id: str) -> None:
-        self._signal(node_id, signal.SIGCONT)
 
     def stop_node(self, node_id: str, timeout_s: float = 15) -> None:
         proc = self._procs.get(node_id)
@@ -135,9 +134,6 @@ class LocalCluster:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-    def _signal(self, node_id: str, sig: int) -> None:
-        self._procs[node_id].send_signal(sig)
 
     def _drop_client(self, node_id: str) -> None:
         client = self._clients.pop(node_id, None)

@@ -41,13 +41,11 @@ from .errors import (
     ReplicaClosedError,
     StoreUntrustedError,
 )
-from .journal import LmdbJournal, decode_value
+from .journal import META_APPLIED_INDEX, LmdbJournal, decode_value
 from .snapshot import SnapshotHooks
 from .store import Store, u64_key, u64_of
 
 log = logging.getLogger(__name__)
-
-META_APPLIED_INDEX = b"applied_index"
 
 
 class Role(enum.Enum):

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import lmdb
 
-from .journal import decode_value
+from .journal import META_APPLIED_INDEX, decode_value
 from .store import LOG_DB, MAX_DBS, META_DB, u64_key, u64_of
 
 if TYPE_CHECKING:
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NOT_SERIALIZING, SERIALIZING, SUCCESS, FAILED = 0, 1, 2, 3  # pysyncobj's SERIALIZER_STATE values
-META_APPLIED_INDEX = b"applied_index"
 
 
 class SnapshotHooks:

@@ -178,6 +178,3 @@ class Store:
                 os.remove(lock_file)
             self._open()
             self.env.sync(True)
-
-    def disk_bytes(self) -> int:
-        return os.path.getsize(os.path.join(self.path, DATA_FILE))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import tempfile
 
 from hypothesis import HealthCheck, given, settings
@@ -10,6 +9,7 @@ from hypothesis import strategies as st
 
 from dledger import Replica, ReplicaConfig, Role
 from dledger.counting import CountingStateMachine
+from dledger.localcluster import free_port
 
 steps = st.lists(
     st.one_of(
@@ -32,9 +32,7 @@ def open_replica(data_dir: str, address: str) -> Replica:
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps)
 def test_apply_runs_once_per_committed_entry_across_reopens(ops):
-    with socket.socket() as s:
-        s.bind(("127.0.0.35", 0))
-        address = f"127.0.0.35:{s.getsockname()[1]}"
+    address = f"127.0.0.35:{free_port('127.0.0.35')}"
     with tempfile.TemporaryDirectory() as data_dir:
         replica = open_replica(data_dir, address)
         entries = payloads = 0

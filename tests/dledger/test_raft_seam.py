@@ -11,18 +11,17 @@ import pysyncobj.pickle as pso_pickle
 import pysyncobj.syncobj as pso_syncobj
 import pysyncobj.tcp_connection as pso_tcp
 import pytest
+from inproc import leader_of, open_group
 
 from dledger import _raft
 from dledger.config import ReplicaConfig
 from dledger.journal import LmdbJournal
+from dledger.localcluster import free_port
 from dledger.replica import Replica
 
 
 def one_replica(tmp_path, **overrides) -> Replica:
-    peers = {"solo": "127.0.0.21:0"}
-    with socket.socket() as s:
-        s.bind(("127.0.0.21", 0))
-        peers["solo"] = f"127.0.0.21:{s.getsockname()[1]}"
+    peers = {"solo": f"127.0.0.21:{free_port('127.0.0.21')}"}
     return Replica.open(ReplicaConfig(group_id="seam", self_id="solo", peers=peers, data_dir=str(tmp_path),
                                       **overrides))
 
@@ -128,26 +127,14 @@ def test_restart_hands_the_stored_applied_index_to_pysyncobj(tmp_path):
 def test_commits_do_not_wait_for_the_heartbeat_period(tmp_path):
     """pysyncobj in batch mode sends entries only once per appendEntriesPeriod; dledger sends at the end
     of every tick. With a 300 ms heartbeat, 10 sequential commits would take >= 3 s if that leaked."""
-    ips = ["127.0.0.41", "127.0.0.42", "127.0.0.43"]
-    peers = {}
-    for i, ip in enumerate(ips):
-        with socket.socket() as s:
-            s.bind((ip, 0))
-            peers[f"h{i}"] = f"{ip}:{s.getsockname()[1]}"
-    replicas = [Replica.open(ReplicaConfig(group_id="hb", self_id=rid, peers=peers, data_dir=str(tmp_path / rid),
-                                           heartbeat_interval_ms=300, election_timeout_min_ms=1000,
-                                           election_timeout_max_ms=2000)) for rid in peers]
+    replicas = open_group(tmp_path, "hb", ["127.0.0.41", "127.0.0.42", "127.0.0.43"],
+                          heartbeat_interval_ms=300, election_timeout_min_ms=1000, election_timeout_max_ms=2000)
     try:
-        leader = None
-        deadline = time.monotonic() + 15
-        while leader is None and time.monotonic() < deadline:
-            leader = next((r for r in replicas if r.status().role.value == "LEADER"), None)
-            time.sleep(0.01)
-        assert leader is not None
+        leader = leader_of(replicas, timeout_s=15)
         started = time.monotonic()
         for i in range(10):
             leader.append([f"hb{i}".encode()]).result(5)
         assert time.monotonic() - started < 1.5
     finally:
-        for r in replicas:
+        for r in replicas.values():
             r.close()

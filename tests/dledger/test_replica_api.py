@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
 import pytest
+from inproc import leader_of, open_group
 
 from dledger import (
     EntryTooLargeError,
@@ -19,44 +19,19 @@ from dledger import (
     Role,
 )
 from dledger.counting import CountingStateMachine
-
-
-def free_port(ip: str) -> int:
-    with socket.socket() as s:
-        s.bind((ip, 0))
-        return s.getsockname()[1]
+from dledger.localcluster import free_port
 
 
 @pytest.fixture
 def group(tmp_path):
-    ips = ["127.0.0.31", "127.0.0.32", "127.0.0.33"]
-    peers = {f"r{i}": f"{ip}:{free_port(ip)}" for i, ip in enumerate(ips)}
-    replicas = {}
-
-    def open_one(rid: str, **overrides) -> Replica:
-        cfg = ReplicaConfig(group_id="api", self_id=rid, peers=peers, data_dir=str(tmp_path / rid), **overrides)
-        replicas[rid] = Replica.open(cfg, CountingStateMachine())
-        return replicas[rid]
-
-    for rid in peers:
-        open_one(rid)
-    yield replicas, open_one
+    replicas = open_group(tmp_path, "api", ["127.0.0.31", "127.0.0.32", "127.0.0.33"], CountingStateMachine)
+    yield replicas
     for r in replicas.values():
         r.close()
 
 
-def leader_of(replicas: dict, timeout_s: float = 10) -> Replica:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for r in replicas.values():
-            if r.status().role is Role.LEADER:
-                return r
-        time.sleep(0.01)
-    raise TimeoutError([r.status() for r in replicas.values()])
-
-
 def test_append_resolves_after_commit_and_apply_with_index_term_and_state_machine_result(group):
-    replicas, _ = group
+    replicas = group
     leader = leader_of(replicas)
     first = leader.append([b"a", b"b"]).result(5)
     second = leader.append([b"c"]).result(5)
@@ -69,7 +44,7 @@ def test_append_resolves_after_commit_and_apply_with_index_term_and_state_machin
 
 
 def test_role_subscribers_see_the_leader_take_over_and_the_roles_are_exclusive(group):
-    replicas, _ = group
+    replicas = group
     seen: list = []
     event = threading.Event()
     for r in replicas.values():
@@ -86,7 +61,7 @@ def test_role_subscribers_see_the_leader_take_over_and_the_roles_are_exclusive(g
 
 
 def test_reads_never_pass_the_applied_index(group):
-    replicas, _ = group
+    replicas = group
     leader = leader_of(replicas)
     for i in range(20):
         leader.append([f"p{i}".encode()]).result(5)
@@ -96,7 +71,7 @@ def test_reads_never_pass_the_applied_index(group):
 
 
 def test_oversized_entry_and_empty_batch_are_refused_before_reaching_raft(group):
-    replicas, _ = group
+    replicas = group
     leader = leader_of(replicas)
     with pytest.raises(EntryTooLargeError, match="entry_bytes_max"):
         leader.append([b"z" * (leader.config.entry_bytes_max + 1)]).result(1)
@@ -105,7 +80,7 @@ def test_oversized_entry_and_empty_batch_are_refused_before_reaching_raft(group)
 
 
 def test_without_a_quorum_appends_fail_definitely_or_report_an_unknown_outcome(group):
-    replicas, _ = group
+    replicas = group
     leader = leader_of(replicas)
     others = [r for r in replicas.values() if r is not leader]
     for r in others:
@@ -120,7 +95,7 @@ def test_without_a_quorum_appends_fail_definitely_or_report_an_unknown_outcome(g
 
 
 def test_closed_replica_refuses_appends_with_a_clear_error(group):
-    replicas, _ = group
+    replicas = group
     r = next(iter(replicas.values()))
     r.close()
     with pytest.raises(ReplicaClosedError, match="closed"):
