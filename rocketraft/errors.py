@@ -1,0 +1,111 @@
+"""Typed errors carrying an apache.rocketmq.v2 Code and an actionable message.
+
+Servers raise these and turn them into a Status in exactly one place (`to_status`); the client raises
+the same classes from a non-OK Status (`from_status`). One cause, one class, one code.
+"""
+
+from __future__ import annotations
+
+from rocketraft.wire import Code, pb
+
+
+class RocketraftError(Exception):
+    code: int = Code.INTERNAL_ERROR
+
+    def __init__(self, message: str, code: int | None = None):
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+    def to_status(self) -> pb.Status:
+        return pb.Status(code=self.code, message=self.message)
+
+
+class BadRequestError(RocketraftError):
+    code = Code.BAD_REQUEST
+
+
+class TopicNotFoundError(RocketraftError):
+    code = Code.TOPIC_NOT_FOUND
+
+
+class ConsumerGroupNotFoundError(RocketraftError):
+    code = Code.CONSUMER_GROUP_NOT_FOUND
+
+
+class MessageNotFoundError(RocketraftError):
+    code = Code.MESSAGE_NOT_FOUND
+
+
+class InvalidReceiptHandleError(RocketraftError):
+    code = Code.INVALID_RECEIPT_HANDLE
+
+
+class BodyTooLargeError(RocketraftError):
+    code = Code.MESSAGE_BODY_TOO_LARGE
+
+
+class TooManyRequestsError(RocketraftError):
+    """Fast failure: the request waited too long in the send queue (busy broker). Retry on another group."""
+    code = Code.TOO_MANY_REQUESTS
+
+
+class NotMasterError(RocketraftError):
+    """This replica is not the master and forwarding was not possible; the message names the master."""
+    code = Code.HA_NOT_AVAILABLE
+
+    def __init__(self, message: str, leader_address: str | None = None):
+        super().__init__(message)
+        self.leader_address = leader_address
+
+
+class DiskFullError(RocketraftError):
+    """Writes refused because the store's filesystem is above diskMaxUsedSpaceRatio (reads go on)."""
+    code = Code.INTERNAL_SERVER_ERROR
+
+
+class StoreUnavailableError(RocketraftError):
+    """The store is shut down or stopped after an error."""
+    code = Code.INTERNAL_SERVER_ERROR
+
+
+class OutcomeUnknownError(RocketraftError):
+    """The write may or may not have been committed (e.g. the leader changed while it was in flight)."""
+    code = Code.PROXY_TIMEOUT
+
+
+class UnsupportedError(RocketraftError):
+    code = Code.UNSUPPORTED
+
+
+def to_status(exc: BaseException) -> pb.Status:
+    if isinstance(exc, RocketraftError):
+        return exc.to_status()
+    return pb.Status(code=Code.INTERNAL_ERROR, message=f"internal error: {type(exc).__name__}: {exc}")
+
+
+_BY_CODE = {
+    Code.BAD_REQUEST: BadRequestError,
+    Code.TOPIC_NOT_FOUND: TopicNotFoundError,
+    Code.CONSUMER_GROUP_NOT_FOUND: ConsumerGroupNotFoundError,
+    Code.MESSAGE_NOT_FOUND: MessageNotFoundError,
+    Code.INVALID_RECEIPT_HANDLE: InvalidReceiptHandleError,
+    Code.MESSAGE_BODY_TOO_LARGE: BodyTooLargeError,
+    Code.TOO_MANY_REQUESTS: TooManyRequestsError,
+    Code.HA_NOT_AVAILABLE: NotMasterError,
+    Code.PROXY_TIMEOUT: OutcomeUnknownError,
+    Code.UNSUPPORTED: UnsupportedError,
+}
+
+
+def from_status(status: pb.Status) -> RocketraftError:
+    cls = _BY_CODE.get(status.code)
+    if cls is None:
+        cls = BadRequestError if 40000 <= status.code < 50000 else RocketraftError
+    if cls is NotMasterError:
+        return NotMasterError(status.message)
+    return cls(status.message, status.code)

@@ -1,0 +1,75 @@
+"""The one place where rocketraft touches protocol definitions.
+
+Client traffic is apache.rocketmq.v2 (the generated modules shipped with the official SDK,
+`rocketmq-python-client`, are the single source of those wire definitions); broker <-> NameServer
+traffic is our own rocketraft/proto/internal.proto. Everything else imports from here.
+"""
+
+from __future__ import annotations
+
+from rocketmq.grpc_protocol import definition_pb2 as pb  # noqa: F401 - re-exported
+from rocketmq.grpc_protocol import service_pb2 as svc  # noqa: F401 - re-exported
+from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc  # noqa: F401 - re-exported
+
+from rocketraft.proto import internal_pb2 as ipb  # noqa: F401 - re-exported
+from rocketraft.proto import internal_pb2_grpc as ipb_grpc  # noqa: F401 - re-exported
+
+Code = pb.Code
+MessageType = pb.MessageType
+Permission = pb.Permission
+
+# RocketMQ PermName bits, as carried in TopicConfig.perm.
+PERM_READ = 2
+PERM_WRITE = 4
+PERM_READ_WRITE = PERM_READ | PERM_WRITE
+
+ALL_MESSAGE_TYPES = (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION)
+
+# Options for every gRPC server and channel we make. Message size limits are explicit: a request is at most
+# one 4 MiB body plus properties (the broker validates the body itself and says so; this is the hard cap).
+GRPC_MESSAGE_BYTES_MAX = 16 * 1024 * 1024
+GRPC_OPTIONS = (
+    ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
+    ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
+    ("grpc.so_reuseport", 0),
+)
+
+
+def status(code: int = Code.OK, message: str = "OK") -> pb.Status:
+    return pb.Status(code=code, message=message)
+
+
+def ok() -> pb.Status:
+    return pb.Status(code=Code.OK, message="OK")
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"address {address!r} is not host:port")
+    return host, int(port)
+
+
+def endpoints(address: str) -> pb.Endpoints:
+    """One advertised address as Endpoints (the official SDK wants exactly one address per endpoint)."""
+    host, port = split_address(address)
+    scheme = pb.AddressScheme.IPv4 if host.replace(".", "").isdigit() else pb.AddressScheme.DOMAIN_NAME
+    return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=port)])
+
+
+def address_of(eps: pb.Endpoints) -> str:
+    if not eps.addresses:
+        raise ValueError("endpoints without an address")
+    a = eps.addresses[0]
+    return f"{a.host}:{a.port}"
+
+
+def permission_of(perm_bits: int) -> int:
+    readable, writable = bool(perm_bits & PERM_READ), bool(perm_bits & PERM_WRITE)
+    if readable and writable:
+        return Permission.READ_WRITE
+    if readable:
+        return Permission.READ
+    if writable:
+        return Permission.WRITE
+    return Permission.NONE

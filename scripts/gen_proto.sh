@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Regenerates rocketraft/proto/*_pb2*.py from rocketraft/proto/*.proto (OUT_DIR overrides the target).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT_DIR:-.}"
+mkdir -p "$out/rocketraft/proto"
+.venv/bin/python -m grpc_tools.protoc -I . --python_out="$out" --grpc_python_out="$out" rocketraft/proto/*.proto
