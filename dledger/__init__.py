@@ -15,11 +15,12 @@ from .errors import (
     ReplicaClosedError,
     StoreUntrustedError,
 )
-from .replica import AppendResult, LogEntry, Replica, ReplicaStatus, Role, StateMachine
+from .replica import AppendResult, LogEntry, Replica, ReplicaStatus, Role, StateMachine, read_payloads
 from .store import Store
 
 __all__ = [
     "AppendQueueFullError", "AppendResult", "DledgerError", "EntryTooLargeError", "FlushPolicy", "LogEntry",
     "NoLeaderError", "NotLeaderError", "OutcomeUnknownError", "Replica", "ReplicaClosedError", "ReplicaConfig",
     "ReplicaStatus", "Role", "StateMachine", "Store", "StoreUntrustedError", "decode_batch", "encode_batch",
+    "read_payloads",
 ]

@@ -95,6 +95,19 @@ class StateMachine(Protocol):
         """Apply one committed entry inside `txn`, the same LMDB write transaction that records the
         applied index. Must be deterministic and must not raise: an exception stops the replica."""
 
+    # Optional: `committed(applied_index)` runs on the tick thread once everything applied up to
+    # applied_index is committed to LMDB (visible to readers). Keep it cheap: wake waiters, no I/O.
+
+
+def read_payloads(store: Store, txn, index: int) -> list[bytes] | None:
+    """The payloads of the data entry at `index` (None for a missing index or a Raft no-op entry).
+    Callers must not read past the applied index (Replica.status().applied_index)."""
+    value = txn.get(u64_key(index), db=store.log_db)
+    if value is None:
+        return None
+    blob = _raft.decode_command(decode_value(index, value)[0])
+    return None if blob is None else decode_batch(blob)
+
 
 def _open_marker(config: ReplicaConfig) -> str:
     return os.path.join(config.data_dir, "store.open")
@@ -152,6 +165,7 @@ class Replica:
         self._completions: queue.SimpleQueue = queue.SimpleQueue()
         self._closed = False
         self._last_role_key = None
+        self._committed_hook = getattr(state_machine, "committed", None)
         self._retention_floor = 0
         self._snapshot = SnapshotHooks(self)
         self._engine = _raft.RaftEngine(config, self.store, self.journal, applied, self._apply, self._after_tick,
@@ -333,8 +347,11 @@ class Replica:
         return u64_of(raw) if raw else 0
 
     def _after_tick(self, view: _raft.EngineView) -> None:
+        previous_applied = self._status.applied_index
         status = self._status_from(view)
         self._status = status
+        if self._committed_hook is not None and status.applied_index > previous_applied:
+            self._committed_hook(status.applied_index)
         self._expire_pending()
         key = (status.role, status.term, status.leader_id)
         if key != self._last_role_key:

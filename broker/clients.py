@@ -1,0 +1,111 @@
+"""The clients this replica knows: their settings, their Telemetry streams, their subscriptions.
+
+This is soft state (memory, per replica): clients re-send settings and heartbeats, so a failover rebuilds
+it within one heartbeat period. It is what lets the broker
+- push transaction check-backs to a producer's Telemetry stream, and
+- refuse, loudly, a consumer whose subscription differs from the live members of its group (in RocketMQ the
+  last heartbeat silently overwrote the others' subscriptions and messages went missing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from rocketraft.errors import RocketraftError
+from rocketraft.wire import Code, pb
+
+log = logging.getLogger(__name__)
+
+
+def normalized(expression: pb.FilterExpression) -> str:
+    expr = expression.expression.strip()
+    if expr in ("", "*"):
+        return "*"
+    return " || ".join(sorted({tag.strip() for tag in expr.split("||") if tag.strip()}))
+
+
+@dataclass
+class ClientSession:
+    client_id: str
+    client_type: int = pb.ClientType.CLIENT_TYPE_UNSPECIFIED
+    group: str = ""
+    publishing_topics: set[str] = field(default_factory=set)
+    subscriptions: dict[str, str] = field(default_factory=dict)  # topic -> normalized expression
+    last_seen: float = 0.0
+    outbox: asyncio.Queue | None = None  # commands to push on its Telemetry stream
+
+
+class ClientRegistry:
+    def __init__(self, expiry_ms: int):
+        self._expiry_s = expiry_ms / 1000
+        self._sessions: dict[str, ClientSession] = {}
+
+    def session(self, client_id: str) -> ClientSession:
+        session = self._sessions.get(client_id)
+        if session is None:
+            session = self._sessions[client_id] = ClientSession(client_id)
+        session.last_seen = time.monotonic()
+        return session
+
+    def touch(self, client_id: str, group: str = "", client_type: int = 0) -> None:
+        if not client_id:
+            return
+        session = self.session(client_id)
+        if group:
+            session.group = group
+        if client_type:
+            session.client_type = client_type
+
+    def remove(self, client_id: str) -> None:
+        self._sessions.pop(client_id, None)
+
+    def _live(self) -> list[ClientSession]:
+        cutoff = time.monotonic() - self._expiry_s
+        for client_id in [c for c, s in self._sessions.items() if s.last_seen < cutoff and s.outbox is None]:
+            del self._sessions[client_id]
+        return list(self._sessions.values())
+
+    def subscribe(self, client_id: str, group: str, topic: str, expression: pb.FilterExpression) -> None:
+        """Record a subscription; refuse one that differs from another live member of the same group."""
+        wanted = normalized(expression)
+        for other in self._live():
+            if other.client_id == client_id or other.group != group:
+                continue
+            theirs = other.subscriptions.get(topic)
+            if theirs is not None and theirs != wanted:
+                log.warning("group %s: client %s subscribes %s with %r, live member %s with %r: refused",
+                            group, client_id, topic, wanted, other.client_id, theirs)
+                raise RocketraftError(
+                    f"consumer group {group}: this client subscribes topic {topic} with {wanted!r}, but live member "
+                    f"{other.client_id} subscribes it with {theirs!r}. Members of one group must subscribe "
+                    "identically, otherwise messages for the other tags are lost to this group. Use a separate "
+                    f"group, or stop the other members (they are forgotten {self._expiry_s:.0f} s after their last "
+                    "heartbeat)", Code.ILLEGAL_FILTER_EXPRESSION)
+        session = self.session(client_id)
+        session.group = group
+        session.subscriptions[topic] = wanted
+
+    def apply_settings(self, client_id: str, settings: pb.Settings) -> ClientSession:
+        session = self.session(client_id)
+        session.client_type = settings.client_type
+        if settings.HasField("publishing"):
+            session.publishing_topics = {r.name for r in settings.publishing.topics}
+        if settings.HasField("subscription"):
+            group = settings.subscription.group.name
+            for entry in settings.subscription.subscriptions:
+                self.subscribe(client_id, group, entry.topic.name, entry.expression)
+            session.group = group
+        return session
+
+    def producer_outboxes(self, topic: str, preferred_client_id: str) -> list[asyncio.Queue]:
+        """Telemetry streams that can answer a transaction check-back for `topic`, best first."""
+        live = [s for s in self._live() if s.outbox is not None and s.client_type == pb.ClientType.PRODUCER]
+        preferred = [s.outbox for s in live if s.client_id == preferred_client_id]
+        others = [s.outbox for s in live if s.client_id != preferred_client_id and topic in s.publishing_topics]
+        return preferred + others
+
+    def count(self) -> int:
+        return len(self._live())

@@ -1,0 +1,195 @@
+"""Broker configuration: one typed object, loaded from a TOML file, then the environment, then flags.
+
+Keys use RocketMQ's names where RocketMQ has one (brokerName, namesrvAddr, flushDiskType, ...), so a
+RocketMQ operator recognises them. Environment: ROCKETRAFT_<NAME_IN_UPPER_SNAKE> (ROCKETRAFT_BROKER_NAME).
+Flags: --<rocketmqName> (--brokerName). Later sources override earlier ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import tomllib
+from dataclasses import dataclass, fields
+
+# RocketMQ's 18 delay levels (messageDelayLevel).
+DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(text: str) -> tuple[int, ...]:
+    levels = []
+    for item in text.split():
+        m = re.fullmatch(r"(\d+)([smhd])", item)
+        if not m:
+            raise ValueError(f"messageDelayLevel item {item!r} is not <number><s|m|h|d>")
+        levels.append(int(m.group(1)) * _UNIT_MS[m.group(2)])
+    return tuple(levels)
+
+
+@dataclass
+class BrokerConfig:
+    brokerClusterName: str = "DefaultCluster"
+    brokerName: str = "broker-a"  # the broker group = one Raft group
+    # dledger: this replica's id and every replica of the group as "id-host:port;id-host:port" (Raft addresses)
+    dLegerSelfId: str = "n0"
+    dLegerPeers: str = "n0-127.0.0.1:40911"
+    namesrvAddr: str = "127.0.0.1:9876"  # ";"-separated; the broker registers with every one
+    listenAddress: str = "127.0.0.1:8081"  # gRPC: MessagingService (clients) and BrokerAdmin
+    advertisedAddress: str = ""  # what clients are told (brokerIP1:port); default listenAddress
+    storePathRootDir: str = os.path.expanduser("~/rocketraft/store")
+    flushDiskType: str = "ASYNC_FLUSH"  # or SYNC_FLUSH; see docs/architecture.md for what an ack means
+    # limits
+    maxMessageSize: int = 4 * 1024 * 1024
+    messagePropertiesBytesMax: int = 16 * 1024
+    diskMaxUsedSpaceRatio: int = 75
+    diskCheckIntervalMs: int = 1000
+    waitTimeMillsInSendQueue: int = 200
+    sendQueueLengthMax: int = 20_000
+    batchBytesMax: int = 1024 * 1024  # one Raft entry carries at most this many payload bytes
+    batchCommandsMax: int = 1024
+    appendsInFlightMax: int = 8  # Raft entries in flight from this replica's batcher
+    # topics and groups
+    autoCreateTopicEnable: bool = False
+    autoCreateSubscriptionGroup: bool = True
+    defaultTopicQueueNums: int = 8
+    topicQueueNumsMax: int = 1024
+    maxReconsumeTimes: int = 16  # max delivery attempts = maxReconsumeTimes + 1, then %DLQ%<group>
+    # consumption
+    defaultInvisibleTimeMillis: int = 60_000  # push consumers (auto_renew) get this invisibility
+    invisibleTimeMillisMin: int = 1_000
+    invisibleTimeMillisMax: int = 12 * 3_600_000
+    longPollingTimeoutMillisMax: int = 30_000
+    receiveBatchSizeMax: int = 64
+    popScanOffsetsMax: int = 2048  # offsets one pop looks at per queue (filtered-out messages count)
+    # delayed and transactional messages
+    messageDelayLevel: str = DELAY_LEVELS
+    timerMaxDelayMillis: int = 40 * 86_400_000
+    timerCheckIntervalMillis: int = 100
+    transactionTimeOut: int = 6_000  # a half message older than this is checked back
+    transactionCheckInterval: int = 30_000
+    transactionCheckMax: int = 15  # then rolled back
+    # NameServer registration
+    heartbeatIntervalMillis: int = 1_000
+    heartbeatTimeoutMillis: int = 3_000  # NameServers drop this replica after this silence
+    # clients
+    clientExpiryMillis: int = 30_000  # a client silent this long is forgotten (subscriptions, streams)
+    logLevel: str = "INFO"
+
+    # -- derived ------------------------------------------------------------------------------------
+    @property
+    def peers(self) -> dict[str, str]:
+        out = {}
+        for item in filter(None, (p.strip() for p in self.dLegerPeers.split(";"))):
+            peer_id, sep, address = item.partition("-")
+            if not sep or not peer_id or ":" not in address:
+                raise ValueError(f"dLegerPeers item {item!r} is not id-host:port (e.g. n0-127.0.0.1:40911)")
+            out[peer_id] = address
+        return out
+
+    @property
+    def namesrv_addresses(self) -> list[str]:
+        return [a.strip() for a in self.namesrvAddr.split(";") if a.strip()]
+
+    @property
+    def advertised(self) -> str:
+        return self.advertisedAddress or self.listenAddress
+
+    @property
+    def follower_broker_id(self) -> int:
+        """Stable brokerId (>= 1) of this replica while it is not master: its rank in dLegerPeers."""
+        return sorted(self.peers).index(self.dLegerSelfId) + 1
+
+    @property
+    def delay_levels_ms(self) -> tuple[int, ...]:
+        return parse_delay_levels(self.messageDelayLevel)
+
+    @property
+    def max_delivery_attempts(self) -> int:
+        return self.maxReconsumeTimes + 1
+
+    @property
+    def data_dir(self) -> str:
+        return os.path.join(self.storePathRootDir, self.brokerName, self.dLegerSelfId)
+
+    def validate(self) -> BrokerConfig:
+        peers = self.peers
+        if self.dLegerSelfId not in peers:
+            raise ValueError(f"dLegerSelfId {self.dLegerSelfId!r} is not in dLegerPeers ({', '.join(peers)})")
+        if not re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", self.brokerName):
+            raise ValueError(f"brokerName {self.brokerName!r}: use 1-64 of [a-zA-Z0-9_-]")
+        if self.flushDiskType not in ("SYNC_FLUSH", "ASYNC_FLUSH"):
+            raise ValueError(f"flushDiskType {self.flushDiskType!r}: use SYNC_FLUSH or ASYNC_FLUSH")
+        if not 1 <= self.diskMaxUsedSpaceRatio <= 99:
+            raise ValueError(f"diskMaxUsedSpaceRatio {self.diskMaxUsedSpaceRatio}: use 1..99 (percent)")
+        if not 1 <= self.defaultTopicQueueNums <= self.topicQueueNumsMax:
+            raise ValueError(f"defaultTopicQueueNums {self.defaultTopicQueueNums}: use 1..{self.topicQueueNumsMax}")
+        if not self.namesrv_addresses:
+            raise ValueError("namesrvAddr is empty: give at least one NameServer host:port")
+        self.delay_levels_ms  # noqa: B018 - validates the format
+        return self
+
+
+_FIELDS = {f.name: f for f in fields(BrokerConfig)}
+
+
+def env_name(key: str) -> str:
+    return "ROCKETRAFT_" + re.sub(r"(?<!^)(?=[A-Z])", "_", key).upper()
+
+
+def _coerce(key: str, value):
+    kind = type(getattr(BrokerConfig(), key))
+    if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
+        return value
+    if kind is bool:
+        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
+            return value.lower() in ("true", "1", "yes", "on")
+        raise ValueError(f"{key}: {value!r} is not a boolean (true/false)")
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{key}: {value!r} is not a valid {kind.__name__}") from None
+
+
+def load(path: str | None = None, overrides: dict | None = None, environ: dict | None = None) -> BrokerConfig:
+    values: dict = {}
+    if path:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+        unknown = sorted(set(data) - set(_FIELDS))
+        if unknown:
+            raise ValueError(f"{path}: unknown keys {unknown}; known keys: {sorted(_FIELDS)}")
+        values.update(data)
+    env = os.environ if environ is None else environ
+    for key in _FIELDS:
+        if env_name(key) in env:
+            values[key] = env[env_name(key)]
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    config = BrokerConfig(**{k: _coerce(k, v) for k, v in values.items()})
+    return config.validate()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", "-c", help="TOML file with broker settings (RocketMQ key names)")
+    for name in _FIELDS:
+        parser.add_argument(f"--{name}", dest=f"cfg_{name}", default=None, metavar="VALUE",
+                            help=f"(env {env_name(name)}; default {getattr(BrokerConfig(), name)!r})")
+
+
+def from_args(args: argparse.Namespace) -> BrokerConfig:
+    overrides = {name: getattr(args, f"cfg_{name}") for name in _FIELDS}
+    return load(args.config, overrides)
+
+
+def to_toml(config: BrokerConfig) -> str:
+    lines = []
+    for key, value in dataclasses.asdict(config).items():
+        if isinstance(value, bool):
+            lines.append(f"{key} = {'true' if value else 'false'}")
+        elif isinstance(value, int):
+            lines.append(f"{key} = {value}")
+        else:
+            lines.append(f'{key} = "{value}"')
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,234 @@
+"""The broker process: one replica of a broker group.
+
+    python -m broker --config broker.toml [--brokerName broker-a --dLegerSelfId n0 ...]
+
+Runs the gRPC front door (MessagingService + BrokerAdmin on listenAddress), registers with every NameServer
+every heartbeatIntervalMillis and at once on any role, term or topic change, and, while this replica is
+the master, the leader's timers: delayed-message delivery and transaction check-back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+import time
+
+import grpc
+
+from rocketraft.errors import RocketraftError
+from rocketraft.wire import GRPC_OPTIONS, Code, ipb, ipb_grpc, pb, svc, svc_grpc
+
+from . import config as config_mod
+from .clients import ClientRegistry
+from .core import Broker, now_ms
+from .service import BrokerAdminService, MessagingService
+
+log = logging.getLogger("broker")
+
+REGISTER_TIMEOUT_S = 1.0
+ROUTE_TIMEOUT_S = 2.0
+
+
+class NameServers:
+    """Channels to every NameServer: registration and route lookups."""
+
+    def __init__(self, addresses: list[str]):
+        self.addresses = addresses
+        self._channels = {a: grpc.aio.insecure_channel(a, options=GRPC_OPTIONS) for a in addresses}
+        self._failing: dict[str, str] = {}
+
+    async def register(self, registration: ipb.BrokerRegistration) -> None:
+        await asyncio.gather(*(self._register_one(a, registration) for a in self.addresses))
+
+    async def _register_one(self, address: str, registration: ipb.BrokerRegistration) -> None:
+        stub = ipb_grpc.NameServerStub(self._channels[address])
+        try:
+            await stub.RegisterBroker(ipb.RegisterBrokerRequest(registration=registration), timeout=REGISTER_TIMEOUT_S)
+            if self._failing.pop(address, None) is not None:
+                log.info("registered with NameServer %s again", address)
+        except grpc.aio.AioRpcError as exc:
+            if address not in self._failing:
+                log.warning("cannot register with NameServer %s: %s (retrying every heartbeat)", address,
+                            exc.details() or exc.code().name)
+            self._failing[address] = exc.code().name
+
+    async def route(self, topic: str) -> list[pb.MessageQueue]:
+        last = None
+        for address in self.addresses:
+            stub = svc_grpc.MessagingServiceStub(self._channels[address])
+            try:
+                response = await stub.QueryRoute(svc.QueryRouteRequest(topic=pb.Resource(name=topic)),
+                                                 timeout=ROUTE_TIMEOUT_S)
+            except grpc.aio.AioRpcError as exc:
+                last = RocketraftError(f"NameServer {address} unreachable: {exc.code().name}", Code.INTERNAL_ERROR)
+                continue
+            if response.status.code == Code.OK:
+                return list(response.message_queues)
+            last = RocketraftError(response.status.message, response.status.code)
+        raise last or RocketraftError("no NameServer configured", Code.INTERNAL_ERROR)
+
+    async def close(self) -> None:
+        await asyncio.gather(*(c.close() for c in self._channels.values()))
+
+
+class BrokerServer:
+    def __init__(self, config: config_mod.BrokerConfig):
+        self.config = config
+        self.broker = Broker(config)
+        self.clients = ClientRegistry(config.clientExpiryMillis)
+        self.namesrvs = NameServers(config.namesrv_addresses)
+        self._register_now = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._server: grpc.aio.Server | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._check_counts: dict[str, tuple[int, float]] = {}
+
+    def registration(self) -> ipb.BrokerRegistration:
+        cfg, st = self.config, self.broker.status
+        return ipb.BrokerRegistration(
+            cluster=cfg.brokerClusterName, group=cfg.brokerName, replica_id=cfg.dLegerSelfId,
+            follower_broker_id=cfg.follower_broker_id, role=st.role.value, term=st.term, address=cfg.advertised,
+            topics=self.broker.topics(), auto_create_topic=cfg.autoCreateTopicEnable,
+            applied_index=st.applied_index, commit_index=st.commit_index,
+            heartbeat_timeout_ms=cfg.heartbeatTimeoutMillis, default_queue_nums=cfg.defaultTopicQueueNums,
+            leader_address=st.leader_address or "")
+
+    async def start(self) -> None:
+        self.broker.start()
+        self.broker.on_role_change(self._register_now.set)
+        self.broker.on_topic_change(self._register_now.set)
+        server = grpc.aio.server(options=GRPC_OPTIONS)
+        svc_grpc.add_MessagingServiceServicer_to_server(
+            MessagingService(self.broker, self.clients, self.namesrvs.route), server)
+        ipb_grpc.add_BrokerAdminServicer_to_server(BrokerAdminService(self.broker, self.registration), server)
+        bound = server.add_insecure_port(self.config.listenAddress)
+        if not bound:
+            raise OSError(f"cannot listen on {self.config.listenAddress}")
+        await server.start()
+        self._server = server
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._register_loop(), name="register"),
+                       loop.create_task(self._timer_loop(), name="timers"),
+                       loop.create_task(self._transaction_check_loop(), name="tx-check")]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        if self._server is not None:
+            await self._server.stop(grace=1.0)
+        await self.broker.stop()
+        await self.namesrvs.close()
+
+    # -- NameServer registration ---------------------------------------------------------------------------
+    async def _register_loop(self) -> None:
+        interval_s = self.config.heartbeatIntervalMillis / 1000
+        last_key = None
+        while True:
+            try:
+                registration = self.registration()
+                key = (registration.role, registration.term)
+                if key != last_key:
+                    log.info("role %s term %d (group %s, replica %s)", registration.role, registration.term,
+                             self.config.brokerName, self.config.dLegerSelfId)
+                    last_key = key
+                await self.namesrvs.register(registration)
+            except Exception:  # noqa: BLE001 - registration must go on
+                log.exception("registration failed")
+            try:
+                await asyncio.wait_for(self._register_now.wait(), interval_s)
+            except TimeoutError:
+                pass
+            self._register_now.clear()
+
+    # -- master-only timers ----------------------------------------------------------------------------------
+    async def _timer_loop(self) -> None:
+        """Moves delayed messages into their queues when due."""
+        interval_s = self.config.timerCheckIntervalMillis / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            if not self.broker.is_master:
+                continue
+            try:
+                earliest = self.broker.earliest_timer_ms()
+                while earliest is not None and earliest <= now_ms():
+                    await self.broker.deliver_due(now_ms())
+                    earliest = self.broker.earliest_timer_ms()
+            except Exception as exc:  # noqa: BLE001 - tried again on the next tick
+                log.warning("delayed-message delivery failed: %s", exc)
+
+    async def _transaction_check_loop(self) -> None:
+        """Asks producers about half messages left without an outcome; rolls back after transactionCheckMax."""
+        cfg = self.config
+        while True:
+            await asyncio.sleep(min(1.0, cfg.transactionCheckInterval / 1000))
+            if not self.broker.is_master:
+                continue
+            try:
+                await self._check_transactions()
+            except Exception as exc:  # noqa: BLE001
+                log.warning("transaction check-back failed: %s", exc)
+
+    async def _check_transactions(self) -> None:
+        cfg = self.config
+        now = time.monotonic()
+        for send in self.broker.half_messages(now_ms() - cfg.transactionTimeOut):
+            message = pb.Message.FromString(send.message)
+            message_id = message.system_properties.message_id
+            count, last = self._check_counts.get(message_id, (0, 0.0))
+            if now - last < cfg.transactionCheckInterval / 1000:
+                continue
+            if count >= cfg.transactionCheckMax:
+                log.warning("transaction of message %s (topic %s) rolled back: no outcome after %d check-backs",
+                            message_id, message.topic.name, count)
+                await self.broker.end_transaction(message.topic.name, message_id, message_id, commit=False)
+                self._check_counts.pop(message_id, None)
+                continue
+            outboxes = self.clients.producer_outboxes(message.topic.name, send.producer_client_id)
+            self._check_counts[message_id] = (count + 1, now)
+            if not outboxes:
+                log.info("transaction of message %s: no producer of topic %s connected to ask (check %d)",
+                         message_id, message.topic.name, count + 1)
+                continue
+            await outboxes[0].put(svc.TelemetryCommand(
+                recover_orphaned_transaction_command=svc.RecoverOrphanedTransactionCommand(
+                    message=message, transaction_id=message_id)))
+
+
+async def serve(config: config_mod.BrokerConfig) -> None:
+    server = BrokerServer(config)
+    await server.start()
+    print(f"broker {config.brokerName}/{config.dLegerSelfId} listening on {config.listenAddress}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("stopping")
+    await server.stop()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    config_mod.add_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = config_mod.from_args(args)
+    except (ValueError, OSError) as exc:
+        print(f"broker: bad configuration: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=config.logLevel.upper(),
+                        format=f"%(asctime)s %(levelname)s {config.brokerName}/{config.dLegerSelfId} %(name)s: "
+                               "%(message)s")
+    asyncio.run(serve(config))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="broker", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

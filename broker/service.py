@@ -1,0 +1,333 @@
+"""The broker's gRPC front door: apache.rocketmq.v2.MessagingService and rocketraft's BrokerAdmin.
+
+Only conversion lives here: requests to Broker calls, results and errors to responses. Every response
+carries a status; every error becomes one status in one place (`_status_of`). A malformed request gets a
+400xx status, never a crashed server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+
+from rocketraft.errors import RocketraftError, to_status
+from rocketraft.wire import Code, ipb, ipb_grpc, pb, svc, svc_grpc
+
+from .clients import ClientRegistry
+from .core import Broker, ok_status
+
+log = logging.getLogger(__name__)
+
+PUSH_LONG_POLLING_S = 20
+PUSH_BATCH_SIZE = 32
+RETRY_BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+DEADLINE_MARGIN_S = 0.3  # answer a long poll this long before the client's deadline
+
+
+def _status_of(exc: BaseException) -> pb.Status:
+    if not isinstance(exc, RocketraftError):
+        log.exception("unexpected error while serving a request", exc_info=exc)
+    return to_status(exc)
+
+
+def unary(response_cls):
+    """Run a unary handler; any error becomes response_cls(status=...)."""
+
+    def wrap(handler: Callable[..., Awaitable]):
+        @functools.wraps(handler)
+        async def run(self, request, context):
+            try:
+                return await handler(self, request, context)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - every failure is answered with a status
+                return response_cls(status=_status_of(exc))
+
+        return run
+
+    return wrap
+
+
+def client_id_of(context) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == "x-mq-client-id":
+            return value
+    return ""
+
+
+def _ms(duration) -> int:
+    return duration.seconds * 1000 + duration.nanos // 1_000_000
+
+
+class MessagingService(svc_grpc.MessagingServiceServicer):
+    def __init__(self, broker: Broker, clients: ClientRegistry,
+                 route_lookup: Callable[[str], Awaitable[list[pb.MessageQueue]]]):
+        self.broker = broker
+        self.clients = clients
+        self._route_lookup = route_lookup
+
+    # -- routing (normally the NameServer's job) -------------------------------------------------------
+    @unary(svc.QueryRouteResponse)
+    async def QueryRoute(self, request, context):
+        queues = await self._route_lookup(request.topic.name)
+        return svc.QueryRouteResponse(status=ok_status(), message_queues=queues)
+
+    @unary(svc.QueryAssignmentResponse)
+    async def QueryAssignment(self, request, context):
+        """One assignment per broker group: a receive pops from every queue of the topic on that group."""
+        self.broker.require_topic(request.topic.name)
+        queues = await self._route_lookup(request.topic.name)
+        seen, assignments = set(), []
+        for queue in queues:
+            if queue.broker.id == 0 and queue.broker.name not in seen and queue.permission in (
+                    pb.Permission.READ, pb.Permission.READ_WRITE):
+                seen.add(queue.broker.name)
+                assignments.append(pb.Assignment(message_queue=queue))
+        return svc.QueryAssignmentResponse(status=ok_status(), assignments=assignments)
+
+    # -- clients --------------------------------------------------------------------------------------
+    @unary(svc.HeartbeatResponse)
+    async def Heartbeat(self, request, context):
+        self.clients.touch(client_id_of(context), request.group.name, request.client_type)
+        return svc.HeartbeatResponse(status=ok_status())
+
+    @unary(svc.NotifyClientTerminationResponse)
+    async def NotifyClientTermination(self, request, context):
+        self.clients.remove(client_id_of(context))
+        return svc.NotifyClientTerminationResponse(status=ok_status())
+
+    async def Telemetry(self, request_iterator, context):
+        client_id = client_id_of(context)
+        outbox: asyncio.Queue = asyncio.Queue()
+        session = self.clients.session(client_id)
+        session.outbox = outbox
+
+        async def read_commands():
+            try:
+                async for command in request_iterator:
+                    await outbox.put(self._telemetry_reply(client_id, command))
+            except Exception as exc:  # noqa: BLE001 - the client closing its stream ends it
+                log.debug("telemetry stream of %s ended: %r", client_id, exc)
+            await outbox.put(None)
+
+        reader = asyncio.get_running_loop().create_task(read_commands())
+        try:
+            while True:
+                reply = await outbox.get()
+                if reply is None:
+                    return
+                yield reply
+        finally:
+            reader.cancel()
+            if session.outbox is outbox:
+                session.outbox = None
+
+    def _telemetry_reply(self, client_id: str, command: svc.TelemetryCommand) -> svc.TelemetryCommand:
+        if not command.HasField("settings"):
+            return svc.TelemetryCommand(status=ok_status())
+        try:
+            self.clients.apply_settings(client_id, command.settings)
+            return svc.TelemetryCommand(status=ok_status(), settings=self._settings_for(command.settings))
+        except Exception as exc:  # noqa: BLE001
+            return svc.TelemetryCommand(status=_status_of(exc))
+
+    def _settings_for(self, theirs: pb.Settings) -> pb.Settings:
+        config = self.broker.config
+        settings = pb.Settings(client_type=theirs.client_type, metric=pb.Metric(on=False))
+        settings.request_timeout.CopyFrom(theirs.request_timeout)
+        if theirs.HasField("publishing"):
+            settings.publishing.topics.extend(theirs.publishing.topics)
+            settings.publishing.max_body_size = config.maxMessageSize
+            settings.publishing.validate_message_type = True
+            settings.backoff_policy.CopyFrom(theirs.backoff_policy)
+            if not settings.backoff_policy.max_attempts:
+                settings.backoff_policy.max_attempts = 3
+        if theirs.HasField("subscription"):
+            group = self.broker.group(theirs.subscription.group.name)
+            sub = settings.subscription
+            sub.group.CopyFrom(theirs.subscription.group)
+            sub.subscriptions.extend(theirs.subscription.subscriptions)
+            sub.fifo = group.fifo
+            sub.receive_batch_size = PUSH_BATCH_SIZE
+            sub.long_polling_timeout.seconds = PUSH_LONG_POLLING_S
+            settings.backoff_policy.max_attempts = group.max_delivery_attempts
+            for seconds in RETRY_BACKOFF_S:
+                settings.backoff_policy.customized_backoff.next.add(seconds=seconds)
+        return settings
+
+    # -- producing ---------------------------------------------------------------------------------------
+    @unary(svc.SendMessageResponse)
+    async def SendMessage(self, request, context):
+        if not request.messages:
+            return svc.SendMessageResponse(status=pb.Status(code=Code.BAD_REQUEST, message="no messages to send"))
+        client_id = client_id_of(context)
+        outcomes = await asyncio.gather(*(self.broker.send(m, client_id) for m in request.messages),
+                                        return_exceptions=True)
+        entries = []
+        for message, outcome in zip(request.messages, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                entries.append(svc.SendResultEntry(status=_status_of(outcome),
+                                                  message_id=message.system_properties.message_id))
+            else:
+                entries.append(outcome)
+        failed = [e.status for e in entries if e.status.code != Code.OK]
+        if not failed:
+            top = ok_status()
+        elif len(entries) == 1:
+            top = failed[0]
+        else:
+            top = pb.Status(code=Code.MULTIPLE_RESULTS, message=f"{len(failed)} of {len(entries)} messages failed; "
+                            "see each entry's status")
+        return svc.SendMessageResponse(status=top, entries=entries)
+
+    @unary(svc.EndTransactionResponse)
+    async def EndTransaction(self, request, context):
+        if request.resolution not in (pb.TransactionResolution.COMMIT, pb.TransactionResolution.ROLLBACK):
+            raise RocketraftError("EndTransaction needs resolution COMMIT or ROLLBACK", Code.BAD_REQUEST)
+        await self.broker.end_transaction(request.topic.name, request.message_id, request.transaction_id,
+                                          request.resolution == pb.TransactionResolution.COMMIT)
+        return svc.EndTransactionResponse(status=ok_status())
+
+    @unary(svc.RecallMessageResponse)
+    async def RecallMessage(self, request, context):
+        message_id = await self.broker.recall(request.topic.name, request.recall_handle)
+        return svc.RecallMessageResponse(status=ok_status(), message_id=message_id)
+
+    # -- pop consumption ----------------------------------------------------------------------------------
+    async def ReceiveMessage(self, request, context):
+        try:
+            messages = await self._receive(request, context)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            yield svc.ReceiveMessageResponse(status=_status_of(exc))
+            return
+        if not messages:
+            yield svc.ReceiveMessageResponse(status=pb.Status(code=Code.MESSAGE_NOT_FOUND, message="no new message"))
+            return
+        yield svc.ReceiveMessageResponse(status=ok_status())
+        for message in messages:
+            yield svc.ReceiveMessageResponse(message=message)
+        done = svc.ReceiveMessageResponse()
+        done.delivery_timestamp.GetCurrentTime()
+        yield done
+
+    async def _receive(self, request, context) -> list[pb.Message]:
+        config = self.broker.config
+        group, topic = request.group.name, request.message_queue.topic.name
+        client_id = client_id_of(context)
+        self.clients.subscribe(client_id, group, topic, request.filter_expression)
+        if request.HasField("invisible_duration"):
+            invisible_ms = _ms(request.invisible_duration)
+        else:
+            invisible_ms = config.defaultInvisibleTimeMillis
+        polling_ms = _ms(request.long_polling_timeout)
+        remaining = context.time_remaining()
+        if remaining is not None:
+            polling_ms = max(0, min(polling_ms, int((remaining - DEADLINE_MARGIN_S) * 1000)))
+        return await self.broker.receive(group, topic, request.filter_expression, request.batch_size or 1,
+                                         invisible_ms, polling_ms)
+
+    @unary(svc.AckMessageResponse)
+    async def AckMessage(self, request, context):
+        group, topic = request.group.name, request.topic.name
+        outcomes = await asyncio.gather(*(self.broker.ack(group, topic, e.receipt_handle) for e in request.entries),
+                                        return_exceptions=True)
+        entries = []
+        for entry, outcome in zip(request.entries, outcomes, strict=True):
+            status = _status_of(outcome) if isinstance(outcome, BaseException) else ok_status()
+            entries.append(svc.AckMessageResultEntry(message_id=entry.message_id,
+                                                     receipt_handle=entry.receipt_handle, status=status))
+        failed = [e.status for e in entries if e.status.code != Code.OK]
+        top = ok_status() if not failed else (failed[0] if len(entries) == 1 else pb.Status(
+            code=Code.MULTIPLE_RESULTS, message=f"{len(failed)} of {len(entries)} acks failed"))
+        return svc.AckMessageResponse(status=top, entries=entries)
+
+    @unary(svc.ChangeInvisibleDurationResponse)
+    async def ChangeInvisibleDuration(self, request, context):
+        handle = await self.broker.change_invisible(request.group.name, request.topic.name, request.receipt_handle,
+                                                    _ms(request.invisible_duration))
+        return svc.ChangeInvisibleDurationResponse(status=ok_status(), receipt_handle=handle)
+
+    @unary(svc.ForwardMessageToDeadLetterQueueResponse)
+    async def ForwardMessageToDeadLetterQueue(self, request, context):
+        await self.broker.dead_letter(request.group.name, request.topic.name, request.receipt_handle)
+        return svc.ForwardMessageToDeadLetterQueueResponse(status=ok_status())
+
+    # -- offset-based consumption ---------------------------------------------------------------------------
+    async def PullMessage(self, request, context):
+        try:
+            polling_ms = _ms(request.long_polling_timeout)
+            remaining = context.time_remaining()
+            if remaining is not None:
+                polling_ms = max(0, min(polling_ms, int((remaining - DEADLINE_MARGIN_S) * 1000)))
+            messages, next_offset = await self.broker.pull(
+                request.message_queue.topic.name, request.message_queue.id, request.offset,
+                request.batch_size or 32, request.filter_expression, polling_ms)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            yield svc.PullMessageResponse(status=_status_of(exc))
+            return
+        code = Code.OK if messages else Code.MESSAGE_NOT_FOUND
+        yield svc.PullMessageResponse(status=pb.Status(code=code, message="OK" if messages else "no new message"))
+        for message in messages:
+            yield svc.PullMessageResponse(message=message)
+        yield svc.PullMessageResponse(next_offset=next_offset)
+
+    @unary(svc.UpdateOffsetResponse)
+    async def UpdateOffset(self, request, context):
+        await self.broker.update_offset(request.group.name, request.message_queue.topic.name,
+                                        request.message_queue.id, request.offset)
+        return svc.UpdateOffsetResponse(status=ok_status())
+
+    @unary(svc.GetOffsetResponse)
+    async def GetOffset(self, request, context):
+        queue = request.message_queue
+        offset = self.broker.consumer_offset(request.group.name, queue.topic.name, queue.id)
+        if offset is None:
+            return svc.GetOffsetResponse(status=pb.Status(
+                code=Code.OFFSET_NOT_FOUND, message=f"group {request.group.name} has no offset for "
+                f"{queue.topic.name}/{queue.id}"))
+        return svc.GetOffsetResponse(status=ok_status(), offset=offset)
+
+    @unary(svc.QueryOffsetResponse)
+    async def QueryOffset(self, request, context):
+        queue = request.message_queue
+        self.broker._check_queue(queue.topic.name, queue.id)
+        low, high = self.broker.queue_range(queue.topic.name, queue.id)
+        policy = request.query_offset_policy
+        if policy == pb.QueryOffsetPolicy.BEGINNING:
+            offset = low
+        elif policy == pb.QueryOffsetPolicy.END:
+            offset = high
+        else:
+            offset = self.broker.offset_for_timestamp(queue.topic.name, queue.id, request.timestamp.ToMilliseconds())
+        return svc.QueryOffsetResponse(status=ok_status(), offset=offset)
+
+
+class BrokerAdminService(ipb_grpc.BrokerAdminServicer):
+    def __init__(self, broker: Broker, registration: Callable[[], ipb.BrokerRegistration]):
+        self.broker = broker
+        self._registration = registration
+
+    async def CreateTopic(self, request, context):
+        try:
+            await self.broker.create_topic(request.topic)
+            return ipb.BrokerCreateTopicResponse(code=Code.OK, message="OK")
+        except Exception as exc:  # noqa: BLE001
+            status = _status_of(exc)
+            return ipb.BrokerCreateTopicResponse(code=status.code, message=status.message)
+
+    async def CreateGroup(self, request, context):
+        try:
+            await self.broker.create_group(request.group)
+            return ipb.BrokerCreateTopicResponse(code=Code.OK, message="OK")
+        except Exception as exc:  # noqa: BLE001
+            status = _status_of(exc)
+            return ipb.BrokerCreateTopicResponse(code=status.code, message=status.message)
+
+    async def Status(self, request, context):
+        return ipb.BrokerStatusResponse(registration=self._registration())

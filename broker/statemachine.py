@@ -1,0 +1,396 @@
+"""The broker's state machine: what applying one committed Raft entry does to the broker's LMDB tables.
+
+Each dledger payload is one `store.v1.Command`. Apply is deterministic: it reads only the tables, the log
+and the command (the leader's clock travels inside the command), so every replica reaches the same state.
+It never raises for a bad command: it returns an `ApplyError`, which the replica that proposed the
+command turns into a response. Results go back to the proposer through dledger's AppendResult.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dledger import LogEntry, Store, read_payloads
+from rocketraft.proto import store_pb2 as spb
+from rocketraft.wire import Code, ipb, pb
+
+from . import tables as t
+
+log = logging.getLogger(__name__)
+
+DLQ_PREFIX = "%DLQ%"
+RETRY_PREFIX = "%RETRY%"
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_PREFIX + group
+
+
+@dataclass(frozen=True)
+class ApplyError:
+    code: int
+    message: str
+
+
+@dataclass(frozen=True)
+class SendResult:
+    queue: int
+    offset: int  # t.NO_OFFSET while delayed or half
+    deduplicated: bool
+
+
+@dataclass(frozen=True)
+class Popped:
+    topic: str
+    queue: int
+    offset: int
+    index: int
+    slot: int
+    attempt: int
+    handle: str
+    deadline_ms: int
+
+
+@dataclass(frozen=True)
+class HandleResult:
+    handle: str  # the new receipt handle (CHANGE_INVISIBLE) or the one acknowledged
+
+
+def encode_handle(queue: int, offset: int, gen: int) -> str:
+    return f"{queue:x}.{offset:x}.{gen:x}"
+
+
+def decode_handle(handle: str) -> tuple[int, int, int] | None:
+    parts = handle.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        queue, offset, gen = (int(p, 16) for p in parts)
+    except ValueError:
+        return None
+    return queue, offset, gen
+
+
+def tag_filter(filter_type: int, expression: str) -> frozenset[str] | None:
+    """None matches every tag; otherwise the set of accepted tags (`TagA || TagB`)."""
+    expression = expression.strip()
+    if filter_type == pb.FilterType.SQL or expression in ("", "*"):
+        return None
+    return frozenset(tag.strip() for tag in expression.split("||") if tag.strip())
+
+
+class BrokerStateMachine:
+    def __init__(self) -> None:
+        self._store: Store | None = None
+        self._touched: set[str] = set()
+        self._listeners: list[Callable[[set[str]], None]] = []
+        self._lock = threading.Lock()
+
+    # -- dledger hooks -----------------------------------------------------------------------------
+    def attach(self, store: Store) -> None:
+        self._store = store
+        self.db = {name: store.db(name) for name in t.ALL}
+
+    def add_listener(self, callback: Callable[[set[str]], None]) -> None:
+        """callback(topics) runs on the Raft thread after entries touching those topics are committed."""
+        self._listeners.append(callback)
+
+    def committed(self, applied_index: int) -> None:
+        if not self._touched:
+            return
+        touched, self._touched = self._touched, set()
+        for callback in self._listeners:
+            try:
+                callback(touched)
+            except Exception:  # noqa: BLE001 - a listener must not stop the replica
+                log.exception("state machine listener failed")
+
+    def apply(self, entry: LogEntry, txn) -> list:
+        results = []
+        for slot, payload in enumerate(entry.payloads):
+            try:
+                command = spb.Command.FromString(payload)
+                results.append(self._apply_one(command, entry.index, slot, txn))
+            except Exception as exc:  # noqa: BLE001 - a bad payload must not stop the replica
+                log.exception("could not apply payload %d of entry %d", slot, entry.index)
+                results.append(ApplyError(Code.INTERNAL_ERROR, f"could not apply: {type(exc).__name__}: {exc}"))
+        return results
+
+    def _apply_one(self, command: spb.Command, index: int, slot: int, txn):
+        kind = command.WhichOneof("body")
+        if kind == "send":
+            return self._send(command.send, index, slot, txn)
+        if kind == "pop":
+            return self._pop(command.pop, index, txn)
+        if kind == "handle":
+            return self._handle(command.handle, index, txn)
+        if kind == "topic":
+            return self._topic(command.topic, txn)
+        if kind == "group":
+            return self._group(command.group, txn)
+        if kind == "offset":
+            return self._offset(command.offset, txn)
+        if kind == "end_transaction":
+            return self._end_transaction(command.end_transaction, txn)
+        if kind == "deliver_due":
+            return self._deliver_due(command.deliver_due, txn)
+        if kind == "recall":
+            return self._recall(command.recall, txn)
+        return ApplyError(Code.BAD_REQUEST, f"unknown command {kind!r}")
+
+    # -- topics and groups ----------------------------------------------------------------------------
+    def _topic(self, command: spb.TopicCommand, txn):
+        config = ipb.TopicConfig.FromString(command.topic_config)
+        if command.delete:
+            txn.delete(config.name.encode(), db=self.db[t.TOPICS])
+        else:
+            existing = txn.get(config.name.encode(), db=self.db[t.TOPICS])
+            if existing is not None and ipb.TopicConfig.FromString(existing).queue_nums > config.queue_nums:
+                return ApplyError(Code.BAD_REQUEST, f"topic {config.name} has "
+                                  f"{ipb.TopicConfig.FromString(existing).queue_nums} queues; queues are never "
+                                  f"removed (asked for {config.queue_nums})")
+            txn.put(config.name.encode(), config.SerializeToString(), db=self.db[t.TOPICS])
+        self._touched.add(config.name)
+        return None
+
+    def _group(self, command: spb.GroupCommand, txn):
+        config = ipb.GroupConfig(name=command.group, fifo=command.fifo,
+                                 max_delivery_attempts=command.max_delivery_attempts)
+        txn.put(command.group.encode(), config.SerializeToString(), db=self.db[t.GROUPS])
+        return None
+
+    def _ensure_topic(self, name: str, queue_nums: int, txn) -> None:
+        if txn.get(name.encode(), db=self.db[t.TOPICS]) is None:
+            config = ipb.TopicConfig(name=name, queue_nums=queue_nums, perm=6)
+            txn.put(name.encode(), config.SerializeToString(), db=self.db[t.TOPICS])
+
+    # -- sending --------------------------------------------------------------------------------------
+    def _send(self, command: spb.SendCommand, index: int, slot: int, txn):
+        message = pb.Message.FromString(command.message)
+        topic = message.topic.name
+        raw_topic = txn.get(topic.encode(), db=self.db[t.TOPICS])
+        if raw_topic is None:
+            return ApplyError(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist on this group")
+        if command.queue_id >= ipb.TopicConfig.FromString(raw_topic).queue_nums:
+            return ApplyError(Code.BAD_REQUEST, f"queue {command.queue_id} does not exist in topic {topic}")
+        props = message.system_properties
+        id_key = t.msgid_key(topic, props.message_id)
+        seen = txn.get(id_key, db=self.db[t.MSGID])
+        if seen is not None:
+            known = t.msgid_entry(seen)
+            return SendResult(known.queue, known.offset, deduplicated=True)
+        for key in props.keys:
+            txn.put(t.key_index_key(topic, key, index, slot), b"", db=self.db[t.KEYS])
+        if command.half:
+            txn.put(t.position_key(index, slot), b"", db=self.db[t.HALF])
+            offset = t.NO_OFFSET
+        elif command.deliver_at_ms > command.store_ms:
+            txn.put(t.timer_key(command.deliver_at_ms, index, slot), b"", db=self.db[t.TIMER])
+            offset = t.NO_OFFSET
+        else:
+            offset = self._enqueue(topic, command.queue_id, index, slot, command.store_ms, props.tag, txn)
+        txn.put(id_key, t.msgid_value(index, slot, command.queue_id, offset), db=self.db[t.MSGID])
+        return SendResult(command.queue_id, offset, deduplicated=False)
+
+    def _enqueue(self, topic: str, queue: int, index: int, slot: int, store_ms: int, tag: str, txn) -> int:
+        qkey = t.queue_key(topic, queue)
+        raw = txn.get(qkey, db=self.db[t.QMAX])
+        offset = t.u64_of(raw) if raw else 0
+        txn.put(t.cq_key(topic, queue, offset), t.cq_value(index, slot, store_ms, tag), db=self.db[t.CQ])
+        txn.put(qkey, t.u64(offset + 1), db=self.db[t.QMAX])
+        self._touched.add(topic)
+        return offset
+
+    def stored_send(self, txn, index: int, slot: int) -> spb.SendCommand | None:
+        payloads = read_payloads(self._store, txn, index)
+        if payloads is None or slot >= len(payloads):
+            return None
+        command = spb.Command.FromString(payloads[slot])
+        return command.send if command.WhichOneof("body") == "send" else None
+
+    def _enqueue_stored(self, index: int, slot: int, store_ms: int, txn) -> tuple[str, int, int] | None:
+        """Put a delayed or committed half message into its queue; update its message-id entry."""
+        send = self.stored_send(txn, index, slot)
+        if send is None:
+            return None
+        message = pb.Message.FromString(send.message)
+        topic = message.topic.name
+        offset = self._enqueue(topic, send.queue_id, index, slot, store_ms, message.system_properties.tag, txn)
+        txn.put(t.msgid_key(topic, message.system_properties.message_id),
+                t.msgid_value(index, slot, send.queue_id, offset), db=self.db[t.MSGID])
+        return topic, send.queue_id, offset
+
+    # -- delayed messages ----------------------------------------------------------------------------
+    def _deliver_due(self, command: spb.DeliverDueCommand, txn) -> int:
+        due = []
+        cur = txn.cursor(db=self.db[t.TIMER])
+        if cur.first():
+            for key, _ in cur:
+                deliver_at, index, slot = t.timer_of(key)
+                if deliver_at > command.now_ms or len(due) >= command.max_messages:
+                    break
+                due.append((key, deliver_at, index, slot))
+        for key, deliver_at, index, slot in due:
+            txn.delete(key, db=self.db[t.TIMER])
+            self._enqueue_stored(index, slot, deliver_at, txn)
+        return len(due)
+
+    def _recall(self, command: spb.RecallCommand, txn):
+        raw = txn.get(t.msgid_key(command.topic, command.message_id), db=self.db[t.MSGID])
+        if raw is None:
+            return ApplyError(Code.NOT_FOUND, f"no message {command.message_id} in topic {command.topic}")
+        entry = t.msgid_entry(raw)
+        if entry.offset != t.NO_OFFSET:
+            return ApplyError(Code.BAD_REQUEST, f"message {command.message_id} was already delivered to "
+                              f"queue {entry.queue} at offset {entry.offset}; it can no longer be recalled")
+        send = self.stored_send(txn, entry.index, entry.slot)
+        if send is None or not txn.delete(t.timer_key(send.deliver_at_ms, entry.index, entry.slot),
+                                           db=self.db[t.TIMER]):
+            return ApplyError(Code.BAD_REQUEST, f"message {command.message_id} is not a pending delayed message")
+        return None
+
+    # -- transactions ------------------------------------------------------------------------------------
+    def _end_transaction(self, command: spb.EndTransactionCommand, txn):
+        raw = txn.get(t.msgid_key(command.topic, command.message_id), db=self.db[t.MSGID])
+        if raw is None:
+            return ApplyError(Code.NOT_FOUND, f"no half message {command.message_id} in topic {command.topic}")
+        entry = t.msgid_entry(raw)
+        send = self.stored_send(txn, entry.index, entry.slot)
+        if send is None or not send.half:
+            return ApplyError(Code.BAD_REQUEST, f"message {command.message_id} is not a transactional half message")
+        half_key = t.position_key(entry.index, entry.slot)
+        if txn.get(half_key, db=self.db[t.HALF]) is None:
+            committed = entry.offset != t.NO_OFFSET
+            if committed == command.commit:
+                return None  # the same outcome again (a retried EndTransaction): nothing to do
+            state = "committed" if committed else "rolled back"
+            return ApplyError(Code.BAD_REQUEST, f"transaction of message {command.message_id} was already {state}")
+        txn.delete(half_key, db=self.db[t.HALF])
+        if command.commit:
+            self._enqueue_stored(entry.index, entry.slot, command.now_ms, txn)
+        return None
+
+    # -- consumer offsets ---------------------------------------------------------------------------------
+    def _offset(self, command: spb.OffsetCommand, txn):
+        txn.put(t.group_queue_key(command.group, command.topic, command.queue_id), t.u64(command.offset),
+                db=self.db[t.OFFSETS])
+        return None
+
+    # -- pop consumption --------------------------------------------------------------------------------
+    def _pop(self, command: spb.PopCommand, index: int, txn) -> list[Popped] | ApplyError:
+        raw_topic = txn.get(command.topic.encode(), db=self.db[t.TOPICS])
+        if raw_topic is None:
+            return ApplyError(Code.TOPIC_NOT_FOUND, f"topic {command.topic} does not exist on this group")
+        queue_nums = ipb.TopicConfig.FromString(raw_topic).queue_nums
+        accept = tag_filter(command.filter_type, command.filter_expression)
+        if command.only_queue >= 0:
+            queues = [command.only_queue] if command.only_queue < queue_nums else []
+        else:
+            queues = [(command.start_queue + i) % queue_nums for i in range(queue_nums)]
+        out: list[Popped] = []
+        for queue in queues:
+            if len(out) >= command.batch_size:
+                break
+            self._pop_queue(command, queue, accept, index, out, txn)
+        return out
+
+    def _inflight_of_queue(self, group: str, topic: str, queue: int, txn) -> list[tuple[int, t.Inflight]]:
+        prefix = t.group_queue_key(group, topic, queue)
+        cur = txn.cursor(db=self.db[t.INFLIGHT])
+        found = []
+        if cur.set_range(prefix):
+            for key, value in cur:
+                if not key.startswith(prefix):
+                    break
+                found.append((t.offset_of_cq_key(key), t.inflight_of(value)))
+        return found
+
+    def _pop_queue(self, command: spb.PopCommand, queue: int, accept, index: int, out: list, txn) -> None:
+        group, topic, now = command.group, command.topic, command.now_ms
+        inflight = self._inflight_of_queue(group, topic, queue, txn)
+        if command.fifo and any(state.deadline_ms > now for _, state in inflight):
+            return  # ordered consumption: the queue is locked while a message of it is being consumed
+        for offset, state in inflight:
+            if len(out) >= command.batch_size:
+                break
+            if state.deadline_ms > now:
+                continue
+            self._deliver(command, queue, offset, state.attempt + 1, index, out, txn)
+        if command.fifo and inflight:
+            self._advance_consumed(group, topic, queue, txn)
+            return  # redelivered messages first; new ones once they are acknowledged
+        popped_key = t.group_queue_key(group, topic, queue)
+        raw = txn.get(popped_key, db=self.db[t.POPPED])
+        next_offset = t.u64_of(raw) if raw else 0
+        raw_max = txn.get(t.queue_key(topic, queue), db=self.db[t.QMAX])
+        queue_end = t.u64_of(raw_max) if raw_max else 0
+        scan_end = min(queue_end, next_offset + max(command.scan_offsets_max, command.batch_size))
+        while next_offset < scan_end and len(out) < command.batch_size:
+            raw_cq = txn.get(t.cq_key(topic, queue, next_offset), db=self.db[t.CQ])
+            if raw_cq is not None and (accept is None or t.cq_entry(raw_cq).tag in accept):
+                self._deliver(command, queue, next_offset, 1, index, out, txn, raw_cq)
+            next_offset += 1
+        txn.put(popped_key, t.u64(next_offset), db=self.db[t.POPPED])
+        self._advance_consumed(group, topic, queue, txn)
+
+    def _deliver(self, command: spb.PopCommand, queue: int, offset: int, attempt: int, index: int, out: list,
+                 txn, raw_cq: bytes | None = None) -> None:
+        group, topic = command.group, command.topic
+        key = t.inflight_key(group, topic, queue, offset)
+        raw_cq = raw_cq or txn.get(t.cq_key(topic, queue, offset), db=self.db[t.CQ])
+        if raw_cq is None:  # the message is gone (never happens while retention keeps consumed data)
+            txn.delete(key, db=self.db[t.INFLIGHT])
+            return
+        cq = t.cq_entry(raw_cq)
+        if attempt > command.max_delivery_attempts > 0:
+            txn.delete(key, db=self.db[t.INFLIGHT])
+            self._dead_letter(group, cq, command.now_ms, txn)
+            return
+        deadline = command.now_ms + command.invisible_ms
+        txn.put(key, t.inflight_value(deadline, attempt, index), db=self.db[t.INFLIGHT])
+        out.append(Popped(topic, queue, offset, cq.index, cq.slot, attempt, encode_handle(queue, offset, index),
+                          deadline))
+
+    def _dead_letter(self, group: str, cq: t.CqEntry, now_ms: int, txn) -> None:
+        topic = dlq_topic(group)
+        self._ensure_topic(topic, 1, txn)
+        self._enqueue(topic, 0, cq.index, cq.slot, now_ms, cq.tag, txn)
+
+    def _advance_consumed(self, group: str, topic: str, queue: int, txn) -> None:
+        """The group's consumer offset: the lowest offset in flight, or the next one never delivered."""
+        inflight = self._inflight_of_queue(group, topic, queue, txn)
+        if inflight:
+            consumed = inflight[0][0]
+        else:
+            raw = txn.get(t.group_queue_key(group, topic, queue), db=self.db[t.POPPED])
+            consumed = t.u64_of(raw) if raw else 0
+        txn.put(t.group_queue_key(group, topic, queue), t.u64(consumed), db=self.db[t.OFFSETS])
+
+    def _handle(self, command: spb.HandleCommand, index: int, txn):
+        decoded = decode_handle(command.receipt_handle)
+        if decoded is None:
+            return ApplyError(Code.INVALID_RECEIPT_HANDLE, f"receipt handle {command.receipt_handle!r} is "
+                              "malformed; use the handle of the last delivery")
+        queue, offset, gen = decoded
+        key = t.inflight_key(command.group, command.topic, queue, offset)
+        raw = txn.get(key, db=self.db[t.INFLIGHT])
+        if raw is None or t.inflight_of(raw).handle_gen != gen:
+            return ApplyError(Code.INVALID_RECEIPT_HANDLE, (
+                f"receipt handle {command.receipt_handle} of group {command.group} topic {command.topic} is no "
+                "longer valid: the message was acknowledged already, or its invisibility expired and it was "
+                "delivered again (use the newest delivery's handle)"))
+        state = t.inflight_of(raw)
+        if command.kind == spb.HandleCommand.CHANGE_INVISIBLE:
+            txn.put(key, t.inflight_value(command.now_ms + command.invisible_ms, state.attempt, index),
+                    db=self.db[t.INFLIGHT])
+            return HandleResult(encode_handle(queue, offset, index))
+        txn.delete(key, db=self.db[t.INFLIGHT])
+        if command.kind == spb.HandleCommand.DEAD_LETTER:
+            raw_cq = txn.get(t.cq_key(command.topic, queue, offset), db=self.db[t.CQ])
+            if raw_cq is not None:
+                self._dead_letter(command.group, t.cq_entry(raw_cq), command.now_ms, txn)
+        self._advance_consumed(command.group, command.topic, queue, txn)
+        return HandleResult(command.receipt_handle)

@@ -1,0 +1,155 @@
+"""The broker's LMDB tables (named databases in the replica's environment) and their key/value layouts.
+
+Every table is written only by the state machine's apply (Raft tick thread) and read by anyone through
+committed read transactions. All integers are big-endian so keys sort by number.
+
+  topics    name                                  -> internal.v1.TopicConfig
+  groups    name                                  -> internal.v1.GroupConfig
+  qmax      topic 0 queue:u16                     -> next offset:u64 (the queue's length)
+  cq        topic 0 queue:u16 offset:u64          -> index:u64 slot:u16 store_ms:u64 tag
+  msgid     topic 0 message_id                    -> index:u64 slot:u16 queue:u16 offset:u64 (NO_OFFSET until
+                                                     a delayed or half message enters its queue)
+  keys      topic 0 key 0 index:u64 slot:u16      -> ""
+  timer     deliver_at_ms:u64 index:u64 slot:u16  -> ""   (delayed messages not yet in their queue)
+  half      index:u64 slot:u16                    -> ""   (transactional half messages awaiting an outcome)
+  offsets   group 0 topic 0 queue:u16             -> offset:u64 (everything below is consumed)
+  popped    group 0 topic 0 queue:u16             -> offset:u64 (next offset never delivered to the group)
+  inflight  group 0 topic 0 queue:u16 offset:u64  -> deadline_ms:u64 attempt:u32 handle_gen:u64
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+TOPICS = b"b_topics"
+GROUPS = b"b_groups"
+QMAX = b"b_qmax"
+CQ = b"b_cq"
+MSGID = b"b_msgid"
+KEYS = b"b_keys"
+TIMER = b"b_timer"
+HALF = b"b_half"
+OFFSETS = b"b_offsets"
+POPPED = b"b_popped"
+INFLIGHT = b"b_inflight"
+ALL = (TOPICS, GROUPS, QMAX, CQ, MSGID, KEYS, TIMER, HALF, OFFSETS, POPPED, INFLIGHT)
+
+NO_OFFSET = 2**64 - 1
+SEP = b"\x00"
+_Q = struct.Struct(">H")
+_QO = struct.Struct(">HQ")
+_U64 = struct.Struct(">Q")
+_POS = struct.Struct(">QH")  # index, slot
+_CQ_VALUE = struct.Struct(">QHQ")  # index, slot, store_ms; the tag follows
+_MSGID_VALUE = struct.Struct(">QHHQ")
+_TIMER = struct.Struct(">QQH")
+_INFLIGHT = struct.Struct(">QIQ")
+
+
+def u64(n: int) -> bytes:
+    return _U64.pack(n)
+
+
+def u64_of(b: bytes) -> int:
+    return _U64.unpack(b)[0]
+
+
+def queue_key(topic: str, queue: int) -> bytes:
+    return topic.encode() + SEP + _Q.pack(queue)
+
+
+def cq_key(topic: str, queue: int, offset: int) -> bytes:
+    return topic.encode() + SEP + _QO.pack(queue, offset)
+
+
+def offset_of_cq_key(key: bytes) -> int:
+    return _U64.unpack_from(key, len(key) - 8)[0]
+
+
+@dataclass(frozen=True)
+class CqEntry:
+    index: int
+    slot: int
+    store_ms: int
+    tag: str
+
+
+def cq_value(index: int, slot: int, store_ms: int, tag: str) -> bytes:
+    return _CQ_VALUE.pack(index, slot, store_ms) + tag.encode()
+
+
+def cq_entry(value: bytes) -> CqEntry:
+    index, slot, store_ms = _CQ_VALUE.unpack_from(value)
+    return CqEntry(index, slot, store_ms, bytes(value[_CQ_VALUE.size:]).decode())
+
+
+def msgid_key(topic: str, message_id: str) -> bytes:
+    return topic.encode() + SEP + message_id.encode()
+
+
+@dataclass(frozen=True)
+class MsgIdEntry:
+    index: int
+    slot: int
+    queue: int
+    offset: int
+
+
+def msgid_value(index: int, slot: int, queue: int, offset: int) -> bytes:
+    return _MSGID_VALUE.pack(index, slot, queue, offset)
+
+
+def msgid_entry(value: bytes) -> MsgIdEntry:
+    return MsgIdEntry(*_MSGID_VALUE.unpack(value))
+
+
+def key_index_key(topic: str, key: str, index: int, slot: int) -> bytes:
+    return topic.encode() + SEP + key.encode() + SEP + _POS.pack(index, slot)
+
+
+def key_index_prefix(topic: str, key: str) -> bytes:
+    return topic.encode() + SEP + key.encode() + SEP
+
+
+def position_of_key_index(key: bytes) -> tuple[int, int]:
+    return _POS.unpack_from(key, len(key) - _POS.size)
+
+
+def timer_key(deliver_at_ms: int, index: int, slot: int) -> bytes:
+    return _TIMER.pack(deliver_at_ms, index, slot)
+
+
+def timer_of(key: bytes) -> tuple[int, int, int]:
+    return _TIMER.unpack(key)
+
+
+def position_key(index: int, slot: int) -> bytes:
+    return _POS.pack(index, slot)
+
+
+def position_of(key: bytes) -> tuple[int, int]:
+    return _POS.unpack(key)
+
+
+def group_queue_key(group: str, topic: str, queue: int) -> bytes:
+    return group.encode() + SEP + topic.encode() + SEP + _Q.pack(queue)
+
+
+def inflight_key(group: str, topic: str, queue: int, offset: int) -> bytes:
+    return group.encode() + SEP + topic.encode() + SEP + _QO.pack(queue, offset)
+
+
+@dataclass(frozen=True)
+class Inflight:
+    deadline_ms: int
+    attempt: int
+    handle_gen: int
+
+
+def inflight_value(deadline_ms: int, attempt: int, handle_gen: int) -> bytes:
+    return _INFLIGHT.pack(deadline_ms, attempt, handle_gen)
+
+
+def inflight_of(value: bytes) -> Inflight:
+    return Inflight(*_INFLIGHT.unpack(value))

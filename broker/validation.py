@@ -1,0 +1,152 @@
+"""Validation of everything a client sends, in one place. Each rule raises its own error with its own code
+and a message that names the value, the rule and what to do."""
+
+from __future__ import annotations
+
+import re
+
+from rocketraft.errors import BadRequestError, BodyTooLargeError, RocketraftError, UnsupportedError
+from rocketraft.wire import Code, MessageType, pb
+
+from .config import BrokerConfig
+
+TOPIC_NAME_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+TOPIC_NAME_CHARS_MAX = 127
+GROUP_NAME_CHARS_MAX = 255
+TAG_CHARS_MAX = 128
+KEY_CHARS_MAX = 128
+KEYS_MAX = 32
+MESSAGE_GROUP_CHARS_MAX = 64
+MESSAGE_ID_CHARS_MAX = 128
+PROPERTY_KEY_RE = re.compile(r"^[a-zA-Z0-9_.-]{1,64}$")
+RESERVED_PROPERTY_PREFIX = "__"
+
+
+def topic_name(name: str) -> str:
+    if not name:
+        raise RocketraftError("topic name is empty; give the topic to use", Code.ILLEGAL_TOPIC)
+    if len(name) > TOPIC_NAME_CHARS_MAX:
+        raise RocketraftError(f"topic name of {len(name)} characters is longer than {TOPIC_NAME_CHARS_MAX}",
+                              Code.ILLEGAL_TOPIC)
+    if not TOPIC_NAME_RE.match(name):
+        raise RocketraftError(f"topic name {name!r} has characters outside ^[%|a-zA-Z0-9_-]+$", Code.ILLEGAL_TOPIC)
+    return name
+
+
+def group_name(name: str) -> str:
+    if not name:
+        raise RocketraftError("consumer group is empty; give the group to consume as", Code.ILLEGAL_CONSUMER_GROUP)
+    if len(name) > GROUP_NAME_CHARS_MAX or not TOPIC_NAME_RE.match(name):
+        raise RocketraftError(f"consumer group {name!r}: use at most {GROUP_NAME_CHARS_MAX} of [%|a-zA-Z0-9_-]",
+                              Code.ILLEGAL_CONSUMER_GROUP)
+    return name
+
+
+def queue_nums(n: int, config: BrokerConfig) -> int:
+    if not 1 <= n <= config.topicQueueNumsMax:
+        raise BadRequestError(f"queue count {n}: use 1..{config.topicQueueNumsMax} (topicQueueNumsMax)")
+    return n
+
+
+def _declared_type(props: pb.SystemProperties) -> int:
+    if props.message_type != MessageType.MESSAGE_TYPE_UNSPECIFIED:
+        return props.message_type
+    if props.HasField("delivery_timestamp"):
+        return MessageType.DELAY
+    if props.message_group:
+        return MessageType.FIFO
+    return MessageType.NORMAL
+
+
+def message(msg: pb.Message, config: BrokerConfig, now_ms: int) -> int:
+    """Validates one message to send; returns its message type."""
+    topic_name(msg.topic.name)
+    props = msg.system_properties
+    if not props.message_id:
+        raise RocketraftError("message has no system_properties.message_id; the client must set a unique id",
+                              Code.ILLEGAL_MESSAGE_ID)
+    if len(props.message_id) > MESSAGE_ID_CHARS_MAX:
+        raise RocketraftError(f"message id of {len(props.message_id)} characters is longer than "
+                              f"{MESSAGE_ID_CHARS_MAX}", Code.ILLEGAL_MESSAGE_ID)
+    if not msg.body:
+        raise RocketraftError("message body is empty; send at least one byte", Code.MESSAGE_BODY_EMPTY)
+    if len(msg.body) > config.maxMessageSize:
+        raise BodyTooLargeError(f"message body of {len(msg.body)} bytes is larger than maxMessageSize="
+                                f"{config.maxMessageSize} bytes; split it or store it elsewhere and send a reference")
+    if props.body_encoding not in (pb.Encoding.IDENTITY, pb.Encoding.GZIP, pb.Encoding.ENCODING_UNSPECIFIED):
+        raise BadRequestError(f"body_encoding {props.body_encoding} is unknown; use IDENTITY or GZIP")
+    if len(props.tag) > TAG_CHARS_MAX or "|" in props.tag or (props.tag and not props.tag.strip()):
+        raise RocketraftError(f"tag {props.tag!r}: at most {TAG_CHARS_MAX} characters, no '|', not blank",
+                              Code.ILLEGAL_MESSAGE_TAG)
+    if len(props.keys) > KEYS_MAX:
+        raise RocketraftError(f"{len(props.keys)} keys given; at most {KEYS_MAX}", Code.ILLEGAL_MESSAGE_KEY)
+    for key in props.keys:
+        if not key.strip() or len(key) > KEY_CHARS_MAX or "\x00" in key:
+            raise RocketraftError(f"key {key!r}: 1..{KEY_CHARS_MAX} characters, not blank", Code.ILLEGAL_MESSAGE_KEY)
+    if len(props.message_group) > MESSAGE_GROUP_CHARS_MAX:
+        raise RocketraftError(f"message group of {len(props.message_group)} characters is longer than "
+                              f"{MESSAGE_GROUP_CHARS_MAX}", Code.ILLEGAL_MESSAGE_GROUP)
+    _properties(msg, config)
+    kind = _declared_type(props)
+    _type_matches_properties(kind, props)
+    if props.HasField("delivery_timestamp"):
+        deliver_at_ms = props.delivery_timestamp.ToMilliseconds()
+        if deliver_at_ms > now_ms + config.timerMaxDelayMillis:
+            raise RocketraftError(f"delivery time {deliver_at_ms} ms is more than timerMaxDelayMillis="
+                                  f"{config.timerMaxDelayMillis} ms ahead", Code.ILLEGAL_DELIVERY_TIME)
+    return kind
+
+
+def _properties(msg: pb.Message, config: BrokerConfig) -> None:
+    size = 0
+    for key, value in msg.user_properties.items():
+        if not PROPERTY_KEY_RE.match(key) or key.startswith(RESERVED_PROPERTY_PREFIX):
+            raise RocketraftError(f"user property key {key!r}: 1-64 of [a-zA-Z0-9_.-], not starting with "
+                                  f"{RESERVED_PROPERTY_PREFIX!r}", Code.ILLEGAL_MESSAGE_PROPERTY_KEY)
+        size += len(key) + len(value)
+    if size > config.messagePropertiesBytesMax:
+        raise RocketraftError(f"user properties take {size} bytes; at most {config.messagePropertiesBytesMax} "
+                              "(messagePropertiesBytesMax)", Code.MESSAGE_PROPERTIES_TOO_LARGE)
+
+
+def _type_matches_properties(kind: int, props: pb.SystemProperties) -> None:
+    conflict = None
+    if kind == MessageType.FIFO and not props.message_group:
+        conflict = "a FIFO message needs a message_group"
+    elif kind != MessageType.FIFO and props.message_group:
+        conflict = f"only FIFO messages carry a message_group (this one is {MessageType.Name(kind)})"
+    elif kind == MessageType.DELAY and not props.HasField("delivery_timestamp"):
+        conflict = "a DELAY message needs a delivery_timestamp"
+    elif kind != MessageType.DELAY and props.HasField("delivery_timestamp"):
+        conflict = f"only DELAY messages carry a delivery_timestamp (this one is {MessageType.Name(kind)})"
+    if conflict:
+        raise RocketraftError(conflict, Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)
+
+
+def filter_expression(expr: pb.FilterExpression) -> None:
+    if expr.type == pb.FilterType.SQL:
+        raise UnsupportedError("SQL92 filter expressions are not supported; subscribe with a TAG expression "
+                               "such as '*' or 'TagA || TagB'")
+    if "|" in expr.expression.replace("||", ""):
+        raise RocketraftError(f"filter expression {expr.expression!r}: separate tags with '||'",
+                              Code.ILLEGAL_FILTER_EXPRESSION)
+
+
+def invisible_ms(duration_ms: int, config: BrokerConfig) -> int:
+    if not config.invisibleTimeMillisMin <= duration_ms <= config.invisibleTimeMillisMax:
+        raise RocketraftError(f"invisible duration {duration_ms} ms: use {config.invisibleTimeMillisMin}.."
+                              f"{config.invisibleTimeMillisMax} ms", Code.ILLEGAL_INVISIBLE_TIME)
+    return duration_ms
+
+
+def polling_ms(duration_ms: int, config: BrokerConfig) -> int:
+    if not 0 <= duration_ms <= config.longPollingTimeoutMillisMax:
+        raise RocketraftError(f"long polling timeout {duration_ms} ms: use 0..{config.longPollingTimeoutMillisMax}",
+                              Code.ILLEGAL_POLLING_TIME)
+    return duration_ms
+
+
+def batch_size(n: int, config: BrokerConfig) -> int:
+    if not 1 <= n <= config.receiveBatchSizeMax:
+        raise BadRequestError(f"batch size {n}: use 1..{config.receiveBatchSizeMax}")
+    return n

@@ -1,0 +1,216 @@
+"""A local cluster of real processes: one NameServer and one broker group of N replicas.
+
+Used by `rocketraft dev`, the tests and the benchmarks. Every process is a real `python -m namesrv` /
+`python -m broker` with its own store under `base_dir`, talking gRPC and Raft over 127.0.0.x sockets.
+
+    with DevCluster("/tmp/rr") as cluster:
+        cluster.start()
+        cluster.wait_master()
+        cluster.create_topic("orders")
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+import grpc
+
+from broker import config as broker_config
+from rocketraft.wire import GRPC_OPTIONS, Code, ipb, ipb_grpc
+
+READY_TIMEOUT_S = 20.0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Proc:
+    name: str
+    args: list[str]
+    log_path: str
+    process: subprocess.Popen | None = None
+
+    def start(self, env: dict) -> None:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
+        self.process = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=log, env=env,
+                                        start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        line = self.process.stdout.readline().decode()
+        if "listening" not in line or time.monotonic() > deadline:
+            self.process.kill()
+            raise RuntimeError(f"{self.name} did not start (first line {line!r}); see {self.log_path}")
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive:
+            os.kill(self.process.pid, sig)
+
+    def kill(self) -> None:
+        if self.alive:
+            self.process.kill()
+            self.process.wait()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if not self.alive:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@dataclass
+class DevCluster:
+    base_dir: str
+    replicas: int = 3
+    group: str = "broker-a"
+    cluster: str = "DefaultCluster"
+    hosts: tuple[str, ...] = ()  # one per replica; default all 127.0.0.1
+    flush: str = "ASYNC_FLUSH"
+    broker_settings: dict = field(default_factory=dict)  # extra BrokerConfig keys for every replica
+    namesrv_port: int = 0
+    broker_ports: tuple[int, ...] = ()
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        self.base_dir = os.path.abspath(self.base_dir)
+        os.makedirs(os.path.join(self.base_dir, "logs"), exist_ok=True)
+        os.makedirs(os.path.join(self.base_dir, "conf"), exist_ok=True)
+        self.ids = [f"n{i}" for i in range(self.replicas)]
+        hosts = self.hosts or ("127.0.0.1",) * self.replicas
+        self.host_of = dict(zip(self.ids, hosts, strict=True))
+        self.namesrv_address = f"127.0.0.1:{self.namesrv_port or free_port()}"
+        ports = self.broker_ports or tuple(free_port(h) for h in hosts)
+        self.address_of = {i: f"{self.host_of[i]}:{p}" for i, p in zip(self.ids, ports, strict=True)}
+        self.raft_of = {i: f"{self.host_of[i]}:{free_port(self.host_of[i])}" for i in self.ids}
+        self.namesrv = Proc("namesrv", [sys.executable, "-m", "namesrv", "--listen", self.namesrv_address],
+                            os.path.join(self.base_dir, "logs", "namesrv.log"))
+        self.brokers = {i: Proc(i, [sys.executable, "-m", "broker", "--config", self._write_config(i)],
+                                os.path.join(self.base_dir, "logs", f"{self.group}-{i}.log")) for i in self.ids}
+        self._channels: dict[str, grpc.Channel] = {}
+
+    def config_of(self, replica_id: str) -> broker_config.BrokerConfig:
+        settings = dict(
+            brokerClusterName=self.cluster, brokerName=self.group, dLegerSelfId=replica_id,
+            dLegerPeers=";".join(f"{i}-{self.raft_of[i]}" for i in self.ids), namesrvAddr=self.namesrv_address,
+            listenAddress=self.address_of[replica_id], storePathRootDir=os.path.join(self.base_dir, "store"),
+            flushDiskType=self.flush, autoCreateTopicEnable=True, logLevel=self.log_level)
+        settings.update(self.broker_settings)
+        return broker_config.load(None, settings, environ={})
+
+    def _write_config(self, replica_id: str) -> str:
+        path = os.path.join(self.base_dir, "conf", f"{self.group}-{replica_id}.toml")
+        with open(path, "w") as f:
+            f.write(broker_config.to_toml(self.config_of(replica_id)))
+        return path
+
+    @property
+    def env(self) -> dict:
+        env = dict(os.environ)
+        env["PYTHONUNBUFFERED"] = "1"
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        return env
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+    def start(self) -> DevCluster:
+        self.namesrv.start(self.env)
+        for replica_id in self.ids:
+            self.brokers[replica_id].start(self.env)
+        return self
+
+    def start_replica(self, replica_id: str) -> None:
+        self.brokers[replica_id].start(self.env)
+
+    def kill(self, replica_id: str) -> None:
+        self.brokers[replica_id].kill()
+
+    def stop(self) -> None:
+        for proc in self.brokers.values():
+            proc.stop()
+        self.namesrv.stop()
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
+
+    def __enter__(self) -> DevCluster:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- inspection ------------------------------------------------------------------------------------------
+    def channel(self, address: str) -> grpc.Channel:
+        if address not in self._channels:
+            self._channels[address] = grpc.insecure_channel(address, options=GRPC_OPTIONS)
+        return self._channels[address]
+
+    def replica_status(self, replica_id: str, timeout_s: float = 1.0) -> ipb.BrokerRegistration | None:
+        if not self.brokers[replica_id].alive:
+            return None
+        stub = ipb_grpc.BrokerAdminStub(self.channel(self.address_of[replica_id]))
+        try:
+            return stub.Status(ipb.BrokerStatusRequest(), timeout=timeout_s).registration
+        except grpc.RpcError:
+            return None
+
+    def statuses(self) -> dict[str, ipb.BrokerRegistration | None]:
+        return {i: self.replica_status(i) for i in self.ids}
+
+    def master(self) -> str | None:
+        """The replica the NameServer routes writes to (None while there is none)."""
+        stub = ipb_grpc.NameServerStub(self.channel(self.namesrv_address))
+        try:
+            info = stub.GetClusterInfo(ipb.GetClusterInfoRequest(), timeout=1.0)
+        except grpc.RpcError:
+            return None
+        for group in info.groups:
+            if group.group == self.group and group.master_replica_id:
+                return group.master_replica_id
+        return None
+
+    def wait_master(self, timeout_s: float = 15.0, not_id: str | None = None) -> str:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            master = self.master()
+            if master is not None and master != not_id:
+                return master
+            time.sleep(0.05)
+        raise TimeoutError(f"no master (other than {not_id}) registered within {timeout_s}s; logs in "
+                           f"{self.base_dir}/logs")
+
+    def create_topic(self, name: str, queue_nums: int = 8, message_types: tuple[int, ...] = ()) -> None:
+        stub = ipb_grpc.NameServerStub(self.channel(self.namesrv_address))
+        response = stub.CreateTopic(ipb.CreateTopicRequest(cluster=self.cluster, topic=ipb.TopicConfig(
+            name=name, queue_nums=queue_nums, perm=6, message_types=list(message_types))), timeout=10)
+        failed = [r for r in response.results if not r.ok]
+        if failed or not response.results:
+            raise RuntimeError(f"creating topic {name} failed: {failed or 'no group answered'}")
+
+    def create_group(self, name: str, fifo: bool = False, max_delivery_attempts: int = 0) -> None:
+        master = self.wait_master()
+        stub = ipb_grpc.BrokerAdminStub(self.channel(self.address_of[master]))
+        response = stub.CreateGroup(ipb.BrokerCreateGroupRequest(group=ipb.GroupConfig(
+            name=name, fifo=fifo, max_delivery_attempts=max_delivery_attempts)), timeout=10)
+        if response.code != Code.OK:
+            raise RuntimeError(f"creating group {name} failed: {response.message}")
+
+    def interrupt_all(self) -> None:
+        for proc in [*self.brokers.values(), self.namesrv]:
+            proc.signal(signal.SIGTERM)
