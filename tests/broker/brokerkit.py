@@ -1,0 +1,50 @@
+"""Helpers for the broker tests: waiting, and the official SDK's clients as context managers."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+from rocketmq import ClientConfiguration, Credentials, Message
+
+
+def sdk_config(cluster, request_timeout_s: int = 3) -> ClientConfiguration:
+    return ClientConfiguration(cluster.namesrv_address, Credentials(), request_timeout=request_timeout_s)
+
+
+def message(topic: str, body: bytes, tag: str | None = None, keys: tuple[str, ...] = (), group: str | None = None,
+            deliver_at_s: int | None = None, properties: dict | None = None) -> Message:
+    msg = Message()
+    msg.topic = topic
+    msg.body = body
+    if tag:
+        msg.tag = tag
+    for key in keys:
+        msg.keys = key
+    if group:
+        msg.message_group = group
+    if deliver_at_s is not None:  # the SDK sends this number as epoch seconds
+        msg.delivery_timestamp = deliver_at_s
+    for key, value in (properties or {}).items():
+        msg.add_property(key, value)
+    return msg
+
+
+def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.05):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+@contextlib.contextmanager
+def started(client):
+    client.startup()
+    try:
+        yield client
+    finally:
+        with contextlib.suppress(Exception):
+            client.shutdown()
