@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 DELAY_LEVEL_PROPERTY = "DELAY"  # RocketMQ's delayTimeLevel property: 1..18
 NO_MESSAGE_WAIT_S_MAX = 1.0  # a long poll re-checks at least this often (expired invisibility)
+FOLLOWER_CATCH_UP_S = 1.0  # how long a non-master waits for a topic it has not applied yet
 EMPTY_POPS_BEFORE_WAIT = 4  # pops that found nothing (all filtered out) before a long poll waits again
 
 
@@ -173,6 +174,15 @@ class Broker:
         raw = self.read(lambda txn: txn.get(name.encode(), db=self.sm.db[t.TOPICS]))
         return ipb.TopicConfig.FromString(raw) if raw else None
 
+    async def await_topic(self, name: str) -> ipb.TopicConfig:
+        """require_topic, but a replica that is not the master first gives its log a moment to catch up: a
+        topic the master just created may not be applied here yet."""
+        validation.topic_name(name)
+        deadline = time.monotonic() + FOLLOWER_CATCH_UP_S
+        while not self.is_master and self.topic(name) is None and time.monotonic() < deadline:
+            await self.wait_for_topic(name, deadline - time.monotonic())
+        return self.require_topic(name)
+
     def require_topic(self, name: str) -> ipb.TopicConfig:
         validation.topic_name(name)
         config = self.topic(name)
@@ -217,7 +227,7 @@ class Broker:
     async def send(self, message: pb.Message, producer_client_id: str = "") -> svc.SendResultEntry:
         now = now_ms()
         kind = validation.message(message, self.config, now)
-        topic = self.require_topic(message.topic.name)
+        topic = await self.await_topic(message.topic.name)
         if topic.message_types and kind not in topic.message_types:
             accepted = ", ".join(MessageType.Name(m) for m in topic.message_types)
             raise RocketraftError(f"topic {topic.name} accepts {accepted} messages, not {MessageType.Name(kind)}",
@@ -365,7 +375,7 @@ class Broker:
         validation.batch_size(batch_size, self.config)
         validation.invisible_ms(invisible_ms, self.config)
         validation.polling_ms(long_polling_ms, self.config)
-        config = self.require_topic(topic)
+        config = await self.await_topic(topic)
         group_config = self.group(group)
         deadline = time.monotonic() + long_polling_ms / 1000
         empty_pops = 0

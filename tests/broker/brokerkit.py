@@ -48,3 +48,29 @@ def started(client):
     finally:
         with contextlib.suppress(Exception):
             client.shutdown()
+
+
+def raw_message(topic: str, body: bytes, message_id: str | None = None, **props):
+    """An apache.rocketmq.v2.Message as a client would send it (for calls made without the SDK)."""
+    import uuid
+
+    from rocketraft.wire import pb
+
+    system = pb.SystemProperties(message_id=message_id or uuid.uuid4().hex, body_encoding=pb.Encoding.IDENTITY,
+                                 **props)
+    system.born_timestamp.GetCurrentTime()
+    return pb.Message(topic=pb.Resource(name=topic), body=body, system_properties=system)
+
+
+def messaging_stub(cluster, address: str):
+    from rocketraft.wire import svc_grpc
+
+    return svc_grpc.MessagingServiceStub(cluster.channel(address))
+
+
+def route(cluster, topic: str):
+    from rocketraft.wire import pb, svc
+
+    response = messaging_stub(cluster, cluster.namesrv_address).QueryRoute(
+        svc.QueryRouteRequest(topic=pb.Resource(name=topic)), timeout=3)
+    return response
