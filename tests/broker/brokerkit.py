@@ -56,7 +56,8 @@ def raw_message(topic: str, body: bytes, message_id: str | None = None, **props)
 
     from rocketraft.wire import pb
 
-    system = pb.SystemProperties(message_id=message_id or uuid.uuid4().hex, body_encoding=pb.Encoding.IDENTITY,
+    message_id = uuid.uuid4().hex if message_id is None else message_id
+    system = pb.SystemProperties(message_id=message_id, body_encoding=pb.Encoding.IDENTITY,
                                  **props)
     system.born_timestamp.GetCurrentTime()
     return pb.Message(topic=pb.Resource(name=topic), body=body, system_properties=system)
