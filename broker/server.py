@@ -220,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"broker: bad configuration: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=config.logLevel.upper(),
+    logging.basicConfig(level=config.logLevel.upper(), force=True,
                         format=f"%(asctime)s %(levelname)s {config.brokerName}/{config.dLegerSelfId} %(name)s: "
                                "%(message)s")
     asyncio.run(serve(config))

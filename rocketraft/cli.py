@@ -6,7 +6,10 @@ import argparse
 import logging
 import sys
 
-from . import __version__, demo
+from broker import server as broker_server
+from namesrv import server as namesrv_server
+
+from . import __version__, demo, dev
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,6 +20,18 @@ def main(argv: list[str] | None = None) -> int:
                                  description=demo.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     demo.add_arguments(demo_parser)
     demo_parser.set_defaults(run=demo.run)
+    dev_parser = sub.add_parser("dev", help="run a local NameServer + 3-replica broker group with a live view",
+                                description=dev.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    dev.add_arguments(dev_parser)
+    dev_parser.set_defaults(run=dev.run)
+    namesrv_parser = sub.add_parser("namesrv", help="run a NameServer")
+    namesrv_server.add_arguments(namesrv_parser)
+    namesrv_parser.set_defaults(run=namesrv_server.run)
+    broker_parser = sub.add_parser("broker", help="run one broker replica",
+                                   description=broker_server.__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    broker_server.add_arguments(broker_parser)
+    broker_parser.set_defaults(run=broker_server.run)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return args.run(args)
