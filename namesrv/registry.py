@@ -1,0 +1,312 @@
+"""The NameServer's view of the broker replicas: pure logic, no gRPC, no clock (callers pass now_ms).
+
+A registration is one replica of one broker group (a Raft group) as it reported itself last. Routes are
+derived from the live registrations on every query, never cached, so a role change is visible at once.
+
+Master rule: the master of a group is its live replica whose role is exactly "LEADER" with the highest
+term ("LEADER_PENDING" has been elected but has not applied its first-term entry yet, so it is not a master).
+A replica that still claims LEADER at a lower term is a stale leader and is routed as a follower.
+Only the master gets brokerId 0 and write permission; every other live replica is a READ-only follower
+under its stable follower_broker_id (>= 1). Groups are keyed by name (brokerName) across clusters.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from rocketraft.errors import BadRequestError, TopicNotFoundError
+from rocketraft.wire import (
+    ALL_MESSAGE_TYPES,
+    PERM_READ,
+    PERM_READ_WRITE,
+    PERM_WRITE,
+    Code,
+    endpoints,
+    ipb,
+    pb,
+    permission_of,
+    split_address,
+)
+
+ROLE_MASTER = "LEADER"
+HEARTBEAT_TIMEOUT_MS_DEFAULT = 3000
+HEARTBEAT_TIMEOUT_MS_MAX = 10 * 60 * 1000  # a replica silent longer than this is surely gone
+DEFAULT_QUEUE_NUMS = 8  # RocketMQ's defaultTopicQueueNums
+QUEUE_NUMS_MAX = 1024
+REPLICAS_MAX = 4096  # registrations held at once; a bound, far above any real cluster
+TOPIC_NAME_CHARS_MAX = 127
+TOPIC_NAME_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
+TOPIC_NAME_RULE = f"topic names match ^[%|a-zA-Z0-9_-]+$ and are at most {TOPIC_NAME_CHARS_MAX} characters"
+VALID_MESSAGE_TYPES = frozenset(ALL_MESSAGE_TYPES)
+
+
+def check_topic_name(name: str) -> None:
+    """Raise BadRequestError(ILLEGAL_TOPIC) unless name follows RocketMQ's topic-name rule."""
+    # fullmatch, not ^...$ with match: "$" would accept a trailing newline.
+    if len(name) > TOPIC_NAME_CHARS_MAX or not TOPIC_NAME_PATTERN.fullmatch(name):
+        raise BadRequestError(f"illegal topic name {name!r}: {TOPIC_NAME_RULE}", Code.ILLEGAL_TOPIC)
+
+
+def check_topic_config(topic: ipb.TopicConfig, perm_none_ok: bool = False) -> None:
+    """Raise BadRequestError unless the topic's name, queue_nums, perm and message types are usable.
+
+    perm_none_ok accepts perm 0 (a topic closed to reads and writes), which a broker may report but
+    CreateTopic refuses: there proto3's default 0 almost always means the caller forgot to set it.
+    """
+    check_topic_name(topic.name)
+    if not 1 <= topic.queue_nums <= QUEUE_NUMS_MAX:
+        raise BadRequestError(f"topic {topic.name!r}: queue_nums {topic.queue_nums} is out of range: "
+                              f"use 1..{QUEUE_NUMS_MAX} (RocketMQ's default is {DEFAULT_QUEUE_NUMS})")
+    allowed = (0, PERM_READ, PERM_WRITE, PERM_READ_WRITE) if perm_none_ok else (PERM_READ, PERM_WRITE, PERM_READ_WRITE)
+    if topic.perm not in allowed:
+        raise BadRequestError(f"topic {topic.name!r}: perm {topic.perm} is not a topic permission: "
+                              f"use 2 (READ), 4 (WRITE) or 6 (READ_WRITE)")
+    unknown = [t for t in topic.message_types if t not in VALID_MESSAGE_TYPES]
+    if unknown:
+        raise BadRequestError(f"topic {topic.name!r}: unknown message types {unknown}: use "
+                              f"NORMAL=1, FIFO=2, DELAY=3, TRANSACTION=4 (or none for all four)")
+
+
+def check_registration(reg: ipb.BrokerRegistration) -> None:
+    """Raise BadRequestError naming the first field that makes this registration unroutable."""
+    who = f"registration of replica {reg.replica_id!r} of group {reg.group!r}"
+    if not reg.cluster or not reg.group or not reg.replica_id:
+        raise BadRequestError(f"{who}: cluster, group and replica_id must all be set")
+    if ":" in reg.group:
+        # Recall handles are "<group>:<opaque>", so a group name with ':' could not be recalled from.
+        raise BadRequestError(f"{who}: group names must not contain ':'")
+    if reg.follower_broker_id < 1:
+        raise BadRequestError(f"{who}: follower_broker_id is {reg.follower_broker_id}; it must be >= 1 "
+                              f"(brokerId 0 is reserved for the master)")
+    try:
+        split_address(reg.address)
+    except ValueError:
+        raise BadRequestError(f"{who}: address {reg.address!r} is not host:port") from None
+    if not 0 <= reg.heartbeat_timeout_ms <= HEARTBEAT_TIMEOUT_MS_MAX:
+        raise BadRequestError(f"{who}: heartbeat_timeout_ms {reg.heartbeat_timeout_ms} is out of range "
+                              f"0..{HEARTBEAT_TIMEOUT_MS_MAX} (0 = {HEARTBEAT_TIMEOUT_MS_DEFAULT})")
+    for topic in reg.topics:
+        try:
+            check_topic_config(topic, perm_none_ok=True)
+        except BadRequestError as e:
+            raise BadRequestError(f"{who}: {e.message}", e.code) from None
+
+
+@dataclass
+class _Entry:
+    reg: ipb.BrokerRegistration
+    topics: dict[str, ipb.TopicConfig]
+    last_seen_ms: int
+    expires_at_ms: int
+
+    def live(self, now_ms: int | None) -> bool:
+        return now_ms is None or now_ms < self.expires_at_ms
+
+
+@dataclass(frozen=True)
+class RegistrationChange:
+    """What a register() changed that matters to routes. previous is None for a replica not seen before."""
+    previous: ipb.BrokerRegistration | None
+    fields: tuple[str, ...] = field(default=())
+
+
+class Dropped(NamedTuple):
+    group: str
+    replica_id: str
+    silent_ms: int
+
+
+_Key = tuple[str, str, str]  # (cluster, group, replica_id)
+_ROUTE_FIELDS = ("role", "term", "address", "follower_broker_id")
+
+
+def _topics_key(topics: dict[str, ipb.TopicConfig]) -> list[tuple]:
+    return sorted((t.name, t.queue_nums, t.perm, tuple(t.message_types)) for t in topics.values())
+
+
+class RouteRegistry:
+    """Live broker registrations and the routes derived from them.
+
+    Query methods take an optional now_ms: with it, registrations past their expiry are already ignored even
+    if expire() has not swept them yet; without it, everything not yet swept counts as live.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[_Key, _Entry] = {}
+
+    # -- updates ---------------------------------------------------------------------------------------------
+
+    def register(self, reg: ipb.BrokerRegistration, now_ms: int) -> RegistrationChange | None:
+        """Store or replace this replica's registration; return what changed for routing, or None if nothing."""
+        check_registration(reg)
+        key = (reg.cluster, reg.group, reg.replica_id)
+        timeout_ms = reg.heartbeat_timeout_ms or HEARTBEAT_TIMEOUT_MS_DEFAULT
+        stored = ipb.BrokerRegistration()
+        stored.CopyFrom(reg)
+        entry = _Entry(stored, {t.name: t for t in stored.topics}, now_ms, now_ms + timeout_ms)
+        old = self._entries.get(key)
+        if old is None and len(self._entries) >= REPLICAS_MAX:
+            raise BadRequestError(f"{len(self._entries)} replicas are registered already (REPLICAS_MAX); "
+                                  f"refusing replica {reg.replica_id!r} of group {reg.group!r}")
+        self._entries[key] = entry
+        if old is None:
+            return RegistrationChange(previous=None, fields=_ROUTE_FIELDS + ("topics",))
+        changed = tuple(f for f in _ROUTE_FIELDS if getattr(old.reg, f) != getattr(stored, f))
+        if _topics_key(old.topics) != _topics_key(entry.topics):
+            changed += ("topics",)
+        return RegistrationChange(previous=old.reg, fields=changed) if changed else None
+
+    def unregister(self, cluster: str, group: str, replica_id: str) -> bool:
+        """Forget one replica; return whether it was registered."""
+        return self._entries.pop((cluster, group, replica_id), None) is not None
+
+    def expire(self, now_ms: int) -> list[Dropped]:
+        """Drop every registration whose heartbeat timeout has passed; return them with how long they were silent."""
+        dead = [k for k, e in self._entries.items() if not e.live(now_ms)]
+        dropped = []
+        for key in dead:
+            entry = self._entries.pop(key)
+            dropped.append(Dropped(entry.reg.group, entry.reg.replica_id, now_ms - entry.last_seen_ms))
+        return dropped
+
+    def add_topic(self, group: str, topic: ipb.TopicConfig, now_ms: int | None = None) -> int:
+        """Record a topic just created on group in its live registrations; return how many were updated.
+
+        Routes can then be answered before the replicas' next heartbeat, which replaces this anyway.
+        """
+        updated = 0
+        for entry in self._live(now_ms):
+            if entry.reg.group != group:
+                continue
+            stored = ipb.TopicConfig()
+            stored.CopyFrom(topic)
+            entry.topics[topic.name] = stored
+            del entry.reg.topics[:]
+            entry.reg.topics.extend(entry.topics.values())
+            updated += 1
+        return updated
+
+    # -- queries ---------------------------------------------------------------------------------------------
+
+    def groups(self, now_ms: int | None = None) -> list[str]:
+        """Names of the groups with at least one live replica, sorted."""
+        return sorted({e.reg.group for e in self._live(now_ms)})
+
+    def replicas_of(self, group: str, now_ms: int | None = None) -> list[ipb.BrokerRegistration]:
+        """Live registrations of group, sorted by follower_broker_id then replica_id."""
+        return [e.reg for e in self._group_entries(group, now_ms)]
+
+    def master_of(self, group: str, now_ms: int | None = None) -> ipb.BrokerRegistration | None:
+        entry = self._master_entry(self._group_entries(group, now_ms))
+        return entry.reg if entry is not None else None
+
+    def route(self, topic: str, namespace: str = "", now_ms: int | None = None) -> list[pb.MessageQueue]:
+        """Every queue of topic on every group that has it: master (brokerId 0) first, then READ followers."""
+        queues: list[pb.MessageQueue] = []
+        for group in self.groups(now_ms):
+            queues.extend(self._group_route(group, topic, namespace, now_ms))
+        if not queues:
+            known = ", ".join(self.groups(now_ms)) or "none"
+            raise TopicNotFoundError(f"topic {topic!r} does not exist on any broker group (groups known to this "
+                                     f"NameServer: {known}); create it with the NameServer's CreateTopic, "
+                                     f"or enable autoCreateTopicEnable on the brokers")
+        return queues
+
+    def cluster_info(self, cluster: str = "", now_ms: int | None = None) -> ipb.GetClusterInfoResponse:
+        """Live registrations grouped by (cluster, group); cluster "" means every cluster."""
+        by_group: dict[tuple[str, str], list[_Entry]] = {}
+        for entry in self._live(now_ms):
+            if cluster and entry.reg.cluster != cluster:
+                continue
+            by_group.setdefault((entry.reg.cluster, entry.reg.group), []).append(entry)
+        response = ipb.GetClusterInfoResponse()
+        for (cluster_name, group), entries in sorted(by_group.items()):
+            entries.sort(key=_replica_order)
+            master = self.master_of(group, now_ms)
+            response.groups.append(ipb.GroupInfo(
+                cluster=cluster_name, group=group, replicas=[e.reg for e in entries],
+                master_replica_id=master.replica_id if master is not None and master.cluster == cluster_name
+                else ""))
+        return response
+
+    def groups_for_create(self, cluster: str = "", auto_create_only: bool = False,
+                          now_ms: int | None = None) -> list[tuple[str, str | None]]:
+        """(group, master address or None) for every group of cluster ("" = all), sorted by group.
+
+        auto_create_only keeps the groups where some live replica has autoCreateTopicEnable.
+        """
+        groups: set[str] = set()
+        for entry in self._live(now_ms):
+            if cluster and entry.reg.cluster != cluster:
+                continue
+            if auto_create_only and not entry.reg.auto_create_topic:
+                continue
+            groups.add(entry.reg.group)
+        result = []
+        for group in sorted(groups):
+            master = self.master_of(group, now_ms)
+            result.append((group, master.address if master is not None else None))
+        return result
+
+    def auto_create_defaults(self, now_ms: int | None = None) -> tuple[bool, int]:
+        """(whether any live replica allows auto-creating topics, the queue count to create them with)."""
+        enabled = [e.reg for e in self._live(now_ms) if e.reg.auto_create_topic]
+        asked = [r.default_queue_nums for r in enabled if 1 <= r.default_queue_nums <= QUEUE_NUMS_MAX]
+        return bool(enabled), max(asked, default=DEFAULT_QUEUE_NUMS)
+
+    def clusters(self, now_ms: int | None = None) -> list[str]:
+        return sorted({e.reg.cluster for e in self._live(now_ms)})
+
+    def addresses(self) -> set[str]:
+        """Every address registered (live or not yet swept)."""
+        return {e.reg.address for e in self._entries.values()}
+
+    # -- internals -------------------------------------------------------------------------------------------
+
+    def _live(self, now_ms: int | None) -> list[_Entry]:
+        return [e for e in self._entries.values() if e.live(now_ms)]
+
+    def _group_entries(self, group: str, now_ms: int | None) -> list[_Entry]:
+        return sorted((e for e in self._live(now_ms) if e.reg.group == group), key=_replica_order)
+
+    @staticmethod
+    def _master_entry(entries: list[_Entry]) -> _Entry | None:
+        leaders = [e for e in entries if e.reg.role == ROLE_MASTER]
+        # Two LEADERs in one term cannot happen in Raft; if bad input claims it, prefer the one heard from last.
+        return max(leaders, key=lambda e: (e.reg.term, e.last_seen_ms, e.reg.replica_id), default=None)
+
+    def _group_route(self, group: str, topic: str, namespace: str, now_ms: int | None) -> list[pb.MessageQueue]:
+        entries = self._group_entries(group, now_ms)
+        master = self._master_entry(entries)
+        config = master.topics.get(topic) if master is not None else None
+        if config is None:
+            # No master, or the master's last report predates the topic: the most advanced replica knows best.
+            having = [e for e in entries if topic in e.topics]
+            if not having:
+                return []
+            config = max(having, key=lambda e: (e.reg.applied_index, e.reg.replica_id)).topics[topic]
+        followers = [e for e in entries if e is not master]
+        resource = pb.Resource(name=topic, resource_namespace=namespace)
+        accept = list(config.message_types) or list(ALL_MESSAGE_TYPES)
+        follower_permission = pb.Permission.READ if config.perm & PERM_READ else pb.Permission.NONE
+        queues = []
+        for queue_id in range(min(config.queue_nums, QUEUE_NUMS_MAX)):
+            if master is not None:
+                queues.append(pb.MessageQueue(
+                    topic=resource, id=queue_id, permission=permission_of(config.perm),
+                    broker=pb.Broker(name=group, id=0, endpoints=endpoints(master.reg.address)),
+                    accept_message_types=accept))
+            for f in followers:
+                queues.append(pb.MessageQueue(
+                    topic=resource, id=queue_id, permission=follower_permission,
+                    broker=pb.Broker(name=group, id=f.reg.follower_broker_id, endpoints=endpoints(f.reg.address)),
+                    accept_message_types=accept))
+        return queues
+
+
+def _replica_order(entry: _Entry) -> tuple[int, str]:
+    return entry.reg.follower_broker_id, entry.reg.replica_id
+
+

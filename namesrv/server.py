@@ -1,0 +1,520 @@
+"""The NameServer process: one gRPC port serving clients (MessagingService) and brokers (internal NameServer).
+
+Clients ask it only QueryRoute and RecallMessage (the official SDK sends nothing else to the access point);
+every other MessagingService call is answered with BAD_REQUEST pointing at the brokers. Brokers register and
+heartbeat through rocketraft.internal.v1.NameServer; the registry (namesrv/registry.py) turns their
+registrations into routes. NameServers share nothing: each one knows only what brokers told it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+
+from rocketraft.errors import (
+    BadRequestError,
+    OutcomeUnknownError,
+    RocketraftError,
+    TopicNotFoundError,
+    to_status,
+)
+from rocketraft.wire import (
+    ALL_MESSAGE_TYPES,
+    GRPC_OPTIONS,
+    PERM_READ_WRITE,
+    Code,
+    ipb,
+    ipb_grpc,
+    ok,
+    pb,
+    split_address,
+    status,
+    svc,
+    svc_grpc,
+)
+
+from .registry import RegistrationChange, RouteRegistry, check_topic_config, check_topic_name
+
+log = logging.getLogger("namesrv")
+
+DEFAULT_LISTEN = "127.0.0.1:9876"  # RocketMQ's NameServer port
+LISTEN_ENV = "ROCKETRAFT_NAMESRV_LISTEN"
+SWEEP_INTERVAL_MS = 500
+CREATE_TOPIC_TIMEOUT_MS = 3000  # per broker group, all groups concurrently
+RECALL_TIMEOUT_MS = 3000  # the SDK's own request_timeout is 3 s
+STOP_GRACE_MS = 1000
+CHANNEL_CLOSE_GRACE_MS = 3000
+RECALL_HANDLE_SEPARATOR = ":"
+LOG_TOPIC_NAMES_MAX = 10  # topic names listed in one "changed" log line
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+def served_by_brokers(method: str) -> pb.Status:
+    return status(Code.BAD_REQUEST, f"{method} is served by brokers, not the NameServer: send it to a broker "
+                                    f"endpoint from QueryRoute")
+
+
+class NameServer:
+    """A NameServer that can run in-process: `address = await ns.start()`, then `await ns.stop()`."""
+
+    def __init__(self, listen: str = DEFAULT_LISTEN, *, sweep_interval_ms: int = SWEEP_INTERVAL_MS,
+                 create_topic_timeout_ms: int = CREATE_TOPIC_TIMEOUT_MS, recall_timeout_ms: int = RECALL_TIMEOUT_MS,
+                 clock_ms: Callable[[], int] = monotonic_ms):
+        split_address(listen)  # fail early on a malformed address
+        self.listen = listen
+        self.registry = RouteRegistry()
+        self.sweep_interval_ms = sweep_interval_ms
+        self.create_topic_timeout_ms = create_topic_timeout_ms
+        self.recall_timeout_ms = recall_timeout_ms
+        self.clock_ms = clock_ms
+        self.address: str | None = None
+        self._server: grpc.aio.Server | None = None
+        self._sweeper: asyncio.Task | None = None
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._closing: set[asyncio.Task] = set()
+        self._auto_creating: dict[str, asyncio.Future[list[ipb.TopicResult]]] = {}
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+
+    async def start(self) -> str:
+        """Bind and serve; return the bound "host:port" (useful with port 0)."""
+        server = grpc.aio.server(options=GRPC_OPTIONS)
+        svc_grpc.add_MessagingServiceServicer_to_server(MessagingService(self), server)
+        ipb_grpc.add_NameServerServicer_to_server(NameServerService(self), server)
+        host, _ = split_address(self.listen)
+        try:
+            port = server.add_insecure_port(self.listen)
+        except RuntimeError as e:
+            raise OSError(f"cannot listen on {self.listen}: the port is in use or the address is not local "
+                          f"({e})") from None
+        await server.start()
+        self._server = server
+        self.address = f"{host}:{port}"
+        self._sweeper = asyncio.create_task(self._sweep_forever(), name="namesrv-sweep")
+        log.info("namesrv serving on %s (sweep every %d ms)", self.address, self.sweep_interval_ms)
+        return self.address
+
+    async def stop(self, grace_ms: int = STOP_GRACE_MS) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        if self._server is not None:
+            await self._server.stop(grace_ms / 1000)
+            self._server = None
+        channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            await channel.close()
+        for task in list(self._closing):
+            task.cancel()
+        log.info("namesrv on %s stopped", self.address)
+
+    async def wait_for_termination(self) -> None:
+        if self._server is not None:
+            await self._server.wait_for_termination()
+
+    # -- registrations ---------------------------------------------------------------------------------------
+
+    def register(self, reg: ipb.BrokerRegistration) -> RegistrationChange | None:
+        now = self.clock_ms()
+        master_before = self.registry.master_of(reg.group, now)
+        change = self.registry.register(reg, now)
+        if change is None:
+            log.debug("heartbeat from replica %s of group %s: %s term %d applied %d", reg.replica_id, reg.group,
+                      reg.role, reg.term, reg.applied_index)
+        elif change.previous is None:
+            log.info("replica %s of group %s (cluster %s) registered: %s term %d at %s, brokerId %d when not "
+                     "master, %d topics, applied %d", reg.replica_id, reg.group, reg.cluster, reg.role, reg.term,
+                     reg.address, reg.follower_broker_id, len(reg.topics), reg.applied_index)
+        else:
+            log.info("replica %s of group %s changed: %s", reg.replica_id, reg.group,
+                     _describe_change(change.previous, reg, change.fields))
+        self._log_master_change(reg.group, master_before, now)
+        return change
+
+    def unregister(self, cluster: str, group: str, replica_id: str) -> bool:
+        now = self.clock_ms()
+        master_before = self.registry.master_of(group, now)
+        known = self.registry.unregister(cluster, group, replica_id)
+        if known:
+            log.info("replica %s of group %s (cluster %s) unregistered itself", replica_id, group, cluster)
+            self._log_master_change(group, master_before, now)
+        else:
+            log.info("unregister of unknown replica %s of group %s (cluster %s) ignored", replica_id, group, cluster)
+        return known
+
+    def sweep(self) -> None:
+        """Drop registrations past their heartbeat timeout, log them, close channels no one needs any more."""
+        now = self.clock_ms()
+        masters_before = {g: self.registry.master_of(g) for g in self.registry.groups()}
+        dropped = self.registry.expire(now)
+        for group, replica_id, silent_ms in dropped:
+            log.info("dropped replica %s of group %s: silent for %d ms, past its heartbeat timeout",
+                     replica_id, group, silent_ms)
+        for group in sorted({d.group for d in dropped}):
+            self._log_master_change(group, masters_before.get(group), now)
+        self._prune_channels()
+
+    def _log_master_change(self, group: str, before: ipb.BrokerRegistration | None, now_ms: int) -> None:
+        after = self.registry.master_of(group, now_ms)
+        if _same_master(before, after):
+            return
+        if after is None:
+            log.info("group %s has no master now (was %s); routes list its followers READ-only", group,
+                     _who(before))
+        else:
+            log.info("group %s master is now %s (was %s)", group, _who(after), _who(before))
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.sweep_interval_ms / 1000)
+            try:
+                self.sweep()
+            except Exception:
+                log.exception("expiry sweep failed; retrying in %d ms", self.sweep_interval_ms)
+
+    # -- channels to brokers ---------------------------------------------------------------------------------
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
+            self._channels[address] = channel
+        return channel
+
+    def _prune_channels(self) -> None:
+        # Bounded by the registry: a channel lives as long as some registration advertises its address.
+        wanted = self.registry.addresses()
+        for address in [a for a in self._channels if a not in wanted]:
+            channel = self._channels.pop(address)
+            task = asyncio.get_running_loop().create_task(channel.close(CHANNEL_CLOSE_GRACE_MS / 1000))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    # -- client requests -------------------------------------------------------------------------------------
+
+    async def query_route(self, topic: str, namespace: str = "") -> list[pb.MessageQueue]:
+        try:
+            return self.registry.route(topic, namespace, now_ms=self.clock_ms())
+        except TopicNotFoundError:
+            # A name that can never exist is a different mistake from a topic nobody created.
+            check_topic_name(topic)
+            enabled, queue_nums = self.registry.auto_create_defaults(self.clock_ms())
+            if not enabled:
+                raise
+        results = await self._auto_create(topic, queue_nums)
+        try:
+            return self.registry.route(topic, namespace, now_ms=self.clock_ms())
+        except TopicNotFoundError:
+            causes = "; ".join(r.message for r in results if not r.ok) or "no group allows auto-creation"
+            raise TopicNotFoundError(f"topic {topic!r} did not exist and auto-creating it failed: {causes}") from None
+
+    async def _auto_create(self, topic: str, queue_nums: int) -> list[ipb.TopicResult]:
+        # Many clients asking for the same new topic at once cause one fan-out, not one each; shield() keeps a
+        # client that gives up from cancelling the fan-out the others wait for.
+        task = self._auto_creating.get(topic)
+        if task is None:
+            config = ipb.TopicConfig(name=topic, queue_nums=queue_nums, perm=PERM_READ_WRITE,
+                                     message_types=list(ALL_MESSAGE_TYPES))
+            log.info("auto-creating topic %s with %d queues on every group that allows it", topic, queue_nums)
+            task = asyncio.ensure_future(self.create_topic("", config, auto_create_only=True))
+            self._auto_creating[topic] = task
+            task.add_done_callback(lambda done: self._auto_creating.pop(topic, None)
+                                   if self._auto_creating.get(topic) is done else None)
+        return await asyncio.shield(task)
+
+    async def create_topic(self, cluster: str, topic: ipb.TopicConfig,
+                           auto_create_only: bool = False) -> list[ipb.TopicResult]:
+        """Create topic on the master of every group of cluster ("" = all); one result per group."""
+        try:
+            check_topic_config(topic)
+        except BadRequestError as e:
+            return [ipb.TopicResult(group="", ok=False, code=e.code, message=e.message)]
+        targets = self.registry.groups_for_create(cluster, auto_create_only, now_ms=self.clock_ms())
+        if not targets:
+            return [self._no_groups_result(cluster)]
+        return list(await asyncio.gather(*(self._create_on_group(g, addr, topic) for g, addr in targets)))
+
+    def _no_groups_result(self, cluster: str) -> ipb.TopicResult:
+        known = ", ".join(self.registry.clusters(self.clock_ms())) or "none"
+        where = f"in cluster {cluster!r}" if cluster else "with this NameServer"
+        return ipb.TopicResult(group="", ok=False, code=Code.NOT_FOUND,
+                               message=f"no broker group is registered {where} (clusters known: {known}); start "
+                                       f"the brokers or check the cluster name, then create the topic again")
+
+    async def _create_on_group(self, group: str, address: str | None, topic: ipb.TopicConfig) -> ipb.TopicResult:
+        if address is None:
+            roles = ", ".join(f"{r.replica_id} {r.role} term {r.term}"
+                              for r in self.registry.replicas_of(group, self.clock_ms()))
+            return ipb.TopicResult(group=group, ok=False, code=Code.HA_NOT_AVAILABLE,
+                                   message=f"group {group} has no master right now ({roles}); create the topic "
+                                           f"again once it has elected one")
+        timeout_ms = self.create_topic_timeout_ms
+        try:
+            reply = await ipb_grpc.BrokerAdminStub(self.channel(address)).CreateTopic(
+                ipb.BrokerCreateTopicRequest(topic=topic), timeout=timeout_ms / 1000)
+        except grpc.aio.AioRpcError as e:
+            return _create_rpc_failed(group, address, timeout_ms, e)
+        except Exception as e:
+            log.exception("CreateTopic %s on group %s at %s failed", topic.name, group, address)
+            return ipb.TopicResult(group=group, ok=False, code=Code.INTERNAL_ERROR,
+                                   message=f"group {group}: CreateTopic at {address} failed: {type(e).__name__}: {e}")
+        if reply.code != Code.OK:
+            log.warning("group %s master at %s refused topic %s: %d %s", group, address, topic.name, reply.code,
+                        reply.message)
+            return ipb.TopicResult(group=group, ok=False, code=reply.code or Code.INTERNAL_ERROR,
+                                   message=f"group {group}: the master at {address} refused topic {topic.name}: "
+                                           f"{reply.message or 'no message (and no code)'}")
+        self.registry.add_topic(group, topic, self.clock_ms())
+        log.info("topic %s created on group %s (%d queues, perm %d)", topic.name, group, topic.queue_nums, topic.perm)
+        return ipb.TopicResult(group=group, ok=True, code=Code.OK, message="OK")
+
+    async def recall(self, request: svc.RecallMessageRequest, time_remaining_s: float | None = None
+                     ) -> svc.RecallMessageResponse:
+        """Forward a RecallMessage to the master of the group named in the recall handle."""
+        group, sep, opaque = request.recall_handle.partition(RECALL_HANDLE_SEPARATOR)
+        if not sep or not group or not opaque:
+            raise BadRequestError(f"recall handle {request.recall_handle!r} is not <group>:<opaque>; pass the "
+                                  f"recall_handle that SendMessage returned for the delay message")
+        now = self.clock_ms()
+        master = self.registry.master_of(group, now)
+        if master is None:
+            replicas = self.registry.replicas_of(group, now)
+            why = (f"its replicas are {', '.join(f'{r.replica_id} {r.role}' for r in replicas)}" if replicas
+                   else "no replica of it is registered with this NameServer")
+            raise RocketraftError(f"cannot recall: broker group {group} has no master ({why}); retry once it "
+                                  f"has elected one", Code.HA_NOT_AVAILABLE)
+        timeout_s = self.recall_timeout_ms / 1000
+        if time_remaining_s is not None:
+            timeout_s = max(0.001, min(timeout_s, time_remaining_s))
+        try:
+            reply = await svc_grpc.MessagingServiceStub(self.channel(master.address)).RecallMessage(
+                request, timeout=timeout_s)
+        except grpc.aio.AioRpcError as e:
+            if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise OutcomeUnknownError(f"the master of group {group} at {master.address} did not answer "
+                                          f"RecallMessage within {timeout_s * 1000:.0f} ms; the message may or "
+                                          f"may not have been recalled") from None
+            raise RocketraftError(f"cannot reach the master of group {group} at {master.address} "
+                                  f"(gRPC {e.code().name}: {e.details()}); retry", Code.HA_NOT_AVAILABLE) from None
+        if not reply.status.code:
+            reply.status.CopyFrom(status(Code.INTERNAL_ERROR, f"the master of group {group} at {master.address} "
+                                                              f"answered RecallMessage without a status"))
+        return reply
+
+
+def _create_rpc_failed(group: str, address: str, timeout_ms: int, e: grpc.aio.AioRpcError) -> ipb.TopicResult:
+    if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+        code = Code.PROXY_TIMEOUT
+        message = (f"group {group}: the master at {address} did not answer CreateTopic within {timeout_ms} ms; "
+                   f"the topic may or may not exist there now; CreateTopic is idempotent, run it again")
+    else:
+        code = Code.HA_NOT_AVAILABLE
+        message = f"group {group}: cannot reach the master at {address} (gRPC {e.code().name}: {e.details()})"
+    log.warning("%s", message)
+    return ipb.TopicResult(group=group, ok=False, code=code, message=message)
+
+
+def _who(reg: ipb.BrokerRegistration | None) -> str:
+    return "none" if reg is None else f"{reg.replica_id} (term {reg.term}) at {reg.address}"
+
+
+def _same_master(a: ipb.BrokerRegistration | None, b: ipb.BrokerRegistration | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return (a.replica_id, a.term, a.address) == (b.replica_id, b.term, b.address)
+
+
+def _describe_change(old: ipb.BrokerRegistration, new: ipb.BrokerRegistration, fields: tuple[str, ...]) -> str:
+    parts = []
+    for f in fields:
+        if f == "topics":
+            before, after = {t.name for t in old.topics}, {t.name for t in new.topics}
+            added, removed = _names(after - before), _names(before - after)
+            detail = "".join([f" +{added}" if added else "", f" -{removed}" if removed else ""])
+            parts.append(f"topics {len(before)} -> {len(after)}{detail or ' (configs changed)'}")
+        else:
+            parts.append(f"{f} {getattr(old, f)} -> {getattr(new, f)}")
+    return ", ".join(parts)
+
+
+def _names(names: set[str]) -> str:
+    shown = sorted(names)[:LOG_TOPIC_NAMES_MAX]
+    more = len(names) - len(shown)
+    return ",".join(shown) + (f",... ({more} more)" if more else "")
+
+
+def _error_status(method: str, exc: Exception) -> pb.Status:
+    if isinstance(exc, RocketraftError):
+        log.debug("%s answered %d: %s", method, exc.code, exc.message)
+    else:
+        log.exception("%s failed unexpectedly", method)
+    return to_status(exc)
+
+
+class MessagingService(svc_grpc.MessagingServiceServicer):
+    """apache.rocketmq.v2.MessagingService as an access point: QueryRoute and RecallMessage only."""
+
+    def __init__(self, ns: NameServer):
+        self._ns = ns
+
+    async def QueryRoute(self, request: svc.QueryRouteRequest, context) -> svc.QueryRouteResponse:
+        try:
+            queues = await self._ns.query_route(request.topic.name, request.topic.resource_namespace)
+        except Exception as e:
+            return svc.QueryRouteResponse(status=_error_status("QueryRoute", e))
+        log.debug("QueryRoute %s: %d queues", request.topic.name, len(queues))
+        return svc.QueryRouteResponse(status=ok(), message_queues=queues)
+
+    async def RecallMessage(self, request: svc.RecallMessageRequest, context) -> svc.RecallMessageResponse:
+        try:
+            return await self._ns.recall(request, context.time_remaining())
+        except Exception as e:
+            return svc.RecallMessageResponse(status=_error_status("RecallMessage", e))
+
+    async def Heartbeat(self, request, context) -> svc.HeartbeatResponse:
+        return svc.HeartbeatResponse(status=served_by_brokers("Heartbeat"))
+
+    async def SendMessage(self, request, context) -> svc.SendMessageResponse:
+        return svc.SendMessageResponse(status=served_by_brokers("SendMessage"))
+
+    async def QueryAssignment(self, request, context) -> svc.QueryAssignmentResponse:
+        return svc.QueryAssignmentResponse(status=served_by_brokers("QueryAssignment"))
+
+    async def ReceiveMessage(self, request, context) -> AsyncIterator[svc.ReceiveMessageResponse]:
+        yield svc.ReceiveMessageResponse(status=served_by_brokers("ReceiveMessage"))
+
+    async def AckMessage(self, request, context) -> svc.AckMessageResponse:
+        return svc.AckMessageResponse(status=served_by_brokers("AckMessage"))
+
+    async def ForwardMessageToDeadLetterQueue(self, request, context) -> svc.ForwardMessageToDeadLetterQueueResponse:
+        return svc.ForwardMessageToDeadLetterQueueResponse(status=served_by_brokers("ForwardMessageToDeadLetterQueue"))
+
+    async def PullMessage(self, request, context) -> AsyncIterator[svc.PullMessageResponse]:
+        yield svc.PullMessageResponse(status=served_by_brokers("PullMessage"))
+
+    async def UpdateOffset(self, request, context) -> svc.UpdateOffsetResponse:
+        return svc.UpdateOffsetResponse(status=served_by_brokers("UpdateOffset"))
+
+    async def GetOffset(self, request, context) -> svc.GetOffsetResponse:
+        return svc.GetOffsetResponse(status=served_by_brokers("GetOffset"))
+
+    async def QueryOffset(self, request, context) -> svc.QueryOffsetResponse:
+        return svc.QueryOffsetResponse(status=served_by_brokers("QueryOffset"))
+
+    async def EndTransaction(self, request, context) -> svc.EndTransactionResponse:
+        return svc.EndTransactionResponse(status=served_by_brokers("EndTransaction"))
+
+    async def Telemetry(self, request_iterator, context) -> AsyncIterator[svc.TelemetryCommand]:
+        yield svc.TelemetryCommand(status=served_by_brokers("Telemetry"))
+
+    async def NotifyClientTermination(self, request, context) -> svc.NotifyClientTerminationResponse:
+        return svc.NotifyClientTerminationResponse(status=served_by_brokers("NotifyClientTermination"))
+
+    async def ChangeInvisibleDuration(self, request, context) -> svc.ChangeInvisibleDurationResponse:
+        return svc.ChangeInvisibleDurationResponse(status=served_by_brokers("ChangeInvisibleDuration"))
+
+    async def SyncLiteSubscription(self, request, context) -> svc.SyncLiteSubscriptionResponse:
+        return svc.SyncLiteSubscriptionResponse(status=served_by_brokers("SyncLiteSubscription"))
+
+
+class NameServerService(ipb_grpc.NameServerServicer):
+    """rocketraft.internal.v1.NameServer: what brokers and admin tools call."""
+
+    def __init__(self, ns: NameServer):
+        self._ns = ns
+
+    async def RegisterBroker(self, request: ipb.RegisterBrokerRequest, context) -> ipb.RegisterBrokerResponse:
+        failure = None
+        try:
+            self._ns.register(request.registration)
+        except BadRequestError as e:
+            log.warning("refused %s", e.message)
+            failure = (grpc.StatusCode.INVALID_ARGUMENT, e.message)
+        except Exception as e:
+            log.exception("RegisterBroker failed unexpectedly")
+            failure = (grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}")
+        if failure is not None:
+            # The response has no status field, so the gRPC status carries the reason.
+            await context.abort(*failure)
+        return ipb.RegisterBrokerResponse()
+
+    async def UnregisterBroker(self, request: ipb.UnregisterBrokerRequest, context) -> ipb.RegisterBrokerResponse:
+        self._ns.unregister(request.cluster, request.group, request.replica_id)
+        return ipb.RegisterBrokerResponse()
+
+    async def GetClusterInfo(self, request: ipb.GetClusterInfoRequest, context) -> ipb.GetClusterInfoResponse:
+        return self._ns.registry.cluster_info(now_ms=self._ns.clock_ms())
+
+    async def CreateTopic(self, request: ipb.CreateTopicRequest, context) -> ipb.CreateTopicResponse:
+        try:
+            results = await self._ns.create_topic(request.cluster, request.topic)
+        except Exception as e:
+            log.exception("CreateTopic %s failed unexpectedly", request.topic.name)
+            results = [ipb.TopicResult(group="", ok=False, code=Code.INTERNAL_ERROR,
+                                       message=f"internal error: {type(e).__name__}: {e}")]
+        return ipb.CreateTopicResponse(results=results)
+
+
+# -- command line ------------------------------------------------------------------------------------------------
+
+def _listen_address(value: str) -> str:
+    try:
+        split_address(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--listen", type=_listen_address, default=os.environ.get(LISTEN_ENV) or DEFAULT_LISTEN,
+                        metavar="HOST:PORT",
+                        help=f"address to serve clients and brokers on (default: ${LISTEN_ENV} or {DEFAULT_LISTEN}; "
+                             f"port 0 picks a free port)")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="namesrv log level (default INFO; DEBUG also logs every heartbeat)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM/SIGINT. Prints "namesrv listening on HOST:PORT" to stdout once serving."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log.setLevel(args.log_level)
+    try:
+        return asyncio.run(_serve_until_signal(args.listen))
+    except OSError as e:
+        log.error("%s", e)
+        return 1
+    except KeyboardInterrupt:  # Ctrl-C before the signal handlers were installed
+        return 130
+
+
+async def _serve_until_signal(listen: str) -> int:
+    ns = NameServer(listen)
+    address = await ns.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    # The one line a supervisor or test waits for; it carries the real port when --listen used port 0.
+    print(f"namesrv listening on {address}", flush=True)
+    await stop.wait()
+    log.info("namesrv on %s stopping (signal)", address)
+    await ns.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m namesrv", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
