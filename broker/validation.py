@@ -10,7 +10,7 @@ from rocketraft.wire import Code, MessageType, pb
 
 from .config import BrokerConfig
 
-TOPIC_NAME_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+TOPIC_NAME_RE = re.compile(r"[%|a-zA-Z0-9_-]+")  # fullmatch: "$" would accept a trailing newline
 TOPIC_NAME_CHARS_MAX = 127
 GROUP_NAME_CHARS_MAX = 255
 TAG_CHARS_MAX = 128
@@ -18,7 +18,7 @@ KEY_CHARS_MAX = 128
 KEYS_MAX = 32
 MESSAGE_GROUP_CHARS_MAX = 64
 MESSAGE_ID_CHARS_MAX = 128
-PROPERTY_KEY_RE = re.compile(r"^[a-zA-Z0-9_.-]{1,64}$")
+PROPERTY_KEY_RE = re.compile(r"[a-zA-Z0-9_.-]{1,64}")
 RESERVED_PROPERTY_PREFIX = "__"
 
 
@@ -28,7 +28,7 @@ def topic_name(name: str) -> str:
     if len(name) > TOPIC_NAME_CHARS_MAX:
         raise RocketraftError(f"topic name of {len(name)} characters is longer than {TOPIC_NAME_CHARS_MAX}",
                               Code.ILLEGAL_TOPIC)
-    if not TOPIC_NAME_RE.match(name):
+    if not TOPIC_NAME_RE.fullmatch(name):
         raise RocketraftError(f"topic name {name!r} has characters outside ^[%|a-zA-Z0-9_-]+$", Code.ILLEGAL_TOPIC)
     return name
 
@@ -36,7 +36,7 @@ def topic_name(name: str) -> str:
 def group_name(name: str) -> str:
     if not name:
         raise RocketraftError("consumer group is empty; give the group to consume as", Code.ILLEGAL_CONSUMER_GROUP)
-    if len(name) > GROUP_NAME_CHARS_MAX or not TOPIC_NAME_RE.match(name):
+    if len(name) > GROUP_NAME_CHARS_MAX or not TOPIC_NAME_RE.fullmatch(name):
         raise RocketraftError(f"consumer group {name!r}: use at most {GROUP_NAME_CHARS_MAX} of [%|a-zA-Z0-9_-]",
                               Code.ILLEGAL_CONSUMER_GROUP)
     return name
@@ -100,7 +100,7 @@ def message(msg: pb.Message, config: BrokerConfig, now_ms: int) -> int:
 def _properties(msg: pb.Message, config: BrokerConfig) -> None:
     size = 0
     for key, value in msg.user_properties.items():
-        if not PROPERTY_KEY_RE.match(key) or key.startswith(RESERVED_PROPERTY_PREFIX):
+        if not PROPERTY_KEY_RE.fullmatch(key) or key.startswith(RESERVED_PROPERTY_PREFIX):
             raise RocketraftError(f"user property key {key!r}: 1-64 of [a-zA-Z0-9_.-], not starting with "
                                   f"{RESERVED_PROPERTY_PREFIX!r}", Code.ILLEGAL_MESSAGE_PROPERTY_KEY)
         size += len(key) + len(value)

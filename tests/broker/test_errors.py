@@ -34,6 +34,7 @@ def send(cluster, *messages, replica: str | None = None):
 @pytest.mark.parametrize("build, code, words", [
     (lambda: raw_message("bad topic!", b"x"), Code.ILLEGAL_TOPIC, "characters outside"),
     (lambda: raw_message("t" * 128, b"x"), Code.ILLEGAL_TOPIC, "longer than 127"),
+    (lambda: raw_message("valid\n", b"x"), Code.ILLEGAL_TOPIC, "characters outside"),
     (lambda: raw_message("missing", b"x"), Code.TOPIC_NOT_FOUND, "does not exist"),
     (lambda: raw_message("valid", b""), Code.MESSAGE_BODY_EMPTY, "body is empty"),
     (lambda: raw_message("valid", b"x" * (4 * 1024 * 1024 + 1)), Code.MESSAGE_BODY_TOO_LARGE, "maxMessageSize"),
