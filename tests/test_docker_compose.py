@@ -1,0 +1,481 @@
+"""docker/docker-compose.yml and docker/Dockerfile, checked without a Docker engine.
+
+There is no Docker engine where these tests run, so the compose cluster is never started here. Instead every
+service's `command:` is run through the real `rocketraft` CLI (rocketraft.cli.main, with the server's `run`
+replaced by a hook that keeps the parsed arguments), each broker's arguments go through broker.config.from_args,
+and the resulting settings are checked against the compose file's ports, volumes and service names: what a
+container would be started with is what these tests read. `docker compose config -q` runs too when the Compose
+plugin is installed (it needs no engine).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCKER_DIR = ROOT / "docker"
+COMPOSE_FILE = DOCKER_DIR / "docker-compose.yml"
+DOCKERFILE = DOCKER_DIR / "Dockerfile"
+
+NAMESRV = "namesrv"
+BROKERS = ("broker-n0", "broker-n1", "broker-n2")
+CLUSTER, GROUP = "DefaultCluster", "broker-a"
+RAFT_PORT = 40911
+DATA_DIR = "/data"
+ADVERTISED_HOST_DEFAULT = "localhost"  # what the official SDK on the docker host connects to
+LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "::1"}
+
+
+# -- compose file ------------------------------------------------------------------------------------------------
+
+_VARIABLE = re.compile(r"\$(?:(?P<escaped>\$)|\{(?P<braced>[A-Za-z_]\w*)(?:(?P<op>:?[-?+])(?P<arg>[^}]*))?\}"
+                       r"|(?P<bare>[A-Za-z_]\w*))")
+
+
+def _interpolate(value, env: dict[str, str]):
+    """Compose's variable interpolation (${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?error}, $$) on values."""
+    if isinstance(value, dict):
+        return {k: _interpolate(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolate(v, env) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def substitute(m: re.Match) -> str:
+        if m["escaped"]:
+            return "$"
+        name = m["braced"] or m["bare"]
+        op, arg = m["op"] or "", m["arg"] or ""
+        present = name in env and (env[name] != "" or not op.startswith(":"))
+        if op.endswith("-"):
+            return env[name] if present else arg
+        if op.endswith("?"):
+            if not present:
+                pytest.fail(f"{COMPOSE_FILE.name}: ${{{name}}} is required ({arg}); give it a default")
+            return env[name]
+        if op.endswith("+"):
+            return arg if present else ""
+        return env.get(name, "")
+
+    return _VARIABLE.sub(substitute, value)
+
+
+def load_compose(env: dict[str, str] | None = None) -> dict:
+    assert COMPOSE_FILE.is_file(), f"{COMPOSE_FILE} is missing"
+    with open(COMPOSE_FILE) as f:
+        data = yaml.safe_load(f)  # resolves the file's anchors and << merge keys, as Compose does
+    assert isinstance(data, dict) and isinstance(data.get("services"), dict), f"{COMPOSE_FILE}: no services mapping"
+    return _interpolate(data, env or {})
+
+
+def command_of(service: dict, name: str) -> list[str]:
+    command = service.get("command")
+    assert command, f"service {name}: no command (the image's default command only prints --help)"
+    if isinstance(command, str):  # Compose splits a string command like a shell would
+        return shlex.split(command)
+    return [str(arg) for arg in command]
+
+
+def published_ports(service: dict, name: str) -> list[tuple[int, int]]:
+    """(host port, container port) for every published port of a service."""
+    out = []
+    for entry in service.get("ports") or []:
+        if isinstance(entry, dict):  # long syntax
+            assert "published" in entry, f"service {name}: port {entry} publishes no host port"
+            out.append((int(entry["published"]), int(entry["target"])))
+            continue
+        spec = str(entry).split("/")[0]
+        parts = spec.rsplit(":", 2)
+        assert len(parts) >= 2, f"service {name}: port {entry!r} publishes no fixed host port (clients need one)"
+        assert all(p.isdigit() for p in parts[-2:]), f"service {name}: port {entry!r}: use single ports, not ranges"
+        out.append((int(parts[-2]), int(parts[-1])))
+    return out
+
+
+def named_volumes(service: dict, name: str) -> dict[str, str]:
+    """Mount target -> named volume, for the service's named-volume mounts (bind mounts are left out)."""
+    out = {}
+    for entry in service.get("volumes") or []:
+        if isinstance(entry, dict):
+            if entry.get("type", "volume") == "volume" and entry.get("source"):
+                out[entry["target"]] = entry["source"]
+            continue
+        source, sep, rest = str(entry).partition(":")
+        if sep and not source.startswith(("/", ".", "~", "$")):
+            out[rest.split(":")[0]] = source
+    return out
+
+
+def split_host_port(address: str, what: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    assert sep and host and port.isdigit(), f"{what} {address!r} is not host:port"
+    return host, int(port)
+
+
+def is_under(path: str, directory: str) -> bool:
+    path, directory = os.path.normpath(path), os.path.normpath(directory)
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+# -- the real CLI ------------------------------------------------------------------------------------------------
+
+# Runs in a fresh interpreter in the repo root: under pytest, tests/ is on sys.path and its dledger/ and broker/
+# directories (no __init__.py) would shadow the real packages, which broker.server needs whole. The script runs
+# rocketraft.cli.main exactly as the image's ENTRYPOINT would, with the servers' `run` replaced by a hook that
+# keeps the parsed arguments, and turns each broker's arguments into its BrokerConfig (broker.config.from_args).
+_PARSE_SCRIPT = """
+import contextlib, dataclasses, io, json, logging, sys
+from broker import config as broker_config, server as broker_server
+from namesrv import server as namesrv_server
+from rocketraft import cli
+
+captured = []
+broker_server.run = namesrv_server.run = lambda args: captured.append(args) or 0
+logging.basicConfig = lambda *a, **k: None
+out = {}
+for name, argv in json.load(sys.stdin).items():
+    captured.clear()
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            rc = cli.main(argv)
+    except SystemExit as e:
+        out[name] = {"error": f"the rocketraft CLI refuses it (exit {e.code}): {err.getvalue().strip()}"}
+        continue
+    if rc != 0 or len(captured) != 1:
+        out[name] = {"error": "rocketraft.cli.main did not reach broker.server.run / namesrv.server.run; it "
+                              "dispatches differently now: update _PARSE_SCRIPT in this test"}
+        continue
+    args = captured[0]
+    if argv[0] != "broker":
+        out[name] = {"args": {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool))}}
+        continue
+    try:
+        cfg = broker_config.from_args(args)
+    except (ValueError, OSError) as e:
+        out[name] = {"error": f"the broker would refuse to start: {e}"}
+        continue
+    out[name] = {"config": dict(dataclasses.asdict(cfg), peers=cfg.peers, namesrv_addresses=cfg.namesrv_addresses)}
+print(json.dumps(out))
+"""
+
+
+def parse_with_cli(commands: dict[str, list[str]]) -> dict[str, dict]:
+    """Service name -> {"args": namesrv arguments} or {"config": BrokerConfig fields + peers, namesrv_addresses}."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROCKETRAFT_")}  # the containers set none
+    proc = subprocess.run([sys.executable, "-c", _PARSE_SCRIPT], input=json.dumps(commands), cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, f"parsing the compose commands with rocketraft.cli crashed:\n{proc.stderr}"
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name, result in results.items():
+        assert "error" not in result, f"service {name}: `rocketraft {shlex.join(commands[name])}`: {result['error']}"
+    return results
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return load_compose()
+
+
+@pytest.fixture(scope="module")
+def services(compose) -> dict[str, dict]:
+    return compose["services"]
+
+
+# Compose variables set for the "overridden" variant: the file must use them where the README says.
+OVERRIDES = {"ROCKETRAFT_ADVERTISED_HOST": "192.0.2.7", "ROCKETRAFT_SUBNET_PREFIX": "10.9.8"}
+
+
+@pytest.fixture(scope="module")
+def variants() -> dict[str, dict[str, dict]]:
+    """Services of the compose file as Compose would see them, with no variables set and with OVERRIDES."""
+    return {"default": load_compose()["services"], "overridden": load_compose(OVERRIDES)["services"]}
+
+
+@pytest.fixture(scope="module")
+def parsed_variants(variants) -> dict[str, tuple[SimpleNamespace, dict[str, SimpleNamespace]]]:
+    """Per variant: (namesrv arguments, broker service -> its BrokerConfig), from one run of the CLI."""
+    commands = {}
+    for variant, services in variants.items():
+        for name in (NAMESRV, *BROKERS):
+            assert name in services, f"{COMPOSE_FILE.name} has no service {name!r} (services: {sorted(services)})"
+            command = command_of(services[name], name)
+            expected = "namesrv" if name == NAMESRV else "broker"
+            assert command[0] == expected, f"service {name}: command must start with `{expected}`, not {command[0]!r}"
+            commands[f"{name} ({variant} variables)"] = command
+    results = parse_with_cli(commands)
+    return {variant: (SimpleNamespace(**results[f"{NAMESRV} ({variant} variables)"]["args"]),
+                      {n: SimpleNamespace(**results[f"{n} ({variant} variables)"]["config"]) for n in BROKERS})
+            for variant in variants}
+
+
+@pytest.fixture(scope="module")
+def namesrv_args(parsed_variants) -> SimpleNamespace:
+    return parsed_variants["default"][0]
+
+
+@pytest.fixture(scope="module")
+def configs(parsed_variants) -> dict[str, SimpleNamespace]:
+    return parsed_variants["default"][1]
+
+
+# -- compose: services and commands ------------------------------------------------------------------------------
+
+def test_services_exist_and_brokers_are_exactly_the_group(services):
+    missing = [n for n in (NAMESRV, *BROKERS) if n not in services]
+    assert not missing, f"{COMPOSE_FILE.name} lacks services {missing} (has {sorted(services)})"
+    running_broker = sorted(n for n, s in services.items() if command_of(s, n)[0] == "broker")
+    assert running_broker == sorted(BROKERS), f"services running `broker`: {running_broker}, expected {BROKERS}"
+
+
+def test_every_service_runs_the_image_built_from_docker_dockerfile(services):
+    images = {}
+    for name in (NAMESRV, *BROKERS):
+        build = services[name].get("build")
+        assert isinstance(build, dict), f"service {name}: needs a build section (context + dockerfile)"
+        context = (COMPOSE_FILE.parent / build.get("context", ".")).resolve()
+        assert context == ROOT, f"service {name}: build context {build.get('context')!r} is {context}, not the repo"
+        dockerfile = context / build.get("dockerfile", "Dockerfile")
+        assert dockerfile.resolve() == DOCKERFILE.resolve(), f"service {name}: dockerfile {dockerfile} != {DOCKERFILE}"
+        images[name] = services[name].get("image")
+    assert len(set(images.values())) == 1 and None not in images.values(), (
+        f"every service should tag and run one image, got {images}")
+
+
+def test_configuration_is_in_the_commands_not_the_environment(services):
+    for name in (NAMESRV, *BROKERS):
+        service = services[name]
+        assert "env_file" not in service, f"service {name}: env_file would hide settings from this test"
+        env = service.get("environment") or {}
+        keys = [e.split("=")[0] for e in env] if isinstance(env, list) else list(env)
+        hidden = [k for k in keys if k.startswith("ROCKETRAFT_")]
+        assert not hidden, f"service {name}: set {hidden} as `command:` flags instead, so the command is the config"
+
+
+def test_namesrv_listens_on_a_published_port(services, namesrv_args):
+    host, port = split_host_port(namesrv_args.listen, "namesrv --listen")
+    assert host not in LOOPBACK_HOSTS, f"namesrv --listen {namesrv_args.listen}: loopback is unreachable from " \
+                                       f"other containers and published ports; listen on 0.0.0.0"
+    container_ports = [c for _, c in published_ports(services[NAMESRV], NAMESRV)]
+    assert port in container_ports, f"namesrv listens on {port} but publishes {container_ports}"
+
+
+def test_brokers_form_one_group_of_the_cluster(configs):
+    for name, cfg in configs.items():
+        assert cfg.brokerName == GROUP, f"service {name}: brokerName {cfg.brokerName!r}, expected {GROUP!r}"
+        assert cfg.brokerClusterName == CLUSTER, f"service {name}: brokerClusterName {cfg.brokerClusterName!r}"
+    self_ids = {name: cfg.dLegerSelfId for name, cfg in configs.items()}
+    assert len(set(self_ids.values())) == len(BROKERS), f"dLegerSelfId must differ per replica: {self_ids}"
+
+
+def test_dleger_peers_are_the_three_broker_services_on_the_raft_port(configs):
+    peer_lists = {name: cfg.dLegerPeers for name, cfg in configs.items()}
+    assert len(set(peer_lists.values())) == 1, f"every replica must list the same dLegerPeers: {peer_lists}"
+    for name, cfg in configs.items():
+        peers = cfg.peers
+        assert cfg.dLegerSelfId in peers, f"service {name}: dLegerSelfId {cfg.dLegerSelfId} not in {cfg.dLegerPeers}"
+        hosts = sorted(split_host_port(a, f"{name} dLegerPeers item")[0] for a in peers.values())
+        assert hosts == sorted(BROKERS), f"service {name}: dLegerPeers hosts {hosts} must be the services {BROKERS}"
+        ports = {split_host_port(a, "dLegerPeers item")[1] for a in peers.values()}
+        assert ports == {RAFT_PORT}, f"service {name}: Raft ports {ports}, expected {RAFT_PORT}"
+        own_host = split_host_port(peers[cfg.dLegerSelfId], "own Raft address")[0]
+        assert own_host == name, (f"service {name}: its own Raft address {peers[cfg.dLegerSelfId]} names {own_host}; "
+                                  f"the replica binds it, so it must be this container's service name")
+
+
+def test_brokers_register_with_the_namesrv_service(configs, namesrv_args):
+    _, namesrv_port = split_host_port(namesrv_args.listen, "namesrv --listen")
+    for name, cfg in configs.items():
+        assert cfg.namesrv_addresses, f"service {name}: namesrvAddr is empty"
+        for address in cfg.namesrv_addresses:
+            host, port = split_host_port(address, f"{name} namesrvAddr")
+            assert (host, port) == (NAMESRV, namesrv_port), (
+                f"service {name}: namesrvAddr {address} should be {NAMESRV}:{namesrv_port} (the compose service)")
+
+
+def test_broker_ports_are_published_and_advertised(services, configs):
+    host_ports = {}
+    for name in (NAMESRV, *BROKERS):
+        for host_port, _ in published_ports(services[name], name):
+            assert host_port not in host_ports, f"host port {host_port} published by {host_ports[host_port]} and {name}"
+            host_ports[host_port] = name
+    for name, cfg in configs.items():
+        listen_host, listen_port = split_host_port(cfg.listenAddress, f"{name} listenAddress")
+        assert listen_host not in LOOPBACK_HOSTS, f"service {name}: listenAddress {cfg.listenAddress} is loopback; " \
+                                                  f"a published port cannot reach it (use 0.0.0.0)"
+        mapping = {container: host for host, container in published_ports(services[name], name)}
+        assert listen_port in mapping, f"service {name}: listenAddress port {listen_port} is not published ({mapping})"
+        assert cfg.advertisedAddress, f"service {name}: set advertisedAddress (clients cannot reach the listen address)"
+        adv_host, adv_port = split_host_port(cfg.advertisedAddress, f"{name} advertisedAddress")
+        assert adv_port == mapping[listen_port], (
+            f"service {name}: advertisedAddress {cfg.advertisedAddress} must name the host port {mapping[listen_port]} "
+            f"published for the listen port {listen_port}")
+        assert adv_host == ADVERTISED_HOST_DEFAULT, (
+            f"service {name}: advertisedAddress host {adv_host!r}; by default clients on the docker host are "
+            f"told {ADVERTISED_HOST_DEFAULT}")
+
+
+def test_broker_stores_live_on_their_own_named_volumes(compose, services, configs):
+    used = {}
+    for name, cfg in configs.items():
+        mounts = named_volumes(services[name], name)
+        targets = [t for t in mounts if is_under(cfg.storePathRootDir, t)]
+        assert targets, (f"service {name}: storePathRootDir {cfg.storePathRootDir} is not inside a named volume "
+                         f"(mounts: {mounts}); the store would be lost with the container")
+        volume = mounts[max(targets, key=len)]
+        assert volume not in used, f"services {used.get(volume)} and {name} share the volume {volume!r}"
+        used[volume] = name
+        assert is_under(cfg.storePathRootDir, DATA_DIR), f"service {name}: store outside {DATA_DIR} (the image VOLUME)"
+
+
+def test_every_named_volume_is_declared(compose, services):
+    declared = set(compose.get("volumes") or {})
+    for name, service in services.items():
+        for target, volume in named_volumes(service, name).items():
+            assert volume in declared, f"service {name}: volume {volume!r} (at {target}) is not declared in `volumes:`"
+
+
+def test_brokers_restart_and_start_after_the_namesrv(services):
+    for name in BROKERS:
+        service = services[name]
+        assert service.get("restart") == "unless-stopped", (
+            f"service {name}: restart is {service.get('restart')!r}; a crashed replica must come back (unless-stopped)")
+        depends = service.get("depends_on") or []
+        assert NAMESRV in depends, f"service {name}: depends_on {depends} lacks {NAMESRV}"
+
+
+def test_fixed_addresses_lie_in_their_networks(compose, services):
+    subnets = {}
+    for net_name, net in (compose.get("networks") or {}).items():
+        for pool in ((net or {}).get("ipam") or {}).get("config") or []:
+            subnets.setdefault(net_name, []).append(ipaddress.ip_network(pool["subnet"]))
+    seen = {}
+    for name, service in services.items():
+        networks = service.get("networks") or {}
+        if not isinstance(networks, dict):
+            continue
+        for net_name, attached in networks.items():
+            address = (attached or {}).get("ipv4_address")
+            if not address:
+                continue
+            ip = ipaddress.ip_address(address)
+            assert any(ip in s for s in subnets.get(net_name, [])), (
+                f"service {name}: ipv4_address {ip} is outside network {net_name!r} subnets {subnets.get(net_name)}")
+            assert ip not in seen, f"services {seen.get(ip)} and {name} share {ip}"
+            seen[ip] = name
+
+
+def test_variables_change_the_advertised_host_and_the_subnet(variants, parsed_variants):
+    host, prefix = OVERRIDES["ROCKETRAFT_ADVERTISED_HOST"], OVERRIDES["ROCKETRAFT_SUBNET_PREFIX"]
+    for name, cfg in parsed_variants["overridden"][1].items():
+        assert cfg.advertisedAddress.startswith(f"{host}:"), (
+            f"service {name}: advertisedAddress {cfg.advertisedAddress} ignores ROCKETRAFT_ADVERTISED_HOST={host}")
+    for name, service in variants["overridden"].items():
+        for attached in (service.get("networks") or {}).values():
+            if (attached or {}).get("ipv4_address"):
+                assert attached["ipv4_address"].startswith(f"{prefix}."), (
+                    f"service {name}: {attached['ipv4_address']} ignores ROCKETRAFT_SUBNET_PREFIX={prefix}")
+
+
+# -- Dockerfile --------------------------------------------------------------------------------------------------
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    assert DOCKERFILE.is_file(), f"{DOCKERFILE} is missing"
+    out, pending = [], ""
+    for line in DOCKERFILE.read_text().splitlines():
+        stripped = line.strip()
+        if not pending and (not stripped or stripped.startswith("#")):
+            continue
+        if stripped.startswith("#"):  # a comment inside a continued instruction
+            continue
+        if stripped.endswith("\\"):
+            pending += stripped[:-1] + " "
+            continue
+        instruction, _, rest = (pending + stripped).partition(" ")
+        out.append((instruction.upper(), rest.strip()))
+        pending = ""
+    return out
+
+
+def _args(rest: str) -> list[str]:
+    return json.loads(rest) if rest.startswith("[") else shlex.split(rest)
+
+
+def test_dockerfile_base_user_volume_and_ports(services):
+    instructions = dockerfile_instructions()
+    froms = [rest for ins, rest in instructions if ins == "FROM"]
+    assert froms and froms[0].split()[0] == "python:3.11-slim", f"FROM {froms}: expected python:3.11-slim"
+    users = [rest for ins, rest in instructions if ins == "USER"]
+    assert users and users[-1].split(":")[0] not in ("root", "0"), f"the image must run as a non-root USER: {users}"
+    volumes = [v for ins, rest in instructions if ins == "VOLUME" for v in _args(rest)]
+    assert DATA_DIR in volumes, f"VOLUME {volumes} lacks {DATA_DIR}"
+    exposed = {int(p.split("/")[0]) for ins, rest in instructions if ins == "EXPOSE" for p in rest.split()}
+    assert {9876, 8081, RAFT_PORT} <= exposed, f"EXPOSE {sorted(exposed)} lacks some of 9876 8081 {RAFT_PORT}"
+    for name in (NAMESRV, *BROKERS):
+        for _, container_port in published_ports(services[name], name):
+            assert container_port in exposed, f"service {name} publishes {container_port}, which the image lacks"
+
+
+def test_dockerfile_entrypoint_is_the_rocketraft_console_script():
+    entrypoints = [rest for ins, rest in dockerfile_instructions() if ins == "ENTRYPOINT"]
+    assert entrypoints, "the Dockerfile has no ENTRYPOINT"
+    assert json.loads(entrypoints[-1]) == ["rocketraft"], f"ENTRYPOINT {entrypoints[-1]}: expected [\"rocketraft\"]"
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        scripts = tomllib.load(f)["project"].get("scripts", {})
+    assert scripts.get("rocketraft") == "rocketraft.cli:main", f"pyproject's rocketraft script is {scripts}"
+
+
+def test_dockerfile_copies_exist_and_cover_every_package():
+    copied = []
+    for ins, rest in dockerfile_instructions():
+        if ins not in ("COPY", "ADD"):
+            continue
+        args = _args(rest)
+        if any(a.startswith("--from") for a in args):
+            continue
+        sources = [a for a in args if not a.startswith("--")][:-1]
+        for source in sources:
+            assert (ROOT / source).exists(), f"Dockerfile {ins} {source}: no such file or directory in the repo"
+        copied += [os.path.normpath(s) for s in sources]
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        pyproject = tomllib.load(f)
+    packages = [p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]]
+    missing = [p for p in packages if p not in copied]
+    assert not missing, f"pyproject packages {missing} are not COPYed into the image; `pip install .` would miss them"
+    for needed in ("pyproject.toml", pyproject["project"]["readme"]):
+        assert needed in copied, f"the Dockerfile must COPY {needed} (pip install . reads it)"
+
+
+# -- docker compose itself (no engine needed) --------------------------------------------------------------------
+
+def _compose_cli() -> list[str] | None:
+    """`docker compose` (v2) if it works here; the legacy docker-compose v1 does not know this file's `name:`."""
+    if not shutil.which("docker"):
+        return None
+    try:
+        probe = subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return ["docker", "compose"] if probe.returncode == 0 else None
+
+
+def test_docker_compose_config_accepts_the_file():
+    compose_cli = _compose_cli()
+    if compose_cli is None:
+        pytest.skip("no Docker Compose on this machine (`docker compose version` fails)")
+    result = subprocess.run([*compose_cli, "-f", str(COMPOSE_FILE), "config", "-q"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, f"`docker compose config -q` rejects {COMPOSE_FILE.name}:\n{result.stderr}"
