@@ -113,7 +113,8 @@ class Broker:
         """Call from the event loop that serves requests."""
         self._loop = asyncio.get_running_loop()
         self.batcher.start()
-        self.sm.add_listener(lambda topics: self._loop.call_soon_threadsafe(self._on_topics_committed, topics))
+        self.sm.add_listener(lambda topics, configs_changed: self._loop.call_soon_threadsafe(
+            self._on_topics_committed, topics, configs_changed))
         self.replica.subscribe(lambda _status: self._loop.call_soon_threadsafe(self._fire, self._role_listeners))
 
     async def stop(self) -> None:
@@ -131,12 +132,13 @@ class Broker:
         for callback in callbacks:
             callback()
 
-    def _on_topics_committed(self, topics: set[str]) -> None:
+    def _on_topics_committed(self, topics: set[str], configs_changed: bool) -> None:
         for topic in topics:
             event = self._topic_events.pop(topic, None)
             if event is not None:
                 event.set()
-        self._fire(self._topic_listeners)
+        if configs_changed:  # new messages alone must not re-register with every NameServer
+            self._fire(self._topic_listeners)
 
     async def wait_for_topic(self, topic: str, timeout_s: float) -> None:
         event = self._topic_events.get(topic)

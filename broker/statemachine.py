@@ -86,7 +86,8 @@ class BrokerStateMachine:
     def __init__(self) -> None:
         self._store: Store | None = None
         self._touched: set[str] = set()
-        self._listeners: list[Callable[[set[str]], None]] = []
+        self._configs_changed = False  # a topic was created, changed or deleted (not merely written to)
+        self._listeners: list[Callable[[set[str], bool], None]] = []
         self._lock = threading.Lock()
 
     # -- dledger hooks -----------------------------------------------------------------------------
@@ -94,17 +95,19 @@ class BrokerStateMachine:
         self._store = store
         self.db = {name: store.db(name) for name in t.ALL}
 
-    def add_listener(self, callback: Callable[[set[str]], None]) -> None:
-        """callback(topics) runs on the Raft thread after entries touching those topics are committed."""
+    def add_listener(self, callback: Callable[[set[str], bool], None]) -> None:
+        """callback(topics, configs_changed) runs on the Raft thread after entries touching those topics are
+        committed; configs_changed says whether a topic's configuration changed (not just its messages)."""
         self._listeners.append(callback)
 
     def committed(self, applied_index: int) -> None:
         if not self._touched:
             return
         touched, self._touched = self._touched, set()
+        configs_changed, self._configs_changed = self._configs_changed, False
         for callback in self._listeners:
             try:
-                callback(touched)
+                callback(touched, configs_changed)
             except Exception:  # noqa: BLE001 - a listener must not stop the replica
                 log.exception("state machine listener failed")
 
@@ -154,6 +157,7 @@ class BrokerStateMachine:
                                   f"removed (asked for {config.queue_nums})")
             txn.put(config.name.encode(), config.SerializeToString(), db=self.db[t.TOPICS])
         self._touched.add(config.name)
+        self._configs_changed = True
         return None
 
     def _group(self, command: spb.GroupCommand, txn):
@@ -166,6 +170,7 @@ class BrokerStateMachine:
         if txn.get(name.encode(), db=self.db[t.TOPICS]) is None:
             config = ipb.TopicConfig(name=name, queue_nums=queue_nums, perm=6)
             txn.put(name.encode(), config.SerializeToString(), db=self.db[t.TOPICS])
+            self._configs_changed = True
 
     # -- sending --------------------------------------------------------------------------------------
     def _send(self, command: spb.SendCommand, index: int, slot: int, txn):
