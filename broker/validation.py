@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import re
 
+from rocketraft import names
 from rocketraft.errors import BadRequestError, BodyTooLargeError, RocketraftError, UnsupportedError
 from rocketraft.wire import Code, MessageType, pb
 
 from .config import BrokerConfig
 
-TOPIC_NAME_RE = re.compile(r"[%|a-zA-Z0-9_-]+")  # fullmatch: "$" would accept a trailing newline
-TOPIC_NAME_CHARS_MAX = 127
-GROUP_NAME_CHARS_MAX = 255
 TAG_CHARS_MAX = 128
 KEY_CHARS_MAX = 128
 KEYS_MAX = 32
@@ -22,24 +20,8 @@ PROPERTY_KEY_RE = re.compile(r"[a-zA-Z0-9_.-]{1,64}")
 RESERVED_PROPERTY_PREFIX = "__"
 
 
-def topic_name(name: str) -> str:
-    if not name:
-        raise RocketraftError("topic name is empty; give the topic to use", Code.ILLEGAL_TOPIC)
-    if len(name) > TOPIC_NAME_CHARS_MAX:
-        raise RocketraftError(f"topic name of {len(name)} characters is longer than {TOPIC_NAME_CHARS_MAX}",
-                              Code.ILLEGAL_TOPIC)
-    if not TOPIC_NAME_RE.fullmatch(name):
-        raise RocketraftError(f"topic name {name!r} has characters outside ^[%|a-zA-Z0-9_-]+$", Code.ILLEGAL_TOPIC)
-    return name
-
-
-def group_name(name: str) -> str:
-    if not name:
-        raise RocketraftError("consumer group is empty; give the group to consume as", Code.ILLEGAL_CONSUMER_GROUP)
-    if len(name) > GROUP_NAME_CHARS_MAX or not TOPIC_NAME_RE.fullmatch(name):
-        raise RocketraftError(f"consumer group {name!r}: use at most {GROUP_NAME_CHARS_MAX} of [%|a-zA-Z0-9_-]",
-                              Code.ILLEGAL_CONSUMER_GROUP)
-    return name
+topic_name = names.check_topic_name
+group_name = names.check_group_name
 
 
 def queue_nums(n: int, config: BrokerConfig) -> int:

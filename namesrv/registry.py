@@ -12,17 +12,16 @@ under its stable follower_broker_id (>= 1). Groups are keyed by name (brokerName
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from rocketraft.errors import BadRequestError, TopicNotFoundError
+from rocketraft.names import check_topic_name
 from rocketraft.wire import (
     ALL_MESSAGE_TYPES,
     PERM_READ,
     PERM_READ_WRITE,
     PERM_WRITE,
-    Code,
     endpoints,
     ipb,
     pb,
@@ -36,17 +35,7 @@ HEARTBEAT_TIMEOUT_MS_MAX = 10 * 60 * 1000  # a replica silent longer than this i
 DEFAULT_QUEUE_NUMS = 8  # RocketMQ's defaultTopicQueueNums
 QUEUE_NUMS_MAX = 1024
 REPLICAS_MAX = 4096  # registrations held at once; a bound, far above any real cluster
-TOPIC_NAME_CHARS_MAX = 127
-TOPIC_NAME_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
-TOPIC_NAME_RULE = f"topic names match ^[%|a-zA-Z0-9_-]+$ and are at most {TOPIC_NAME_CHARS_MAX} characters"
 VALID_MESSAGE_TYPES = frozenset(ALL_MESSAGE_TYPES)
-
-
-def check_topic_name(name: str) -> None:
-    """Raise BadRequestError(ILLEGAL_TOPIC) unless name follows RocketMQ's topic-name rule."""
-    # fullmatch, not ^...$ with match: "$" would accept a trailing newline.
-    if len(name) > TOPIC_NAME_CHARS_MAX or not TOPIC_NAME_PATTERN.fullmatch(name):
-        raise BadRequestError(f"illegal topic name {name!r}: {TOPIC_NAME_RULE}", Code.ILLEGAL_TOPIC)
 
 
 def check_topic_config(topic: ipb.TopicConfig, perm_none_ok: bool = False) -> None:

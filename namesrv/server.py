@@ -25,6 +25,7 @@ from rocketraft.errors import (
     TopicNotFoundError,
     to_status,
 )
+from rocketraft.names import check_topic_name
 from rocketraft.wire import (
     ALL_MESSAGE_TYPES,
     GRPC_OPTIONS,
@@ -40,7 +41,7 @@ from rocketraft.wire import (
     svc_grpc,
 )
 
-from .registry import RegistrationChange, RouteRegistry, check_topic_config, check_topic_name
+from .registry import RegistrationChange, RouteRegistry, check_topic_config
 
 log = logging.getLogger("namesrv")
 

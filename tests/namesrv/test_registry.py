@@ -10,9 +10,9 @@ from namesrv.registry import (
     DEFAULT_QUEUE_NUMS,
     HEARTBEAT_TIMEOUT_MS_DEFAULT,
     RouteRegistry,
-    check_topic_name,
 )
 from rocketraft.errors import BadRequestError, TopicNotFoundError
+from rocketraft.names import check_topic_name
 from rocketraft.wire import ALL_MESSAGE_TYPES, Code, MessageType, Permission, address_of, ipb
 
 WRITABLE = (Permission.WRITE, Permission.READ_WRITE)
