@@ -16,24 +16,22 @@ import os
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import dledger
 from rocketraft.errors import (
     BadRequestError,
     DiskFullError,
-    MessageNotFoundError,
     RocketraftError,
     TopicNotFoundError,
 )
 from rocketraft.proto import store_pb2 as spb
-from rocketraft.wire import ALL_MESSAGE_TYPES, Code, MessageType, ipb, pb, svc
+from rocketraft.wire import Code, MessageType, ipb, pb, svc
 
 from . import tables as t
 from . import validation
 from .batcher import Batcher, map_dledger_error
 from .config import BrokerConfig
-from .statemachine import ApplyError, BrokerStateMachine, HandleResult, Popped, SendResult
+from .statemachine import ApplyError, BrokerStateMachine, HandleResult, Popped, SendResult, tag_filter
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +47,6 @@ def now_ms() -> int:
 
 def crc32_hex(body: bytes) -> str:
     return f"{zlib.crc32(body) & 0xFFFFFFFF:08X}"
-
-
-@dataclass(frozen=True)
-class Delivered:
-    message: pb.Message
-    popped: Popped | None
 
 
 class DiskGuard:
@@ -409,7 +401,7 @@ class Broker:
         await self._handle(spb.HandleCommand.ACK, group, topic, receipt_handle)
 
     async def change_invisible(self, group: str, topic: str, receipt_handle: str, invisible_ms: int) -> str:
-        validation.invisible_ms(invisible_ms, self.config) if invisible_ms else None
+        validation.invisible_ms(invisible_ms, self.config)
         result = await self._handle(spb.HandleCommand.CHANGE_INVISIBLE, group, topic, receipt_handle, invisible_ms)
         return result.handle
 
@@ -456,8 +448,6 @@ class Broker:
         validation.polling_ms(long_polling_ms, self.config)
         if offset < 0:
             raise RocketraftError(f"offset {offset} is negative", Code.ILLEGAL_OFFSET)
-        from .statemachine import tag_filter
-
         accept = tag_filter(expression.type, expression.expression)
         deadline = time.monotonic() + long_polling_ms / 1000
         while True:
@@ -516,40 +506,6 @@ class Broker:
 
         return self.read(search)
 
-    # -- lookups ----------------------------------------------------------------------------------------------
-    def message_by_id(self, topic: str, message_id: str) -> pb.Message:
-        db = self.sm.db
-
-        def read(txn):
-            raw = txn.get(t.msgid_key(topic, message_id), db=db[t.MSGID])
-            if raw is None:
-                raise MessageNotFoundError(f"no message {message_id} in topic {topic} on group "
-                                           f"{self.config.brokerName}")
-            entry = t.msgid_entry(raw)
-            send = self.sm.stored_send(txn, entry.index, entry.slot)
-            return pb.Message.FromString(send.message)
-
-        return self.read(read)
-
-    def messages_by_key(self, topic: str, key: str, limit: int = 64) -> list[pb.Message]:
-        db = self.sm.db
-        prefix = t.key_index_prefix(topic, key)
-
-        def read(txn):
-            out = []
-            cur = txn.cursor(db=db[t.KEYS])
-            if cur.set_range(prefix):
-                for k, _ in cur:
-                    if not k.startswith(prefix) or len(out) >= limit:
-                        break
-                    index, slot = t.position_of_key_index(k)
-                    send = self.sm.stored_send(txn, index, slot)
-                    if send is not None:
-                        out.append(pb.Message.FromString(send.message))
-            return out
-
-        return self.read(read)
-
     # -- leader-side timers -----------------------------------------------------------------------------------
     def earliest_timer_ms(self) -> int | None:
         def read(txn):
@@ -574,14 +530,7 @@ class Broker:
 
         return self.read(read)
 
-    def ensure_ok(self) -> None:
-        failure = self.replica.status().failure
-        if failure:
-            raise RocketraftError(f"store stopped after an error: {failure}; see the broker log", Code.INTERNAL_ERROR)
-
 
 def ok_status() -> pb.Status:
     return pb.Status(code=Code.OK, message="OK")
 
-
-ALL_TYPES = list(ALL_MESSAGE_TYPES)

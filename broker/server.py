@@ -174,9 +174,12 @@ class BrokerServer:
     async def _check_transactions(self) -> None:
         cfg = self.config
         now = time.monotonic()
-        for send in self.broker.half_messages(now_ms() - cfg.transactionTimeOut):
+        pending = self.broker.half_messages(now_ms() - cfg.transactionTimeOut)
+        still_half = set()
+        for send in pending:
             message = pb.Message.FromString(send.message)
             message_id = message.system_properties.message_id
+            still_half.add(message_id)
             count, last = self._check_counts.get(message_id, (0, 0.0))
             if now - last < cfg.transactionCheckInterval / 1000:
                 continue
@@ -195,6 +198,8 @@ class BrokerServer:
             await outboxes[0].put(svc.TelemetryCommand(
                 recover_orphaned_transaction_command=svc.RecoverOrphanedTransactionCommand(
                     message=message, transaction_id=message_id)))
+        for message_id in set(self._check_counts) - still_half:  # resolved since: forget its count
+            del self._check_counts[message_id]
 
 
 async def serve(config: config_mod.BrokerConfig) -> None:

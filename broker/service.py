@@ -314,20 +314,19 @@ class BrokerAdminService(ipb_grpc.BrokerAdminServicer):
         self._registration = registration
 
     async def CreateTopic(self, request, context):
-        try:
-            await self.broker.create_topic(request.topic)
-            return ipb.BrokerCreateTopicResponse(code=Code.OK, message="OK")
-        except Exception as exc:  # noqa: BLE001
-            status = _status_of(exc)
-            return ipb.BrokerCreateTopicResponse(code=status.code, message=status.message)
+        return await _admin_call(self.broker.create_topic(request.topic))
 
     async def CreateGroup(self, request, context):
-        try:
-            await self.broker.create_group(request.group)
-            return ipb.BrokerCreateTopicResponse(code=Code.OK, message="OK")
-        except Exception as exc:  # noqa: BLE001
-            status = _status_of(exc)
-            return ipb.BrokerCreateTopicResponse(code=status.code, message=status.message)
+        return await _admin_call(self.broker.create_group(request.group))
 
     async def Status(self, request, context):
         return ipb.BrokerStatusResponse(registration=self._registration())
+
+
+async def _admin_call(operation: Awaitable[None]) -> ipb.BrokerCreateTopicResponse:
+    try:
+        await operation
+        return ipb.BrokerCreateTopicResponse(code=Code.OK, message="OK")
+    except Exception as exc:  # noqa: BLE001 - every failure is answered with a code
+        status = _status_of(exc)
+        return ipb.BrokerCreateTopicResponse(code=status.code, message=status.message)

@@ -22,7 +22,6 @@ from . import tables as t
 log = logging.getLogger(__name__)
 
 DLQ_PREFIX = "%DLQ%"
-RETRY_PREFIX = "%RETRY%"
 
 
 def dlq_topic(group: str) -> str:
@@ -150,10 +149,10 @@ class BrokerStateMachine:
         if command.delete:
             txn.delete(config.name.encode(), db=self.db[t.TOPICS])
         else:
-            existing = txn.get(config.name.encode(), db=self.db[t.TOPICS])
-            if existing is not None and ipb.TopicConfig.FromString(existing).queue_nums > config.queue_nums:
-                return ApplyError(Code.BAD_REQUEST, f"topic {config.name} has "
-                                  f"{ipb.TopicConfig.FromString(existing).queue_nums} queues; queues are never "
+            raw = txn.get(config.name.encode(), db=self.db[t.TOPICS])
+            existing = ipb.TopicConfig.FromString(raw).queue_nums if raw is not None else 0
+            if existing > config.queue_nums:
+                return ApplyError(Code.BAD_REQUEST, f"topic {config.name} has {existing} queues; queues are never "
                                   f"removed (asked for {config.queue_nums})")
             txn.put(config.name.encode(), config.SerializeToString(), db=self.db[t.TOPICS])
         self._touched.add(config.name)

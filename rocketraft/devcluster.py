@@ -12,6 +12,7 @@ Used by `rocketraft dev`, the tests and the benchmarks. Every process is a real 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -45,11 +46,13 @@ class Proc:
         self.process = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=log, env=env,
                                         start_new_session=True)
         log.close()
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        line = self.process.stdout.readline().decode()
-        if "listening" not in line or time.monotonic() > deadline:
+        ready, _, _ = select.select([self.process.stdout], [], [], READY_TIMEOUT_S)
+        line = self.process.stdout.readline().decode() if ready else ""
+        if "listening" not in line:
             self.process.kill()
-            raise RuntimeError(f"{self.name} did not start (first line {line!r}); see {self.log_path}")
+            self.process.wait()
+            raise RuntimeError(f"{self.name} did not start within {READY_TIMEOUT_S:.0f}s (first line {line!r}); see "
+                               f"{self.log_path}")
 
     @property
     def alive(self) -> bool:
