@@ -1,3 +1,31 @@
-"""rocketraft: a RocketMQ-style message system whose broker groups are Raft groups."""
+"""rocketraft: a RocketMQ-style message system whose broker groups are Raft groups.
+
+Blocking client API (the asyncio API with the same names is `rocketraft.aio`):
+
+    import rocketraft
+    with rocketraft.Producer("127.0.0.1:9876") as producer:
+        producer.send(rocketraft.Message("orders", b"..."))
+"""
 
 __version__ = "0.1.0"
+
+# Imported on first use: servers import `rocketraft.wire` and must not pay for the client.
+_EXPORTS = {
+    "Producer": "rocketraft.client.api", "TransactionProducer": "rocketraft.client.api",
+    "Admin": "rocketraft.client.api",
+    "Message": "rocketraft.client.message", "QueueRef": "rocketraft.client.message",
+    "ReceivedMessage": "rocketraft.client.message", "SendReceipt": "rocketraft.client.message",
+    "TransactionResolution": "rocketraft.client.transaction", "hash_selector": "rocketraft.client.selection",
+}
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rocketraft' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = sorted(_EXPORTS)

@@ -82,6 +82,26 @@ class UnsupportedError(RocketraftError):
     code = Code.UNSUPPORTED
 
 
+class BrokerUnreachableError(RocketraftError):
+    """Client side: no connection to a server could be made, so the request was certainly not delivered."""
+    code = Code.INTERNAL_ERROR
+
+    def __init__(self, message: str, address: str, sent: bool = False):
+        super().__init__(message)
+        self.address = address
+        self.sent = sent
+
+
+class SendDeferredError(RocketraftError):
+    """Client side: the message is not acknowledged yet but is kept in the producer's durable outbox, which
+    resends it (same message id, so the broker stores it once) until it is acknowledged."""
+    code = Code.INTERNAL_ERROR
+
+    def __init__(self, message: str, message_id: str):
+        super().__init__(message)
+        self.message_id = message_id
+
+
 def to_status(exc: BaseException) -> pb.Status:
     if isinstance(exc, RocketraftError):
         return exc.to_status()

@@ -1,0 +1,194 @@
+"""The admin client: topics and groups on every broker group, routes, the cluster, message lookups and
+consumer progress (lag per queue). NameServers are tried in turn; broker-side calls go to each group's
+master, falling back to its other replicas (reads are served from any replica's applied state).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import grpc
+
+from rocketraft.errors import BrokerUnreachableError, RocketraftError, from_status
+from rocketraft.names import check_group_name, check_topic_name
+from rocketraft.wire import PERM_READ_WRITE, Code, ipb, pb
+
+from .base import AsyncClient
+from .config import ClientConfig
+from .message import ReceivedMessage, from_pb
+from .routes import TopicRoute
+from .transport import rpc_error
+
+ADMIN_TIMEOUT_S = 10.0
+QUERY_MESSAGES_MAX = 1000
+
+
+@dataclass(frozen=True)
+class ReplicaInfo:
+    replica_id: str
+    role: str
+    term: int
+    address: str
+    broker_id: int          # 0 = master, as routes list it
+    applied_index: int
+    commit_index: int
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    cluster: str
+    group: str
+    master: str             # replica id, "" during an election
+    replicas: tuple[ReplicaInfo, ...]
+    topics: tuple[str, ...]
+
+    @property
+    def master_address(self) -> str | None:
+        return next((r.address for r in self.replicas if r.replica_id == self.master), None)
+
+
+@dataclass(frozen=True)
+class QueueProgress:
+    topic: str
+    broker: str
+    queue_id: int
+    broker_offset: int
+    consumer_offset: int
+    inflight: int
+    lag: int
+    last_store_ms: int
+
+
+class Admin(AsyncClient):
+    sends_heartbeats = False
+
+    def __init__(self, namesrv="127.0.0.1:9876", *, config: ClientConfig | None = None):
+        super().__init__(config or ClientConfig(namesrv=namesrv))
+
+    # -- NameServer calls ----------------------------------------------------------------------------------
+    async def _namesrv_call(self, what: str, call: Callable[[object], Awaitable]):
+        last: RocketraftError | None = None
+        for address in self.config.namesrv:
+            try:
+                return await call(self.transport.namesrv(address))
+            except grpc.aio.AioRpcError as exc:
+                last = rpc_error(exc, address, what)
+        raise BrokerUnreachableError(f"{what}: no NameServer answered ({', '.join(self.config.namesrv)}); last "
+                                     f"error: {last}", ",".join(self.config.namesrv))
+
+    async def cluster_list(self) -> list[GroupInfo]:
+        info = await self._namesrv_call("cluster list", lambda ns: ns.GetClusterInfo(
+            ipb.GetClusterInfoRequest(), timeout=self.config.request_timeout_s))
+        groups = []
+        for g in info.groups:
+            replicas = tuple(sorted((ReplicaInfo(
+                r.replica_id, r.role, r.term, r.address, 0 if r.replica_id == g.master_replica_id
+                else r.follower_broker_id, r.applied_index, r.commit_index) for r in g.replicas),
+                key=lambda r: (r.broker_id, r.replica_id)))
+            topics = sorted({t.name for r in g.replicas for t in r.topics})
+            groups.append(GroupInfo(g.cluster, g.group, g.master_replica_id, replicas, tuple(topics)))
+        return sorted(groups, key=lambda g: (g.cluster, g.group))
+
+    async def topic_list(self) -> list[str]:
+        return sorted({t for g in await self.cluster_list() for t in g.topics})
+
+    async def topic_route(self, topic: str) -> TopicRoute:
+        check_topic_name(topic)
+        return await self.routes.refresh(topic)
+
+    async def create_topic(self, name: str, queue_nums: int = 8, message_types: tuple[int, ...] = (),
+                           cluster: str = "", perm: int = PERM_READ_WRITE) -> list[str]:
+        """Create or update a topic on every broker group of `cluster` ("" = every group); returns the groups."""
+        check_topic_name(name)
+        request = ipb.CreateTopicRequest(cluster=cluster, topic=ipb.TopicConfig(
+            name=name, queue_nums=queue_nums, perm=perm, message_types=list(message_types)))
+        response = await self._namesrv_call(f"create topic {name}", lambda ns: ns.CreateTopic(
+            request, timeout=ADMIN_TIMEOUT_S))
+        return _fan_out_result(f"topic {name}", response)
+
+    update_topic = create_topic
+
+    async def delete_topic(self, name: str, cluster: str = "") -> list[str]:
+        check_topic_name(name)
+        response = await self._namesrv_call(f"delete topic {name}", lambda ns: ns.DeleteTopic(
+            ipb.DeleteTopicRequest(cluster=cluster, topic=name), timeout=ADMIN_TIMEOUT_S))
+        return _fan_out_result(f"deleting topic {name}", response)
+
+    async def create_group(self, name: str, fifo: bool = False, max_delivery_attempts: int = 0,
+                           cluster: str = "") -> list[str]:
+        """Create or update a consumer group on every broker group (RocketMQ's updateSubGroup)."""
+        check_group_name(name)
+        request = ipb.CreateGroupRequest(cluster=cluster, group=ipb.GroupConfig(
+            name=name, fifo=fifo, max_delivery_attempts=max_delivery_attempts))
+        response = await self._namesrv_call(f"create group {name}", lambda ns: ns.CreateGroup(
+            request, timeout=ADMIN_TIMEOUT_S))
+        return _fan_out_result(f"group {name}", response)
+
+    # -- broker calls (every group of a topic) --------------------------------------------------------------------
+    async def _each_group(self, topic: str, what: str, call: Callable[[object], Awaitable]) -> list:
+        """call(stub) on one replica of every group that has `topic` (master first); every group's answer."""
+        route = await self.routes.refresh(topic)
+
+        async def on_group(group) -> object:
+            last: RocketraftError | None = None
+            for address in group.replicas:
+                try:
+                    return await call(self.transport.broker_admin(address))
+                except grpc.aio.AioRpcError as exc:
+                    last = rpc_error(exc, address, what)
+            raise last or RocketraftError(f"{what}: group {group.name} has no replica in the route")
+
+        return list(await asyncio.gather(*(on_group(g) for g in route.groups.values())))
+
+    async def query_message_by_key(self, topic: str, key: str, max_messages: int = 32) -> list[ReceivedMessage]:
+        return await self._query(topic, ipb.QueryMessageRequest(topic=topic, key=key, max_messages=max_messages))
+
+    async def query_message_by_id(self, topic: str, message_id: str) -> list[ReceivedMessage]:
+        """Usually one message; a message stored on two groups (a retry after a lost connection) shows twice."""
+        return await self._query(topic, ipb.QueryMessageRequest(topic=topic, message_id=message_id, max_messages=32))
+
+    async def _query(self, topic: str, request: ipb.QueryMessageRequest) -> list[ReceivedMessage]:
+        if not 1 <= request.max_messages <= QUERY_MESSAGES_MAX:
+            raise RocketraftError(f"max_messages must be 1..{QUERY_MESSAGES_MAX}", Code.BAD_REQUEST)
+        route = await self.routes.refresh(topic)
+        names = list(route.groups)
+        responses = await self._each_group(topic, f"query messages of {topic}", lambda stub: stub.QueryMessage(
+            request, timeout=ADMIN_TIMEOUT_S))
+        found = []
+        for group, response in zip(names, responses, strict=True):
+            _check(response.code, response.message)
+            found.extend(from_pb(pb.Message.FromString(raw), group) for raw in response.messages)
+        return sorted(found, key=lambda m: (m.store_ms, m.queue.broker, m.queue.queue_id, m.queue_offset))
+
+    async def consumer_progress(self, group: str, topic: str) -> list[QueueProgress]:
+        """Lag per queue of `topic` for consumer group `group`, on every broker group."""
+        check_group_name(group)
+        request = ipb.ConsumerProgressRequest(group=group, topic=topic)
+        responses = await self._each_group(topic, f"progress of {group}", lambda stub: stub.ConsumerProgress(
+            request, timeout=ADMIN_TIMEOUT_S))
+        out = []
+        for response in responses:
+            _check(response.code, response.message)
+            out.extend(QueueProgress(q.topic, q.broker_group, q.queue_id, q.broker_offset, q.consumer_offset,
+                                     q.inflight, q.lag, q.last_store_ms) for q in response.queues)
+        return sorted(out, key=lambda q: (q.topic, q.broker, q.queue_id))
+
+
+def _check(code: int, message: str) -> None:
+    if code != Code.OK:
+        raise from_status(pb.Status(code=code, message=message))
+
+
+def _fan_out_result(what: str, response: ipb.CreateTopicResponse) -> list[str]:
+    failed = [r for r in response.results if not r.ok]
+    if not response.results:
+        raise RocketraftError(f"{what}: no broker group answered (is any broker registered with the NameServer?)",
+                              Code.HA_NOT_AVAILABLE)
+    if failed:
+        details = "; ".join(f"{r.group}: {r.message}" for r in failed)
+        raise from_status(pb.Status(code=failed[0].code or Code.INTERNAL_ERROR,
+                                    message=f"{what} failed on {len(failed)} of {len(response.results)} broker "
+                                    f"groups: {details}"))
+    return [r.group for r in response.results]

@@ -1,0 +1,46 @@
+"""Client settings: one typed object shared by producers, consumers and the admin client."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+
+from rocketraft.errors import BadRequestError
+
+DEFAULT_NAMESRV = "127.0.0.1:9876"
+
+
+def parse_namesrv(value: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """`a:9876;b:9876` (RocketMQ's namesrvAddr form), or a list of addresses."""
+    items = value.split(";") if isinstance(value, str) else list(value)
+    addresses = tuple(a.strip() for a in items if a and a.strip())
+    if not addresses:
+        raise BadRequestError("no NameServer address given: pass namesrv='host:9876' (or 'a:9876;b:9876')")
+    for address in addresses:
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise BadRequestError(f"NameServer address {address!r} is not host:port")
+    return addresses
+
+
+def new_client_id() -> str:
+    """Unique per client object: host, pid and a random suffix (two clients in one process never share one)."""
+    return f"{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:12]}"
+
+
+@dataclass
+class ClientConfig:
+    namesrv: tuple[str, ...] = (DEFAULT_NAMESRV,)
+    request_timeout_s: float = 3.0          # one RPC (RocketMQ's sendMsgTimeout is 3 s)
+    route_refresh_interval_s: float = 10.0  # routes are also refreshed at once on any routing error
+    heartbeat_interval_s: float = 1.0       # brokers forget a client after 3 s of silence
+    client_id: str = field(default_factory=new_client_id)
+
+    def __post_init__(self) -> None:
+        self.namesrv = parse_namesrv(self.namesrv)
+        for name in ("request_timeout_s", "route_refresh_interval_s", "heartbeat_interval_s"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value <= 0:
+                raise BadRequestError(f"{name} must be a positive number of seconds, not {value!r}")

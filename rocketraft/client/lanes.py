@@ -1,0 +1,152 @@
+"""Per-broker send lanes: messages bound for one master share SendMessage requests.
+
+A lane sends at once while it has a free slot in its in-flight window; messages that arrive while the
+window is full, or within `linger_ms`, go out together in the next request (up to `batch_messages_max`
+messages / `batch_bytes_max` bytes). So a lone sync send pays no extra latency, and concurrent sends batch
+themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import time
+from dataclasses import dataclass
+
+import grpc
+
+from rocketraft.errors import RocketraftError, from_status
+from rocketraft.wire import Code, pb, svc
+
+from .transport import Transport, rpc_error
+
+MESSAGE_OVERHEAD_BYTES = 256  # protobuf framing and system properties, for the batch byte budget
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    linger_ms: float = 0.0
+    batch_messages_max: int = 256
+    batch_bytes_max: int = 4 * 1024 * 1024
+    requests_in_flight_max: int = 4
+    request_timeout_s: float = 3.0
+
+    def __post_init__(self) -> None:
+        checks = ((self.linger_ms >= 0, "linger_ms must be >= 0"),
+                  (1 <= self.batch_messages_max <= 1024, "batch_messages_max must be 1..1024"),
+                  (64 * 1024 <= self.batch_bytes_max <= 8 * 1024 * 1024, "batch_bytes_max must be 64 KiB..8 MiB"),
+                  (1 <= self.requests_in_flight_max <= 256, "requests_in_flight_max must be 1..256"))
+        for ok, text in checks:
+            if not ok:
+                from rocketraft.errors import BadRequestError
+                raise BadRequestError(text)
+
+
+@dataclass
+class _Item:
+    message: pb.Message
+    size: int
+    deadline: float
+    future: asyncio.Future
+    queued_at: float
+
+
+class Lane:
+    def __init__(self, transport: Transport, address: str, limits: BatchLimits):
+        self.address = address
+        self._transport = transport
+        self._limits = limits
+        self._items: collections.deque[_Item] = collections.deque()
+        self._wake = asyncio.Event()
+        self._slots = asyncio.Semaphore(limits.requests_in_flight_max)
+        self._requests: set[asyncio.Task] = set()
+        self.requests_sent = 0
+        self.messages_sent = 0
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def submit(self, message: pb.Message, deadline: float) -> asyncio.Future:
+        future = asyncio.get_running_loop().create_future()
+        size = len(message.body) + MESSAGE_OVERHEAD_BYTES
+        self._items.append(_Item(message, size, deadline, future, time.monotonic()))
+        self._wake.set()
+        return future
+
+    async def close(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        for item in self._items:
+            if not item.future.done():
+                item.future.set_exception(RocketraftError("the producer was closed before the message was sent"))
+        self._items.clear()
+
+    async def _run(self) -> None:
+        limits = self._limits
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._items:
+                if limits.linger_ms:
+                    wait_s = self._items[0].queued_at + limits.linger_ms / 1000 - time.monotonic()
+                    if wait_s > 0 and not self._full():
+                        await asyncio.sleep(wait_s)
+                await self._slots.acquire()
+                batch = self._take()
+                task = asyncio.get_running_loop().create_task(self._send(batch))
+                self._requests.add(task)
+                task.add_done_callback(self._requests.discard)
+
+    def _full(self) -> bool:
+        return (len(self._items) >= self._limits.batch_messages_max
+                or sum(i.size for i in self._items) >= self._limits.batch_bytes_max)
+
+    def _take(self) -> list[_Item]:
+        batch, size = [], 0
+        while self._items and len(batch) < self._limits.batch_messages_max:
+            item = self._items[0]
+            if batch and size + item.size > self._limits.batch_bytes_max:
+                break
+            batch.append(self._items.popleft())
+            size += item.size
+        return batch
+
+    async def _send(self, batch: list[_Item]) -> None:
+        try:
+            timeout = min(self._limits.request_timeout_s, max(0.05, min(i.deadline for i in batch) - time.monotonic()))
+            request = svc.SendMessageRequest(messages=[i.message for i in batch])
+            self.requests_sent += 1
+            self.messages_sent += len(batch)
+            try:
+                response = await self._transport.messaging(self.address).SendMessage(
+                    request, metadata=self._transport.metadata, timeout=timeout)
+            except grpc.aio.AioRpcError as exc:
+                self._fail(batch, rpc_error(exc, self.address, "send"))
+                return
+            self._resolve(batch, response)
+        except Exception as exc:  # noqa: BLE001 - every waiting sender must hear about it
+            self._fail(batch, exc)
+        finally:
+            self._slots.release()
+
+    @staticmethod
+    def _fail(batch: list[_Item], exc: BaseException) -> None:
+        for item in batch:
+            if not item.future.done():
+                item.future.set_exception(exc)
+
+    @staticmethod
+    def _resolve(batch: list[_Item], response: svc.SendMessageResponse) -> None:
+        if len(response.entries) != len(batch):
+            status = response.status if response.status.code != Code.OK else pb.Status(
+                code=Code.INTERNAL_ERROR, message=f"broker answered {len(response.entries)} entries for "
+                f"{len(batch)} messages")
+            Lane._fail(batch, from_status(status))
+            return
+        for item, entry in zip(batch, response.entries, strict=True):
+            if item.future.done():
+                continue
+            if entry.status.code == Code.OK:
+                item.future.set_result(entry)
+            else:
+                item.future.set_exception(from_status(entry.status))

@@ -1,0 +1,197 @@
+"""Messages as users see them, and their conversion to and from apache.rocketmq.v2.Message.
+
+Client-side checks here mirror the broker's limits so a bad message fails before any network call; the
+broker still validates everything (docs/broker.md, "Limits").
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from rocketraft.errors import BadRequestError, BodyTooLargeError
+from rocketraft.names import check_topic_name
+from rocketraft.wire import MessageType, pb
+
+BODY_BYTES_MAX = 4 * 1024 * 1024        # broker maxMessageSize default
+TAG_CHARS_MAX = 128
+KEY_CHARS_MAX = 128
+KEYS_MAX = 32
+MESSAGE_GROUP_CHARS_MAX = 64
+DELAY_LEVELS = 18                       # 1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h
+DELAY_LEVEL_PROPERTY = "DELAY"          # reserved user property: RocketMQ's delayTimeLevel
+QUEUE_ID_PROPERTY = "QUEUE_ID"          # reserved user property: the queue the producer chose
+RESERVED_PROPERTIES = frozenset({DELAY_LEVEL_PROPERTY, QUEUE_ID_PROPERTY})
+
+
+@dataclass
+class Message:
+    topic: str
+    body: bytes
+    tag: str | None = None
+    keys: Sequence[str] = ()
+    properties: Mapping[str, str] = field(default_factory=dict)
+    message_group: str | None = None    # FIFO: messages of one group are stored and consumed in order
+    delay_level: int | None = None      # 1..18 (RocketMQ's levels)
+    deliver_at_ms: int | None = None    # epoch milliseconds: a delayed message
+    message_id: str | None = None       # set by the producer when empty; kept on every retry
+
+    def validate(self, body_bytes_max: int = BODY_BYTES_MAX) -> None:
+        check_topic_name(self.topic)
+        if not isinstance(self.body, (bytes, bytearray, memoryview)):
+            raise BadRequestError(f"message body must be bytes, not {type(self.body).__name__}")
+        if len(self.body) == 0:
+            raise BadRequestError("message body is empty; RocketMQ does not store empty messages")
+        if len(self.body) > body_bytes_max:
+            raise BodyTooLargeError(f"message body is {len(self.body)} bytes, above the limit of {body_bytes_max} "
+                                    "(the broker's maxMessageSize); split it or store it elsewhere and send a "
+                                    "reference")
+        if self.tag is not None and (not self.tag or "||" in self.tag or len(self.tag) > TAG_CHARS_MAX
+                                     or any(c.isspace() for c in self.tag)):
+            raise BadRequestError(f"tag {self.tag!r}: 1..{TAG_CHARS_MAX} characters, no whitespace, no '||'")
+        if isinstance(self.keys, str):
+            raise BadRequestError("keys must be a list of strings, not one string")
+        if len(self.keys) > KEYS_MAX or any(not k or len(k) > KEY_CHARS_MAX for k in self.keys):
+            raise BadRequestError(f"keys {list(self.keys)!r}: at most {KEYS_MAX} keys of 1..{KEY_CHARS_MAX} chars")
+        reserved = RESERVED_PROPERTIES & set(self.properties)
+        if reserved:
+            raise BadRequestError(f"properties {sorted(reserved)} are reserved; use delay_level / a queue "
+                                  "selector instead")
+        if self.message_group is not None and not 0 < len(self.message_group) <= MESSAGE_GROUP_CHARS_MAX:
+            raise BadRequestError(f"message_group {self.message_group!r}: 1..{MESSAGE_GROUP_CHARS_MAX} chars")
+        if self.delay_level is not None and not 1 <= self.delay_level <= DELAY_LEVELS:
+            raise BadRequestError(f"delay_level {self.delay_level}: use 1..{DELAY_LEVELS}")
+        if self.delay_level is not None and self.deliver_at_ms is not None:
+            raise BadRequestError("set delay_level or deliver_at_ms, not both")
+        if self.message_group is not None and (self.delay_level is not None or self.deliver_at_ms is not None):
+            raise BadRequestError("a FIFO message (message_group) cannot also be delayed")
+
+    @property
+    def is_delayed(self) -> bool:
+        return self.delay_level is not None or self.deliver_at_ms is not None
+
+
+@dataclass(frozen=True)
+class QueueRef:
+    """One queue of a topic: broker group + queue id."""
+    topic: str
+    broker: str
+    queue_id: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}@{self.broker}/{self.queue_id}"
+
+
+@dataclass(frozen=True)
+class SendReceipt:
+    message_id: str
+    queue: QueueRef
+    offset: int                      # queue offset (0 for a delayed or transactional message not yet in its queue)
+    transaction_id: str = ""
+    recall_handle: str = ""
+
+
+@dataclass
+class ReceivedMessage:
+    topic: str
+    body: bytes
+    message_id: str
+    tag: str | None
+    keys: tuple[str, ...]
+    properties: dict[str, str]
+    message_group: str | None
+    queue: QueueRef
+    queue_offset: int
+    delivery_attempt: int
+    born_ms: int
+    store_ms: int
+    receipt_handle: str = ""         # pop consumption only
+    endpoint: str = ""               # the broker that delivered it (acks go back there)
+
+
+# -- message ids --------------------------------------------------------------------------------------------
+class MessageIdGenerator:
+    """RocketMQ 5's id layout (version 01, 6 node bytes, pid, seconds since 2021, sequence; 34 hex chars), with
+    random node bytes per generator so two processes on one host (or two containers with one MAC) never
+    collide, and a sequence that only grows within a process."""
+
+    _EPOCH_2021_S = 1609459200
+
+    def __init__(self) -> None:
+        self._prefix = "01" + os.urandom(6).hex().upper() + f"{os.getpid() & 0xFFFF:04X}"
+        self._lock = threading.Lock()
+        self._seq = 0
+
+    def next(self) -> str:
+        with self._lock:
+            self._seq = (self._seq + 1) & 0xFFFFFFFF
+            seq = self._seq
+        seconds = int(time.time()) - self._EPOCH_2021_S
+        return self._prefix + struct.pack(">II", seconds & 0xFFFFFFFF, seq).hex().upper()
+
+
+_HOST = socket.gethostname()
+
+
+def message_type(message: Message, transactional: bool = False) -> int:
+    if transactional:
+        return MessageType.TRANSACTION
+    if message.message_group is not None:
+        return MessageType.FIFO
+    if message.is_delayed:
+        return MessageType.DELAY
+    return MessageType.NORMAL
+
+
+def to_pb(message: Message, queue_id: int | None = None, transactional: bool = False) -> pb.Message:
+    """The wire form. message.message_id must be set."""
+    assert message.message_id, "the producer assigns a message id before conversion"
+    props = pb.SystemProperties(message_id=message.message_id, body_encoding=pb.Encoding.IDENTITY,
+                                message_type=message_type(message, transactional), born_host=_HOST)
+    props.born_timestamp.FromMilliseconds(time.time_ns() // 1_000_000)
+    if message.tag is not None:
+        props.tag = message.tag
+    props.keys.extend(message.keys)
+    if message.message_group is not None:
+        props.message_group = message.message_group
+    if message.deliver_at_ms is not None:
+        props.delivery_timestamp.FromMilliseconds(message.deliver_at_ms)
+    user = dict(message.properties)
+    if message.delay_level is not None:
+        user[DELAY_LEVEL_PROPERTY] = str(message.delay_level)
+    if queue_id is not None:
+        user[QUEUE_ID_PROPERTY] = str(queue_id)
+    return pb.Message(topic=pb.Resource(name=message.topic), body=bytes(message.body), system_properties=props,
+                      user_properties=user)
+
+
+def from_pb(m: pb.Message, broker: str, endpoint: str = "") -> ReceivedMessage:
+    props = m.system_properties
+    return ReceivedMessage(
+        topic=m.topic.name, body=m.body, message_id=props.message_id,
+        tag=props.tag if props.HasField("tag") else None, keys=tuple(props.keys),
+        properties=dict(m.user_properties),
+        message_group=props.message_group if props.HasField("message_group") else None,
+        queue=QueueRef(m.topic.name, broker, props.queue_id),
+        queue_offset=props.queue_offset, delivery_attempt=props.delivery_attempt or 1,
+        born_ms=props.born_timestamp.ToMilliseconds(), store_ms=props.store_timestamp.ToMilliseconds(),
+        receipt_handle=props.receipt_handle if props.HasField("receipt_handle") else "", endpoint=endpoint)
+
+
+def from_wire_for_resend(m: pb.Message) -> Message:
+    """The Message a producer stored (its wire form without routing properties), for a resend with the same id."""
+    props = m.system_properties
+    user = dict(m.user_properties)
+    user.pop(QUEUE_ID_PROPERTY, None)
+    delay = user.pop(DELAY_LEVEL_PROPERTY, None)
+    return Message(topic=m.topic.name, body=m.body, tag=props.tag if props.HasField("tag") else None,
+                   keys=list(props.keys), properties=user,
+                   message_group=props.message_group if props.HasField("message_group") else None,
+                   delay_level=int(delay) if delay else None,
+                   deliver_at_ms=props.delivery_timestamp.ToMilliseconds() if props.HasField("delivery_timestamp")
+                   else None, message_id=props.message_id)

@@ -1,0 +1,269 @@
+"""The asyncio producer: send (awaitable), send_async (future + callback), send_oneway; batching through
+per-master lanes; retries; route refresh on every routing error; optional durable outbox.
+
+Retry rules (docs/client.md, "What a send result means"):
+- a definite refusal that another group can take (busy, no master, disk full, unreachable master) is retried
+  on another broker group, up to `retries` times, with backoff for TOO_MANY_REQUESTS;
+- an unknown outcome (the master died with the request in flight, a timeout) is retried on the **same**
+  group with the same message id until `send_timeout_s`: the group deduplicates by message id, so the
+  message is stored once; if no attempt succeeds the send fails with OutcomeUnknownError, never a plain
+  failure;
+- a FIFO message (message_group) is only ever retried on its own group, so its order is kept;
+- anything else (a bad message, an unknown topic) fails at once with the broker's error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from rocketraft.errors import (
+    BadRequestError,
+    BrokerUnreachableError,
+    NotMasterError,
+    OutcomeUnknownError,
+    RocketraftError,
+    TopicNotFoundError,
+)
+from rocketraft.wire import Code, pb, svc
+
+from .base import AsyncClient, spawn_callback
+from .config import ClientConfig
+from .lanes import BatchLimits, Lane
+from .message import Message, MessageIdGenerator, QueueRef, SendReceipt, to_pb
+from .routes import GroupRoute
+from .selection import LatencyFaults, QueueChooser, Selector
+
+log = logging.getLogger(__name__)
+
+RETRIES_MAX = 16
+BACKOFF_MS_MIN = 10
+BACKOFF_MS_MAX = 1000
+
+# Refusals that say the message was not stored and another group (or this one, later) can take it.
+RETRY_ELSEWHERE_CODES = frozenset({Code.TOO_MANY_REQUESTS, Code.HA_NOT_AVAILABLE, Code.INTERNAL_SERVER_ERROR,
+                                   Code.MASTER_PERSISTENCE_TIMEOUT, Code.SLAVE_PERSISTENCE_TIMEOUT,
+                                   Code.TOPIC_NOT_FOUND})
+UNKNOWN_CODES = frozenset({Code.PROXY_TIMEOUT, Code.REQUEST_TIMEOUT})
+
+
+def classify(exc: BaseException) -> str:
+    """'elsewhere' (definitely not stored, retry on another group), 'unknown' (maybe stored) or 'fatal'."""
+    if isinstance(exc, BrokerUnreachableError):
+        return "unknown" if exc.sent else "elsewhere"
+    if isinstance(exc, OutcomeUnknownError):
+        return "unknown"
+    if isinstance(exc, RocketraftError):
+        if exc.code in UNKNOWN_CODES:
+            return "unknown"
+        if exc.code in RETRY_ELSEWHERE_CODES:
+            return "elsewhere"
+    return "fatal"
+
+
+class _Attempts:
+    """One message's way through retries."""
+
+    def __init__(self, message: Message, deadline: float, retries: int):
+        self.message = message
+        self.deadline = deadline
+        self.retries_left = retries
+        self.excluded: set[str] = set()
+        self.pinned_group: str | None = None  # after an unknown outcome: dedup only works on that group
+        self.queue_id: int | None = None
+        self.backoff_ms = BACKOFF_MS_MIN
+        self.last_error: BaseException | None = None
+
+    def time_left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def final_error(self) -> RocketraftError:
+        if self.pinned_group is not None:
+            return OutcomeUnknownError(
+                f"message {self.message.message_id} to {self.message.topic}: outcome unknown (it may be stored on "
+                f"group {self.pinned_group}); last error: {self.last_error}. Resend it with the same message id to "
+                "be sure: the group stores it once")
+        if isinstance(self.last_error, RocketraftError):
+            return self.last_error
+        return RocketraftError(f"message {self.message.message_id}: {self.last_error}")
+
+
+class Producer(AsyncClient):
+    client_type = pb.ClientType.PRODUCER
+
+    def __init__(self, namesrv="127.0.0.1:9876", *, topics=(), retries: int = 2, send_timeout_s: float = 3.0,
+                 linger_ms: float = 0.0, batch_messages_max: int = 256, batch_bytes_max: int = 4 * 1024 * 1024,
+                 requests_in_flight_max: int = 4, selector: Selector | None = None,
+                 latency_fault_enable: bool = False, outbox_dir: str | None = None,
+                 config: ClientConfig | None = None):
+        super().__init__(config or ClientConfig(namesrv=namesrv))
+        if not 0 <= retries <= RETRIES_MAX:
+            raise BadRequestError(f"retries must be 0..{RETRIES_MAX}, not {retries}")
+        if send_timeout_s <= 0:
+            raise BadRequestError(f"send_timeout_s must be positive, not {send_timeout_s}")
+        self.topics = tuple(topics)
+        self.retries = retries
+        self.send_timeout_s = send_timeout_s
+        self.limits = BatchLimits(linger_ms, batch_messages_max, batch_bytes_max, requests_in_flight_max,
+                                  self.config.request_timeout_s)
+        self.selector = selector
+        self.faults = LatencyFaults(latency_fault_enable)
+        self._chooser = QueueChooser(self.faults)
+        self._ids = MessageIdGenerator()
+        self._lanes: dict[str, Lane] = {}
+        self._background: set[asyncio.Task] = set()
+        self.outbox = None
+        if outbox_dir is not None:
+            from .outbox import Outbox
+            self.outbox = Outbox(outbox_dir, self)
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        await super().start()
+        for topic in self.topics:  # fail early on a topic that does not exist; warm the route and channels
+            await self.routes.get(topic)
+        if self.outbox is not None:
+            self.outbox.start()
+
+    async def close(self) -> None:
+        await self.flush()
+        if self.outbox is not None:
+            await self.outbox.close()
+        for lane in list(self._lanes.values()):
+            await lane.close()
+        await super().close()
+
+    async def flush(self, timeout_s: float | None = None) -> None:
+        """Wait for every send_async / send_oneway started so far."""
+        if self._background:
+            await asyncio.wait(list(self._background), timeout=timeout_s)
+
+    # -- the three ways to send -------------------------------------------------------------------------------
+    async def send(self, message: Message, selector: Selector | None = None) -> SendReceipt:
+        """Send and wait for the acknowledgement (the message is on a majority of its group's replicas)."""
+        self._require_started()
+        self.prepare(message)
+        if self.outbox is not None:
+            return await self.outbox.send(message)
+        return await self.deliver(message, selector or self.selector)
+
+    def send_async(self, message: Message, callback: Callable | None = None,
+                   selector: Selector | None = None) -> asyncio.Future:
+        """Start a send; the future gives the SendReceipt. callback(receipt, error) runs when it completes."""
+        future = asyncio.ensure_future(self.send(message, selector))
+        self._track(future)
+        spawn_callback(callback, future)
+        return future
+
+    def send_oneway(self, message: Message) -> None:
+        """Send without waiting or reporting (RocketMQ's sendOneway): failures are only logged."""
+        future = self.send_async(message)
+        future.add_done_callback(lambda f: f.exception() and log.debug("oneway send failed: %s", f.exception()))
+
+    def _track(self, future: asyncio.Future) -> None:
+        self._background.add(future)
+        future.add_done_callback(self._background.discard)
+
+    def prepare(self, message: Message) -> None:
+        message.validate()
+        if not message.message_id:
+            message.message_id = self._ids.next()
+
+    # -- delivery with retries ----------------------------------------------------------------------------------
+    async def deliver(self, message: Message, selector: Selector | None = None,
+                      transactional: bool = False) -> SendReceipt:
+        attempts = _Attempts(message, time.monotonic() + self.send_timeout_s, self.retries)
+        while True:
+            group, queue_id = await self._target(message, attempts, selector)
+            started = time.monotonic()
+            try:
+                entry = await self.lane(group.master).submit(to_pb(message, queue_id, transactional),
+                                                             attempts.deadline)
+            except Exception as exc:  # noqa: BLE001 - classified below; unknown kinds are fatal
+                self.faults.record(group.name, (time.monotonic() - started) * 1000, failed=True)
+                await self._after_failure(attempts, group, exc)
+                continue
+            self.faults.record(group.name, (time.monotonic() - started) * 1000, failed=False)
+            return self._receipt(message, group, queue_id, entry)
+
+    async def _target(self, message: Message, attempts: _Attempts,
+                      selector: Selector | None) -> tuple[GroupRoute, int]:
+        for _ in range(2):
+            route = await self.routes.get(message.topic)
+            if attempts.pinned_group is not None:  # after an unknown outcome: same group, same queue
+                group, queue_id = route.groups.get(attempts.pinned_group), attempts.queue_id
+            else:
+                group, queue_id = self._chooser.choose(route, message, attempts.excluded, selector)
+            if group is not None and group.master and queue_id in group.write_queue_ids:
+                attempts.queue_id = queue_id
+                return group, queue_id
+            name = attempts.pinned_group or (group.name if group else None)
+            if await self._wait_for_master(message.topic, name, None, attempts) is None:
+                break
+        raise NotMasterError(f"no master for {message.topic} on {name or 'any broker group'} within "
+                             f"{self.send_timeout_s}s (an election that did not finish?); nothing was stored")
+
+    async def _wait_for_master(self, topic: str, group: str | None, failed_address: str | None,
+                               attempts: _Attempts) -> GroupRoute | None:
+        if group is None:  # any group: wait until the route has a writable one
+            deadline = attempts.deadline
+            while time.monotonic() < deadline:
+                route = await self.routes.refresh(topic)
+                if route.writable_groups:
+                    return route.writable_groups[0]
+                await asyncio.sleep(0.05)
+            return None
+        return await self.routes.wait_master(topic, group, failed_address, attempts.deadline)
+
+    async def _after_failure(self, attempts: _Attempts, group: GroupRoute, exc: BaseException) -> None:
+        kind = classify(exc)
+        attempts.last_error = exc
+        message = attempts.message
+        if kind == "fatal":
+            raise exc
+        if kind == "unknown":
+            attempts.pinned_group = group.name
+        if attempts.time_left() <= 0:
+            raise attempts.final_error() from exc
+        log.debug("send of %s to %s failed (%s): %s", message.message_id, group.name, kind, exc)
+        if kind == "unknown":
+            await self._wait_for_master(message.topic, group.name, group.master, attempts)
+            return
+        if isinstance(exc, TopicNotFoundError) or isinstance(exc, BrokerUnreachableError):
+            await self.routes.refresh(message.topic)
+        fifo = message.message_group is not None
+        if attempts.pinned_group is None and not fifo:
+            if attempts.retries_left <= 0:
+                raise attempts.final_error() from exc
+            attempts.retries_left -= 1
+            attempts.excluded.add(group.name)
+        route = await self.routes.refresh(message.topic)
+        others = [g for g in route.writable_groups if g.name not in attempts.excluded]
+        if exc_code(exc) == Code.TOO_MANY_REQUESTS or not others or fifo or attempts.pinned_group:
+            await asyncio.sleep(min(attempts.backoff_ms / 1000, max(0.0, attempts.time_left())))
+            attempts.backoff_ms = min(attempts.backoff_ms * 2, BACKOFF_MS_MAX)
+        if isinstance(exc, BrokerUnreachableError) and (fifo or not others):
+            await self._wait_for_master(message.topic, group.name, group.master, attempts)
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        """Per broker address written to: SendMessage requests and messages sent (retries included)."""
+        return {a: {"requests": lane.requests_sent, "messages": lane.messages_sent} for a, lane in self._lanes.items()}
+
+    def lane(self, address: str) -> Lane:
+        lane = self._lanes.get(address)
+        if lane is None:
+            lane = self._lanes[address] = Lane(self.transport, address, self.limits)
+        return lane
+
+    @staticmethod
+    def _receipt(message: Message, group: GroupRoute, queue_id: int, entry: svc.SendResultEntry) -> SendReceipt:
+        return SendReceipt(message_id=entry.message_id or message.message_id,
+                           queue=QueueRef(message.topic, group.name, queue_id), offset=entry.offset,
+                           transaction_id=entry.transaction_id, recall_handle=entry.recall_handle)
+
+
+def exc_code(exc: BaseException) -> int | None:
+    return exc.code if isinstance(exc, RocketraftError) else None
+

@@ -1,0 +1,71 @@
+"""gRPC channels to NameServers and brokers, shared by every call of one client.
+
+One channel per address, created lazily on the running event loop. Reconnect backoff is kept short
+(gRPC's default first backoff is 1 s): after a failover the old master's address may come back at once, and
+a client must not sit out a second before it tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+
+from rocketraft import __version__
+from rocketraft.errors import BrokerUnreachableError, OutcomeUnknownError, RocketraftError
+from rocketraft.wire import GRPC_OPTIONS, ipb_grpc, svc_grpc
+
+CHANNEL_OPTIONS = (
+    *GRPC_OPTIONS,
+    ("grpc.initial_reconnect_backoff_ms", 50),
+    ("grpc.min_reconnect_backoff_ms", 50),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.enable_retries", 0),  # retries are the client's decision (and must keep the message id)
+)
+
+# gRPC failures after which the request certainly never reached a server.
+_NOT_SENT_MARKERS = ("failed to connect", "connection refused", "name resolution", "dns resolution",
+                     "no route to host", "connect failed")
+
+
+class Transport:
+    def __init__(self, client_id: str):
+        self.client_id = client_id
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self.metadata = (
+            ("x-mq-client-id", client_id),
+            ("x-mq-language", "PYTHON"),
+            ("x-mq-protocol", "v2"),
+            ("x-mq-client-version", f"rocketraft-{__version__}"),
+        )
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        return channel
+
+    def messaging(self, address: str) -> svc_grpc.MessagingServiceStub:
+        return svc_grpc.MessagingServiceStub(self.channel(address))
+
+    def broker_admin(self, address: str) -> ipb_grpc.BrokerAdminStub:
+        return ipb_grpc.BrokerAdminStub(self.channel(address))
+
+    def namesrv(self, address: str) -> ipb_grpc.NameServerStub:
+        return ipb_grpc.NameServerStub(self.channel(address))
+
+    async def close(self) -> None:
+        channels, self._channels = list(self._channels.values()), {}
+        await asyncio.gather(*(c.close() for c in channels), return_exceptions=True)
+
+
+def rpc_error(exc: grpc.aio.AioRpcError, address: str, what: str) -> RocketraftError:
+    """A failed RPC as a typed error that says whether the request may have been delivered."""
+    code, details = exc.code(), exc.details() or ""
+    if code == grpc.StatusCode.UNAVAILABLE and any(m in details.lower() for m in _NOT_SENT_MARKERS):
+        return BrokerUnreachableError(f"{what}: cannot reach {address} ({details})", address, sent=False)
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED,
+                grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL):
+        return OutcomeUnknownError(f"{what}: {address} did not answer ({code.name}: {details}); "
+                                   "the request may or may not have been carried out")
+    return RocketraftError(f"{what}: {address} refused the call ({code.name}: {details})")
