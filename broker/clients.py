@@ -107,5 +107,14 @@ class ClientRegistry:
         others = [s.outbox for s in live if s.client_id != preferred_client_id and topic in s.publishing_topics]
         return preferred + others
 
+    def client_type(self, client_id: str) -> int:
+        """What the client said it is (Heartbeat or Telemetry settings); UNSPECIFIED if unknown or expired."""
+        session = next((s for s in self._live() if s.client_id == client_id), None)
+        return session.client_type if session is not None else pb.ClientType.CLIENT_TYPE_UNSPECIFIED
+
+    def members(self, group: str, client_type: int) -> list[str]:
+        """Client ids of the live clients of `client_type` in consumer group `group`, sorted."""
+        return sorted(s.client_id for s in self._live() if s.group == group and s.client_type == client_type)
+
     def count(self) -> int:
         return len(self._live())

@@ -36,6 +36,7 @@ from .statemachine import ApplyError, BrokerStateMachine, HandleResult, Popped, 
 log = logging.getLogger(__name__)
 
 DELAY_LEVEL_PROPERTY = "DELAY"  # RocketMQ's delayTimeLevel property: 1..18
+QUEUE_ID_PROPERTY = "QUEUE_ID"  # the producer chose the queue (decimal); routing only, not stored
 NO_MESSAGE_WAIT_S_MAX = 1.0  # a long poll re-checks at least this often (expired invisibility)
 FOLLOWER_CATCH_UP_S = 1.0  # how long a non-master waits for a topic it has not applied yet
 EMPTY_POPS_BEFORE_WAIT = 4  # pops that found nothing (all filtered out) before a long poll waits again
@@ -200,6 +201,11 @@ class Broker:
             config.perm = 6
         await self._commit(spb.Command(topic=spb.TopicCommand(topic_config=config.SerializeToString())))
 
+    async def delete_topic(self, name: str) -> None:
+        validation.topic_name(name)
+        config = ipb.TopicConfig(name=name)
+        await self._commit(spb.Command(topic=spb.TopicCommand(topic_config=config.SerializeToString(), delete=True)))
+
     def group(self, name: str) -> ipb.GroupConfig:
         raw = self.read(lambda txn: txn.get(name.encode(), db=self.sm.db[t.GROUPS]))
         if raw:
@@ -238,7 +244,9 @@ class Broker:
         props.store_host = self.config.advertised
         props.body_digest.type = pb.DigestType.CRC32
         props.body_digest.checksum = crc32_hex(message.body)
-        queue = self._choose_queue(props.message_group, topic.queue_nums)
+        queue = self._requested_queue(message, topic)
+        if queue is None:
+            queue = self._choose_queue(props.message_group, topic.queue_nums)
         props.queue_id = queue
         command = spb.Command(send=spb.SendCommand(
             message=message.SerializeToString(), queue_id=queue, store_ms=now, deliver_at_ms=deliver_at,
@@ -269,6 +277,20 @@ class Broker:
             return props.delivery_timestamp.ToMilliseconds()
         return 0
 
+    def _requested_queue(self, message: pb.Message, topic: ipb.TopicConfig) -> int | None:
+        """The queue named by the QUEUE_ID property (removed from the message), or None if there is none."""
+        if QUEUE_ID_PROPERTY not in message.user_properties:  # (a protobuf map's pop() would insert it first)
+            return None
+        value = message.user_properties[QUEUE_ID_PROPERTY]
+        del message.user_properties[QUEUE_ID_PROPERTY]
+        where = (f"topic {topic.name} has {topic.queue_nums} queues on broker group {self.config.brokerName} "
+                 f"(use 0..{topic.queue_nums - 1})")
+        if not (value.isascii() and value.isdigit()):
+            raise BadRequestError(f"{QUEUE_ID_PROPERTY} property {value!r} is not a decimal queue id; {where}")
+        if int(value) >= topic.queue_nums:
+            raise BadRequestError(f"{QUEUE_ID_PROPERTY} {value}: queue {int(value)} does not exist; {where}")
+        return int(value)
+
     def _choose_queue(self, message_group: str, queue_nums: int) -> int:
         if message_group:  # stable per message group: the group's order lives in one queue
             return zlib.crc32(message_group.encode()) % queue_nums
@@ -292,7 +314,7 @@ class Broker:
         return message_id
 
     # -- reading messages ----------------------------------------------------------------------------------
-    def _message_at(self, txn, topic: str, queue: int, offset: int, cq: t.CqEntry) -> pb.Message:
+    def message_at(self, txn, topic: str, queue: int, offset: int, cq: t.CqEntry) -> pb.Message:
         send = self.sm.stored_send(txn, cq.index, cq.slot)
         if send is None:
             raise RocketraftError(f"consume queue {topic}/{queue}@{offset} points at a missing message "
@@ -318,7 +340,7 @@ class Broker:
                 raw = txn.get(t.cq_key(p.topic, p.queue, p.offset), db=self.sm.db[t.CQ])
                 if raw is not None:
                     cq = t.cq_entry(raw)
-                message = self._message_at(txn, p.topic, p.queue, p.offset, cq)
+                message = self.message_at(txn, p.topic, p.queue, p.offset, cq)
                 props = message.system_properties
                 props.receipt_handle = p.handle
                 props.delivery_attempt = p.attempt
@@ -473,7 +495,7 @@ class Broker:
                     break
                 cq = t.cq_entry(value)
                 if accept is None or cq.tag in accept:
-                    out.append(self._message_at(txn, topic, queue, at, cq))
+                    out.append(self.message_at(txn, topic, queue, at, cq))
                 next_offset = at + 1
         return out, next_offset
 

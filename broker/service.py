@@ -15,6 +15,8 @@ from collections.abc import Awaitable, Callable
 from rocketraft.errors import RocketraftError, to_status
 from rocketraft.wire import Code, ipb, ipb_grpc, pb, svc, svc_grpc
 
+from . import queries, validation
+from .assignment import READABLE, allocate_averagely, readable_master_queues
 from .clients import ClientRegistry
 from .core import Broker, ok_status
 
@@ -76,16 +78,22 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
 
     @unary(svc.QueryAssignmentResponse)
     async def QueryAssignment(self, request, context):
-        """One assignment per broker group: a receive pops from every queue of the topic on that group."""
+        """A pull consumer gets its share of the queues (docs/broker.md); others one assignment per group."""
         self.broker.require_topic(request.topic.name)
         queues = await self._route_lookup(request.topic.name)
-        seen, assignments = set(), []
-        for queue in queues:
-            if queue.broker.id == 0 and queue.broker.name not in seen and queue.permission in (
-                    pb.Permission.READ, pb.Permission.READ_WRITE):
-                seen.add(queue.broker.name)
-                assignments.append(pb.Assignment(message_queue=queue))
+        client_id = client_id_of(context)
+        if self.clients.client_type(client_id) == pb.ClientType.PULL_CONSUMER:
+            assignments = self._pull_assignments(client_id, request.group.name, queues)
+        else:
+            assignments = _group_assignments(queues)
         return svc.QueryAssignmentResponse(status=ok_status(), assignments=assignments)
+
+    def _pull_assignments(self, client_id: str, group: str, route: list[pb.MessageQueue]) -> list[pb.Assignment]:
+        validation.group_name(group)
+        self.clients.touch(client_id, group)  # asking is a sign of life, and makes it a member of this group
+        members = self.clients.members(group, pb.ClientType.PULL_CONSUMER)
+        mine = allocate_averagely(readable_master_queues(route), members, client_id)
+        return [pb.Assignment(message_queue=queue) for queue in mine]
 
     # -- clients --------------------------------------------------------------------------------------
     @unary(svc.HeartbeatResponse)
@@ -321,6 +329,37 @@ class BrokerAdminService(ipb_grpc.BrokerAdminServicer):
 
     async def Status(self, request, context):
         return ipb.BrokerStatusResponse(registration=self._registration())
+
+    async def DeleteTopic(self, request, context):
+        return await _admin_call(self.broker.delete_topic(request.topic))
+
+    async def QueryMessage(self, request, context):
+        try:
+            messages = queries.query_messages(self.broker, request.topic, request.key, request.message_id,
+                                              request.max_messages)
+        except Exception as exc:  # noqa: BLE001 - every failure is answered with a code
+            status = _status_of(exc)
+            return ipb.QueryMessageResponse(code=status.code, message=status.message)
+        return ipb.QueryMessageResponse(code=Code.OK, message=f"{len(messages)} messages",
+                                        messages=[m.SerializeToString() for m in messages])
+
+    async def ConsumerProgress(self, request, context):
+        try:
+            queues = queries.consumer_progress(self.broker, request.group, request.topic)
+        except Exception as exc:  # noqa: BLE001 - every failure is answered with a code
+            status = _status_of(exc)
+            return ipb.ConsumerProgressResponse(code=status.code, message=status.message)
+        return ipb.ConsumerProgressResponse(code=Code.OK, message="OK", queues=queues)
+
+
+def _group_assignments(route: list[pb.MessageQueue]) -> list[pb.Assignment]:
+    """One assignment per broker group's readable master entry: a receive pops from every queue of that group."""
+    seen, assignments = set(), []
+    for queue in route:
+        if queue.broker.id == 0 and queue.broker.name not in seen and queue.permission in READABLE:
+            seen.add(queue.broker.name)
+            assignments.append(pb.Assignment(message_queue=queue))
+    return assignments
 
 
 async def _admin_call(operation: Awaitable[None]) -> ipb.BrokerCreateTopicResponse:

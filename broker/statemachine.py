@@ -146,10 +146,13 @@ class BrokerStateMachine:
     # -- topics and groups ----------------------------------------------------------------------------
     def _topic(self, command: spb.TopicCommand, txn):
         config = ipb.TopicConfig.FromString(command.topic_config)
+        raw = txn.get(config.name.encode(), db=self.db[t.TOPICS])
         if command.delete:
-            txn.delete(config.name.encode(), db=self.db[t.TOPICS])
+            if raw is None:
+                return ApplyError(Code.TOPIC_NOT_FOUND, f"topic {config.name} does not exist on this broker group; "
+                                  "nothing to delete")
+            self._purge_topic(config.name, txn)
         else:
-            raw = txn.get(config.name.encode(), db=self.db[t.TOPICS])
             existing = ipb.TopicConfig.FromString(raw).queue_nums if raw is not None else 0
             if existing > config.queue_nums:
                 return ApplyError(Code.BAD_REQUEST, f"topic {config.name} has {existing} queues; queues are never "
@@ -158,6 +161,24 @@ class BrokerStateMachine:
         self._touched.add(config.name)
         self._configs_changed = True
         return None
+
+    def _purge_topic(self, name: str, txn) -> None:
+        """Everything of a deleted topic goes: its config, queues, indexes, pending delayed and half messages
+        and every group's offsets and in-flight messages, so a topic created again later starts empty. The
+        message bodies stay in the Raft log (it is compacted, not edited). Cost: one LMDB delete per stored
+        message index entry, in this one apply."""
+        txn.delete(name.encode(), db=self.db[t.TOPICS])
+        prefix = name.encode() + t.SEP
+        for table in (t.QMAX, t.CQ, t.MSGID, t.KEYS):
+            _delete_prefix(txn, self.db[table], prefix)
+        for table in (t.OFFSETS, t.POPPED, t.INFLIGHT):
+            _delete_matching(txn, self.db[table], lambda key: t.topic_of_group_key(key) == name)
+        _delete_matching(txn, self.db[t.HALF], lambda key: self._topic_of_send(txn, *t.position_of(key)) == name)
+        _delete_matching(txn, self.db[t.TIMER], lambda key: self._topic_of_send(txn, *t.timer_of(key)[1:]) == name)
+
+    def _topic_of_send(self, txn, index: int, slot: int) -> str | None:
+        send = self.stored_send(txn, index, slot)
+        return pb.Message.FromString(send.message).topic.name if send is not None else None
 
     def _group(self, command: spb.GroupCommand, txn):
         config = ipb.GroupConfig(name=command.group, fifo=command.fifo,
@@ -398,3 +419,17 @@ class BrokerStateMachine:
                 self._dead_letter(command.group, t.cq_entry(raw_cq), command.now_ms, txn)
         self._advance_consumed(command.group, command.topic, queue, txn)
         return HandleResult(command.receipt_handle)
+
+
+def _delete_prefix(txn, db, prefix: bytes) -> None:
+    cur = txn.cursor(db=db)
+    if not cur.set_range(prefix):
+        return
+    while cur.key().startswith(prefix) and cur.delete():
+        pass
+
+
+def _delete_matching(txn, db, matches: Callable[[bytes], bool]) -> None:
+    doomed = [key for key, _ in txn.cursor(db=db) if matches(key)]
+    for key in doomed:
+        txn.delete(key, db=db)

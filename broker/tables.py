@@ -136,6 +136,11 @@ def group_queue_key(group: str, topic: str, queue: int) -> bytes:
     return group.encode() + SEP + topic.encode() + SEP + _Q.pack(queue)
 
 
+def topic_of_group_key(key: bytes) -> str:
+    """The topic of an offsets / popped / inflight key (group 0 topic 0 ...)."""
+    return key.split(SEP, 2)[1].decode()
+
+
 def inflight_key(group: str, topic: str, queue: int, offset: int) -> bytes:
     return group.encode() + SEP + topic.encode() + SEP + _QO.pack(queue, offset)
 

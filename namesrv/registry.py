@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from rocketraft.errors import BadRequestError, TopicNotFoundError
-from rocketraft.names import check_topic_name
+from rocketraft.names import check_group_name, check_topic_name
 from rocketraft.wire import (
     ALL_MESSAGE_TYPES,
     PERM_READ,
@@ -56,6 +56,14 @@ def check_topic_config(topic: ipb.TopicConfig, perm_none_ok: bool = False) -> No
     if unknown:
         raise BadRequestError(f"topic {topic.name!r}: unknown message types {unknown}: use "
                               f"NORMAL=1, FIFO=2, DELAY=3, TRANSACTION=4 (or none for all four)")
+
+
+def check_group_config(group: ipb.GroupConfig) -> None:
+    """Raise BadRequestError unless the consumer group's name and max_delivery_attempts are usable."""
+    check_group_name(group.name)
+    if group.max_delivery_attempts < 0:
+        raise BadRequestError(f"consumer group {group.name!r}: max_delivery_attempts {group.max_delivery_attempts} "
+                              f"is negative; use 0 (the brokers' default) or more")
 
 
 def check_registration(reg: ipb.BrokerRegistration) -> None:
@@ -177,6 +185,21 @@ class RouteRegistry:
             updated += 1
         return updated
 
+    def remove_topic(self, group: str, name: str, now_ms: int | None = None) -> int:
+        """Forget a topic just deleted on group in its live registrations; return how many were updated.
+
+        Routes drop it before the replicas' next heartbeat; a replica that has not applied the deletion yet
+        may report it again, but it is behind the master then and a master's report wins (see _group_route).
+        """
+        updated = 0
+        for entry in self._live(now_ms):
+            if entry.reg.group != group or entry.topics.pop(name, None) is None:
+                continue
+            del entry.reg.topics[:]
+            entry.reg.topics.extend(entry.topics.values())
+            updated += 1
+        return updated
+
     # -- queries ---------------------------------------------------------------------------------------------
 
     def groups(self, now_ms: int | None = None) -> list[str]:
@@ -272,7 +295,9 @@ class RouteRegistry:
         config = master.topics.get(topic) if master is not None else None
         if config is None:
             # No master, or the master's last report predates the topic: the most advanced replica knows best.
-            having = [e for e in entries if topic in e.topics]
+            # A replica behind the master is not believed (it may not have applied the topic's deletion yet).
+            having = [e for e in entries if topic in e.topics
+                      and (master is None or e.reg.applied_index > master.reg.applied_index)]
             if not having:
                 return []
             config = max(having, key=lambda e: (e.reg.applied_index, e.reg.replica_id)).topics[topic]

@@ -14,7 +14,8 @@ import logging
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 
 import grpc
 
@@ -41,7 +42,7 @@ from rocketraft.wire import (
     svc_grpc,
 )
 
-from .registry import RegistrationChange, RouteRegistry, check_topic_config
+from .registry import RegistrationChange, RouteRegistry, check_group_config, check_topic_config
 
 log = logging.getLogger("namesrv")
 
@@ -240,43 +241,75 @@ class NameServer:
             check_topic_config(topic)
         except BadRequestError as e:
             return [ipb.TopicResult(group="", ok=False, code=e.code, message=e.message)]
+        op = _Fanout("CreateTopic", f"topic {topic.name}", ipb.BrokerCreateTopicRequest(topic=topic), "created",
+                     "the topic may or may not exist there now; CreateTopic is idempotent, run it again",
+                     lambda group: self.registry.add_topic(group, topic, self.clock_ms()),
+                     f" ({topic.queue_nums} queues, perm {topic.perm})")
+        return await self._fan_out(cluster, op, auto_create_only)
+
+    async def create_group(self, cluster: str, group: ipb.GroupConfig) -> list[ipb.TopicResult]:
+        """Create or update consumer group `group` on the master of every group of cluster ("" = all)."""
+        try:
+            check_group_config(group)
+        except BadRequestError as e:
+            return [ipb.TopicResult(group="", ok=False, code=e.code, message=e.message)]
+        op = _Fanout("CreateGroup", f"consumer group {group.name}", ipb.BrokerCreateGroupRequest(group=group),
+                     "created", "the group may or may not be created there now; CreateGroup is idempotent, run it "
+                     "again", detail=f" (fifo {group.fifo}, max delivery attempts "
+                                     f"{group.max_delivery_attempts or 'default'})")
+        return await self._fan_out(cluster, op)
+
+    async def delete_topic(self, cluster: str, topic: str) -> list[ipb.TopicResult]:
+        """Delete topic on the master of every group of cluster ("" = all); its route goes with it."""
+        try:
+            check_topic_name(topic)
+        except BadRequestError as e:
+            return [ipb.TopicResult(group="", ok=False, code=e.code, message=e.message)]
+        op = _Fanout("DeleteTopic", f"topic {topic}", ipb.BrokerDeleteTopicRequest(topic=topic), "deleted",
+                     "the topic may or may not be deleted there now; run DeleteTopic again (TOPIC_NOT_FOUND then "
+                     "means it is gone)",
+                     lambda group: self.registry.remove_topic(group, topic, self.clock_ms()))
+        return await self._fan_out(cluster, op)
+
+    async def _fan_out(self, cluster: str, op: _Fanout, auto_create_only: bool = False) -> list[ipb.TopicResult]:
         targets = self.registry.groups_for_create(cluster, auto_create_only, now_ms=self.clock_ms())
         if not targets:
-            return [self._no_groups_result(cluster)]
-        return list(await asyncio.gather(*(self._create_on_group(g, addr, topic) for g, addr in targets)))
+            return [self._no_groups_result(cluster, op)]
+        return list(await asyncio.gather(*(self._call_master(g, addr, op) for g, addr in targets)))
 
-    def _no_groups_result(self, cluster: str) -> ipb.TopicResult:
+    def _no_groups_result(self, cluster: str, op: _Fanout) -> ipb.TopicResult:
         known = ", ".join(self.registry.clusters(self.clock_ms())) or "none"
         where = f"in cluster {cluster!r}" if cluster else "with this NameServer"
         return ipb.TopicResult(group="", ok=False, code=Code.NOT_FOUND,
                                message=f"no broker group is registered {where} (clusters known: {known}); start "
-                                       f"the brokers or check the cluster name, then create the topic again")
+                                       f"the brokers or check the cluster name, then run {op.method} again")
 
-    async def _create_on_group(self, group: str, address: str | None, topic: ipb.TopicConfig) -> ipb.TopicResult:
+    async def _call_master(self, group: str, address: str | None, op: _Fanout) -> ipb.TopicResult:
         if address is None:
             roles = ", ".join(f"{r.replica_id} {r.role} term {r.term}"
                               for r in self.registry.replicas_of(group, self.clock_ms()))
             return ipb.TopicResult(group=group, ok=False, code=Code.HA_NOT_AVAILABLE,
-                                   message=f"group {group} has no master right now ({roles}); create the topic "
+                                   message=f"group {group} has no master right now ({roles}); run {op.method} "
                                            f"again once it has elected one")
         timeout_ms = self.create_topic_timeout_ms
         try:
-            reply = await ipb_grpc.BrokerAdminStub(self.channel(address)).CreateTopic(
-                ipb.BrokerCreateTopicRequest(topic=topic), timeout=timeout_ms / 1000)
+            call = getattr(ipb_grpc.BrokerAdminStub(self.channel(address)), op.method)
+            reply = await call(op.request, timeout=timeout_ms / 1000)
         except grpc.aio.AioRpcError as e:
-            return _create_rpc_failed(group, address, timeout_ms, e)
+            return _fan_out_rpc_failed(group, address, timeout_ms, op, e)
         except Exception as e:
-            log.exception("CreateTopic %s on group %s at %s failed", topic.name, group, address)
+            log.exception("%s of %s on group %s at %s failed", op.method, op.subject, group, address)
             return ipb.TopicResult(group=group, ok=False, code=Code.INTERNAL_ERROR,
-                                   message=f"group {group}: CreateTopic at {address} failed: {type(e).__name__}: {e}")
+                                   message=f"group {group}: {op.method} at {address} failed: {type(e).__name__}: {e}")
         if reply.code != Code.OK:
-            log.warning("group %s master at %s refused topic %s: %d %s", group, address, topic.name, reply.code,
+            log.warning("group %s master at %s refused %s: %d %s", group, address, op.subject, reply.code,
                         reply.message)
             return ipb.TopicResult(group=group, ok=False, code=reply.code or Code.INTERNAL_ERROR,
-                                   message=f"group {group}: the master at {address} refused topic {topic.name}: "
+                                   message=f"group {group}: the master at {address} refused {op.subject}: "
                                            f"{reply.message or 'no message (and no code)'}")
-        self.registry.add_topic(group, topic, self.clock_ms())
-        log.info("topic %s created on group %s (%d queues, perm %d)", topic.name, group, topic.queue_nums, topic.perm)
+        if op.on_ok is not None:
+            op.on_ok(group)
+        log.info("%s %s on group %s%s", op.subject, op.done, group, op.detail)
         return ipb.TopicResult(group=group, ok=True, code=Code.OK, message="OK")
 
     async def recall(self, request: svc.RecallMessageRequest, time_remaining_s: float | None = None
@@ -313,11 +346,24 @@ class NameServer:
         return reply
 
 
-def _create_rpc_failed(group: str, address: str, timeout_ms: int, e: grpc.aio.AioRpcError) -> ipb.TopicResult:
+@dataclass(frozen=True)
+class _Fanout:
+    """One BrokerAdmin call made on the master of every group."""
+    method: str                 # the BrokerAdmin method, e.g. "CreateTopic"
+    subject: str                # what it acts on, for messages: "topic Orders"
+    request: object
+    done: str                   # logged on success: "<subject> <done> on group <group><detail>"
+    unknown_outcome: str        # what a timeout means and what to do
+    on_ok: Callable[[str], object] | None = None  # registry update for a group that succeeded
+    detail: str = ""
+
+
+def _fan_out_rpc_failed(group: str, address: str, timeout_ms: int, op: _Fanout,
+                        e: grpc.aio.AioRpcError) -> ipb.TopicResult:
     if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
         code = Code.PROXY_TIMEOUT
-        message = (f"group {group}: the master at {address} did not answer CreateTopic within {timeout_ms} ms; "
-                   f"the topic may or may not exist there now; CreateTopic is idempotent, run it again")
+        message = (f"group {group}: the master at {address} did not answer {op.method} within {timeout_ms} ms; "
+                   f"{op.unknown_outcome}")
     else:
         code = Code.HA_NOT_AVAILABLE
         message = f"group {group}: cannot reach the master at {address} (gRPC {e.code().name}: {e.details()})"
@@ -457,13 +503,23 @@ class NameServerService(ipb_grpc.NameServerServicer):
         return self._ns.registry.cluster_info(now_ms=self._ns.clock_ms())
 
     async def CreateTopic(self, request: ipb.CreateTopicRequest, context) -> ipb.CreateTopicResponse:
-        try:
-            results = await self._ns.create_topic(request.cluster, request.topic)
-        except Exception as e:
-            log.exception("CreateTopic %s failed unexpectedly", request.topic.name)
-            results = [ipb.TopicResult(group="", ok=False, code=Code.INTERNAL_ERROR,
-                                       message=f"internal error: {type(e).__name__}: {e}")]
-        return ipb.CreateTopicResponse(results=results)
+        return await _fan_out_response("CreateTopic", self._ns.create_topic(request.cluster, request.topic))
+
+    async def CreateGroup(self, request: ipb.CreateGroupRequest, context) -> ipb.CreateTopicResponse:
+        return await _fan_out_response("CreateGroup", self._ns.create_group(request.cluster, request.group))
+
+    async def DeleteTopic(self, request: ipb.DeleteTopicRequest, context) -> ipb.CreateTopicResponse:
+        return await _fan_out_response("DeleteTopic", self._ns.delete_topic(request.cluster, request.topic))
+
+
+async def _fan_out_response(method: str, fan_out: Awaitable[list[ipb.TopicResult]]) -> ipb.CreateTopicResponse:
+    try:
+        results = await fan_out
+    except Exception as e:
+        log.exception("%s failed unexpectedly", method)
+        results = [ipb.TopicResult(group="", ok=False, code=Code.INTERNAL_ERROR,
+                                   message=f"internal error: {type(e).__name__}: {e}")]
+    return ipb.CreateTopicResponse(results=results)
 
 
 # -- command line ------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""A local cluster of real processes: one NameServer and one broker group of N replicas.
+"""A local cluster of real processes: NameServers (one by default) and one broker group of N replicas.
 
 Used by `rocketraft dev`, the tests and the benchmarks. Every process is a real `python -m namesrv` /
 `python -m broker` with its own store under `base_dir`, talking gRPC and Raft over 127.0.0.x sockets.
@@ -7,6 +7,10 @@ Used by `rocketraft dev`, the tests and the benchmarks. Every process is a real 
         cluster.start()
         cluster.wait_master()
         cluster.create_topic("orders")
+
+A second group joins the same NameServers with `external_namesrv`, which starts no NameServer of its own:
+
+    second = DevCluster("/tmp/rr-b", group="broker-b", external_namesrv=tuple(cluster.namesrv_addresses))
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from broker import config as broker_config
-from rocketraft.wire import GRPC_OPTIONS, Code, ipb, ipb_grpc
+from rocketraft.wire import GRPC_OPTIONS, ipb, ipb_grpc
 
 READY_TIMEOUT_S = 20.0
 
@@ -87,9 +91,11 @@ class DevCluster:
     hosts: tuple[str, ...] = ()  # one per replica; default all 127.0.0.1
     flush: str = "ASYNC_FLUSH"
     broker_settings: dict = field(default_factory=dict)  # extra BrokerConfig keys for every replica
-    namesrv_port: int = 0
+    namesrv_port: int = 0  # the first NameServer's port (0 = a free one)
     broker_ports: tuple[int, ...] = ()
     log_level: str = "INFO"
+    namesrvs: int = 1  # NameServer processes to run; every replica registers with all of them
+    external_namesrv: tuple[str, ...] = ()  # run no NameServer; register with these (another cluster's)
 
     def __post_init__(self) -> None:
         self.base_dir = os.path.abspath(self.base_dir)
@@ -98,20 +104,34 @@ class DevCluster:
         self.ids = [f"n{i}" for i in range(self.replicas)]
         hosts = self.hosts or ("127.0.0.1",) * self.replicas
         self.host_of = dict(zip(self.ids, hosts, strict=True))
-        self.namesrv_address = f"127.0.0.1:{self.namesrv_port or free_port()}"
+        self.namesrv_addresses = list(self.external_namesrv) or self._own_namesrv_addresses()
+        self.namesrv_address = self.namesrv_addresses[0]
         ports = self.broker_ports or tuple(free_port(h) for h in hosts)
         self.address_of = {i: f"{self.host_of[i]}:{p}" for i, p in zip(self.ids, ports, strict=True)}
         self.raft_of = {i: f"{self.host_of[i]}:{free_port(self.host_of[i])}" for i in self.ids}
-        self.namesrv = Proc("namesrv", [sys.executable, "-m", "namesrv", "--listen", self.namesrv_address],
-                            os.path.join(self.base_dir, "logs", "namesrv.log"))
+        self.namesrv_procs = [] if self.external_namesrv else [
+            self._namesrv_proc(i, address) for i, address in enumerate(self.namesrv_addresses)]
+        self.namesrv = self.namesrv_procs[0] if self.namesrv_procs else None  # the first one (None if external)
         self.brokers = {i: Proc(i, [sys.executable, "-m", "broker", "--config", self._write_config(i)],
                                 os.path.join(self.base_dir, "logs", f"{self.group}-{i}.log")) for i in self.ids}
         self._channels: dict[str, grpc.Channel] = {}
 
+    def _namesrv_proc(self, i: int, address: str) -> Proc:
+        name = "namesrv" if i == 0 else f"namesrv-{i}"
+        return Proc(name, [sys.executable, "-m", "namesrv", "--listen", address],
+                    os.path.join(self.base_dir, "logs", f"{name}.log"))
+
+    def _own_namesrv_addresses(self) -> list[str]:
+        if self.namesrvs < 1:
+            raise ValueError(f"namesrvs={self.namesrvs}: run at least one NameServer, or pass external_namesrv")
+        first = f"127.0.0.1:{self.namesrv_port or free_port()}"
+        return [first] + [f"127.0.0.1:{free_port()}" for _ in range(self.namesrvs - 1)]
+
     def config_of(self, replica_id: str) -> broker_config.BrokerConfig:
         settings = dict(
             brokerClusterName=self.cluster, brokerName=self.group, dLegerSelfId=replica_id,
-            dLegerPeers=";".join(f"{i}-{self.raft_of[i]}" for i in self.ids), namesrvAddr=self.namesrv_address,
+            dLegerPeers=";".join(f"{i}-{self.raft_of[i]}" for i in self.ids),
+            namesrvAddr=";".join(self.namesrv_addresses),
             listenAddress=self.address_of[replica_id], storePathRootDir=os.path.join(self.base_dir, "store"),
             flushDiskType=self.flush, autoCreateTopicEnable=True, logLevel=self.log_level)
         settings.update(self.broker_settings)
@@ -133,7 +153,8 @@ class DevCluster:
 
     # -- lifecycle ------------------------------------------------------------------------------------------
     def start(self) -> DevCluster:
-        self.namesrv.start(self.env)
+        for proc in self.namesrv_procs:
+            proc.start(self.env)
         for replica_id in self.ids:
             self.brokers[replica_id].start(self.env)
         return self
@@ -144,10 +165,19 @@ class DevCluster:
     def kill(self, replica_id: str) -> None:
         self.brokers[replica_id].kill()
 
+    def kill_namesrv(self, i: int) -> None:
+        """kill -9 this cluster's i-th NameServer (it forgets everything; brokers re-register on restart)."""
+        self.namesrv_procs[i].kill()
+
+    def start_namesrv(self, i: int) -> None:
+        """Start the i-th NameServer again on its address; it knows the brokers after their next heartbeat."""
+        self.namesrv_procs[i].start(self.env)
+
     def stop(self) -> None:
         for proc in self.brokers.values():
             proc.stop()
-        self.namesrv.stop()
+        for proc in self.namesrv_procs:
+            proc.stop()
         for channel in self._channels.values():
             channel.close()
         self._channels.clear()
@@ -176,14 +206,19 @@ class DevCluster:
     def statuses(self) -> dict[str, ipb.BrokerRegistration | None]:
         return {i: self.replica_status(i) for i in self.ids}
 
+    def _namesrv_call(self, method: str, request, timeout_s: float):
+        """Call a NameServer method on the first NameServer that answers (None if none does)."""
+        for address in self.namesrv_addresses:
+            try:
+                return getattr(ipb_grpc.NameServerStub(self.channel(address)), method)(request, timeout=timeout_s)
+            except grpc.RpcError:
+                continue
+        return None
+
     def master(self) -> str | None:
-        """The replica the NameServer routes writes to (None while there is none)."""
-        stub = ipb_grpc.NameServerStub(self.channel(self.namesrv_address))
-        try:
-            info = stub.GetClusterInfo(ipb.GetClusterInfoRequest(), timeout=1.0)
-        except grpc.RpcError:
-            return None
-        for group in info.groups:
+        """The replica the NameServers route writes to (None while there is none)."""
+        info = self._namesrv_call("GetClusterInfo", ipb.GetClusterInfoRequest(), 1.0)
+        for group in info.groups if info is not None else ():
             if group.group == self.group and group.master_replica_id:
                 return group.master_replica_id
         return None
@@ -199,21 +234,30 @@ class DevCluster:
                            f"{self.base_dir}/logs")
 
     def create_topic(self, name: str, queue_nums: int = 8, message_types: tuple[int, ...] = ()) -> None:
-        stub = ipb_grpc.NameServerStub(self.channel(self.namesrv_address))
-        response = stub.CreateTopic(ipb.CreateTopicRequest(cluster=self.cluster, topic=ipb.TopicConfig(
-            name=name, queue_nums=queue_nums, perm=6, message_types=list(message_types))), timeout=10)
-        failed = [r for r in response.results if not r.ok]
-        if failed or not response.results:
-            raise RuntimeError(f"creating topic {name} failed: {failed or 'no group answered'}")
+        """Create the topic on every group of this cluster, through a NameServer."""
+        self._fan_out("CreateTopic", f"creating topic {name}", ipb.CreateTopicRequest(
+            cluster=self.cluster, topic=ipb.TopicConfig(name=name, queue_nums=queue_nums, perm=6,
+                                                        message_types=list(message_types))))
 
     def create_group(self, name: str, fifo: bool = False, max_delivery_attempts: int = 0) -> None:
-        master = self.wait_master()
-        stub = ipb_grpc.BrokerAdminStub(self.channel(self.address_of[master]))
-        response = stub.CreateGroup(ipb.BrokerCreateGroupRequest(group=ipb.GroupConfig(
-            name=name, fifo=fifo, max_delivery_attempts=max_delivery_attempts)), timeout=10)
-        if response.code != Code.OK:
-            raise RuntimeError(f"creating group {name} failed: {response.message}")
+        """Create the consumer group on every group of this cluster, through a NameServer."""
+        self.wait_master()
+        self._fan_out("CreateGroup", f"creating group {name}", ipb.CreateGroupRequest(
+            cluster=self.cluster, group=ipb.GroupConfig(name=name, fifo=fifo,
+                                                        max_delivery_attempts=max_delivery_attempts)))
+
+    def delete_topic(self, name: str) -> None:
+        """Delete the topic on every group of this cluster, through a NameServer."""
+        self._fan_out("DeleteTopic", f"deleting topic {name}", ipb.DeleteTopicRequest(cluster=self.cluster, topic=name))
+
+    def _fan_out(self, method: str, what: str, request) -> None:
+        response = self._namesrv_call(method, request, 10)
+        if response is None:
+            raise RuntimeError(f"{what} failed: no NameServer answered ({', '.join(self.namesrv_addresses)})")
+        failed = [r for r in response.results if not r.ok]
+        if failed or not response.results:
+            raise RuntimeError(f"{what} failed: {failed or 'no group answered'}")
 
     def interrupt_all(self) -> None:
-        for proc in [*self.brokers.values(), self.namesrv]:
+        for proc in [*self.brokers.values(), *self.namesrv_procs]:
             proc.signal(signal.SIGTERM)

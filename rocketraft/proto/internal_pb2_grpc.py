@@ -54,6 +54,16 @@ class NameServerStub:
                 request_serializer=rocketraft_dot_proto_dot_internal__pb2.CreateTopicRequest.SerializeToString,
                 response_deserializer=rocketraft_dot_proto_dot_internal__pb2.CreateTopicResponse.FromString,
                 _registered_method=True)
+        self.CreateGroup = channel.unary_unary(
+                '/rocketraft.internal.v1.NameServer/CreateGroup',
+                request_serializer=rocketraft_dot_proto_dot_internal__pb2.CreateGroupRequest.SerializeToString,
+                response_deserializer=rocketraft_dot_proto_dot_internal__pb2.CreateTopicResponse.FromString,
+                _registered_method=True)
+        self.DeleteTopic = channel.unary_unary(
+                '/rocketraft.internal.v1.NameServer/DeleteTopic',
+                request_serializer=rocketraft_dot_proto_dot_internal__pb2.DeleteTopicRequest.SerializeToString,
+                response_deserializer=rocketraft_dot_proto_dot_internal__pb2.CreateTopicResponse.FromString,
+                _registered_method=True)
 
 
 class NameServerServicer:
@@ -83,6 +93,18 @@ class NameServerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteTopic(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NameServerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -104,6 +126,16 @@ def add_NameServerServicer_to_server(servicer, server):
             'CreateTopic': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateTopic,
                     request_deserializer=rocketraft_dot_proto_dot_internal__pb2.CreateTopicRequest.FromString,
+                    response_serializer=rocketraft_dot_proto_dot_internal__pb2.CreateTopicResponse.SerializeToString,
+            ),
+            'CreateGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateGroup,
+                    request_deserializer=rocketraft_dot_proto_dot_internal__pb2.CreateGroupRequest.FromString,
+                    response_serializer=rocketraft_dot_proto_dot_internal__pb2.CreateTopicResponse.SerializeToString,
+            ),
+            'DeleteTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteTopic,
+                    request_deserializer=rocketraft_dot_proto_dot_internal__pb2.DeleteTopicRequest.FromString,
                     response_serializer=rocketraft_dot_proto_dot_internal__pb2.CreateTopicResponse.SerializeToString,
             ),
     }
@@ -225,6 +257,60 @@ class NameServer:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def CreateGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketraft.internal.v1.NameServer/CreateGroup',
+            rocketraft_dot_proto_dot_internal__pb2.CreateGroupRequest.SerializeToString,
+            rocketraft_dot_proto_dot_internal__pb2.CreateTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketraft.internal.v1.NameServer/DeleteTopic',
+            rocketraft_dot_proto_dot_internal__pb2.DeleteTopicRequest.SerializeToString,
+            rocketraft_dot_proto_dot_internal__pb2.CreateTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class BrokerAdminStub:
     """Missing associated documentation comment in .proto file."""
@@ -250,6 +336,21 @@ class BrokerAdminStub:
                 request_serializer=rocketraft_dot_proto_dot_internal__pb2.BrokerStatusRequest.SerializeToString,
                 response_deserializer=rocketraft_dot_proto_dot_internal__pb2.BrokerStatusResponse.FromString,
                 _registered_method=True)
+        self.DeleteTopic = channel.unary_unary(
+                '/rocketraft.internal.v1.BrokerAdmin/DeleteTopic',
+                request_serializer=rocketraft_dot_proto_dot_internal__pb2.BrokerDeleteTopicRequest.SerializeToString,
+                response_deserializer=rocketraft_dot_proto_dot_internal__pb2.BrokerCreateTopicResponse.FromString,
+                _registered_method=True)
+        self.QueryMessage = channel.unary_unary(
+                '/rocketraft.internal.v1.BrokerAdmin/QueryMessage',
+                request_serializer=rocketraft_dot_proto_dot_internal__pb2.QueryMessageRequest.SerializeToString,
+                response_deserializer=rocketraft_dot_proto_dot_internal__pb2.QueryMessageResponse.FromString,
+                _registered_method=True)
+        self.ConsumerProgress = channel.unary_unary(
+                '/rocketraft.internal.v1.BrokerAdmin/ConsumerProgress',
+                request_serializer=rocketraft_dot_proto_dot_internal__pb2.ConsumerProgressRequest.SerializeToString,
+                response_deserializer=rocketraft_dot_proto_dot_internal__pb2.ConsumerProgressResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerAdminServicer:
@@ -273,6 +374,24 @@ class BrokerAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteTopic(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def QueryMessage(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ConsumerProgress(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -290,6 +409,21 @@ def add_BrokerAdminServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=rocketraft_dot_proto_dot_internal__pb2.BrokerStatusRequest.FromString,
                     response_serializer=rocketraft_dot_proto_dot_internal__pb2.BrokerStatusResponse.SerializeToString,
+            ),
+            'DeleteTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteTopic,
+                    request_deserializer=rocketraft_dot_proto_dot_internal__pb2.BrokerDeleteTopicRequest.FromString,
+                    response_serializer=rocketraft_dot_proto_dot_internal__pb2.BrokerCreateTopicResponse.SerializeToString,
+            ),
+            'QueryMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueryMessage,
+                    request_deserializer=rocketraft_dot_proto_dot_internal__pb2.QueryMessageRequest.FromString,
+                    response_serializer=rocketraft_dot_proto_dot_internal__pb2.QueryMessageResponse.SerializeToString,
+            ),
+            'ConsumerProgress': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConsumerProgress,
+                    request_deserializer=rocketraft_dot_proto_dot_internal__pb2.ConsumerProgressRequest.FromString,
+                    response_serializer=rocketraft_dot_proto_dot_internal__pb2.ConsumerProgressResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -373,6 +507,87 @@ class BrokerAdmin:
             '/rocketraft.internal.v1.BrokerAdmin/Status',
             rocketraft_dot_proto_dot_internal__pb2.BrokerStatusRequest.SerializeToString,
             rocketraft_dot_proto_dot_internal__pb2.BrokerStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketraft.internal.v1.BrokerAdmin/DeleteTopic',
+            rocketraft_dot_proto_dot_internal__pb2.BrokerDeleteTopicRequest.SerializeToString,
+            rocketraft_dot_proto_dot_internal__pb2.BrokerCreateTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueryMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketraft.internal.v1.BrokerAdmin/QueryMessage',
+            rocketraft_dot_proto_dot_internal__pb2.QueryMessageRequest.SerializeToString,
+            rocketraft_dot_proto_dot_internal__pb2.QueryMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConsumerProgress(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketraft.internal.v1.BrokerAdmin/ConsumerProgress',
+            rocketraft_dot_proto_dot_internal__pb2.ConsumerProgressRequest.SerializeToString,
+            rocketraft_dot_proto_dot_internal__pb2.ConsumerProgressResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -75,3 +75,21 @@ def route(cluster, topic: str):
     response = messaging_stub(cluster, cluster.namesrv_address).QueryRoute(
         svc.QueryRouteRequest(topic=pb.Resource(name=topic)), timeout=3)
     return response
+
+
+def admin_stub(cluster, address: str):
+    """BrokerAdmin of one replica."""
+    from rocketraft.wire import ipb_grpc
+
+    return ipb_grpc.BrokerAdminStub(cluster.channel(address))
+
+
+def namesrv_stub(cluster, address: str | None = None):
+    """The internal NameServer service (admin fan-outs, cluster info) of one NameServer."""
+    from rocketraft.wire import ipb_grpc
+
+    return ipb_grpc.NameServerStub(cluster.channel(address or cluster.namesrv_address))
+
+
+def client_metadata(client_id: str) -> tuple:
+    return (("x-mq-client-id", client_id),)

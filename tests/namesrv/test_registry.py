@@ -126,6 +126,16 @@ def test_master_topic_config_wins_over_more_applied_followers():
     assert max(q.id for q in r.route("T")) == 2
 
 
+def test_a_replica_behind_the_master_is_not_believed_about_a_topic_the_master_lacks():
+    r = RouteRegistry()
+    r.register(reg("n1", "LEADER", 4, topics=[], applied_index=20), 0)  # applied the deletion
+    r.register(reg("n2", "FOLLOWER", 4, topics=[topic()], applied_index=19), 0)  # not yet
+    with pytest.raises(TopicNotFoundError):
+        r.route("T")
+    r.register(reg("n3", "FOLLOWER", 4, topics=[topic()], applied_index=21), 0)  # ahead of the master's report
+    assert {q.broker.id for q in r.route("T")} == {0, 2, 3}
+
+
 def test_groups_come_in_name_order_then_queue_id_then_broker_id():
     r = RouteRegistry()
     three_replicas(r, group="broker-b")
@@ -249,6 +259,16 @@ def test_auto_create_is_enabled_when_any_live_replica_allows_it():
     r.register(reg("n1", "LEADER", 3, group="broker-b", auto_create_topic=True, default_queue_nums=4), 0)
     assert r.auto_create_defaults() == (True, 4)
     assert r.groups_for_create("", auto_create_only=True) == [("broker-b", "127.0.0.11:8081")]
+
+
+def test_remove_topic_drops_a_just_deleted_topic_from_routes_before_the_next_heartbeat():
+    r = RouteRegistry()
+    three_replicas(r, topics=[topic("Gone"), topic("Kept")])
+    assert r.remove_topic("broker-a", "Gone") == 3
+    assert r.remove_topic("broker-b", "Kept") == 0
+    with pytest.raises(TopicNotFoundError):
+        r.route("Gone")
+    assert r.route("Kept")
 
 
 def test_add_topic_makes_a_just_created_topic_routable_before_the_next_heartbeat():

@@ -1,0 +1,163 @@
+"""Read-only admin views of a replica's applied state: stored messages by key or id, and consumer progress.
+
+Any replica serves them from committed LMDB read transactions, so they never go past its applied index (a
+follower may be a few entries behind its master). Nothing here writes.
+"""
+
+from __future__ import annotations
+
+from rocketraft.errors import BadRequestError
+from rocketraft.wire import ipb, pb
+
+from . import tables as t
+from . import validation
+from .core import Broker
+
+QUERY_MESSAGES_DEFAULT = 32
+QUERY_MESSAGES_MAX = 1000
+RETRY_TOPIC_PREFIX = "%RETRY%"
+_AFTER_SEP = b"\x01"  # the byte after tables.SEP: seeking to prefix + name + it skips past that name's keys
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_TOPIC_PREFIX + group
+
+
+# -- messages -------------------------------------------------------------------------------------------------
+def query_messages(broker: Broker, topic: str, key: str, message_id: str, max_messages: int) -> list[pb.Message]:
+    """Messages of `topic` carrying `key`, oldest first, or the one with `message_id` (exactly one given).
+
+    A queued message looks as a consumer receives it (queue id and offset, store time of its queue entry).
+    A delayed message not yet due or a transactional half message without an outcome is reported too, with
+    its queue id and no queue_offset. Rolled-back and recalled messages are not reported."""
+    if bool(key) == bool(message_id):
+        raise BadRequestError(f"QueryMessage needs exactly one of key and message_id (got key={key!r}, "
+                              f"message_id={message_id!r})")
+    limit = _messages_limit(max_messages)
+    broker.require_topic(topic)
+    if message_id:
+        return broker.read(lambda txn: _by_id(broker, txn, topic, message_id))
+    return broker.read(lambda txn: _by_key(broker, txn, topic, key, limit))
+
+
+def _messages_limit(max_messages: int) -> int:
+    if max_messages == 0:
+        return QUERY_MESSAGES_DEFAULT
+    if not 1 <= max_messages <= QUERY_MESSAGES_MAX:
+        raise BadRequestError(f"max_messages {max_messages}: use 1..{QUERY_MESSAGES_MAX} "
+                              f"(0 = {QUERY_MESSAGES_DEFAULT})")
+    return max_messages
+
+
+def _by_id(broker: Broker, txn, topic: str, message_id: str) -> list[pb.Message]:
+    raw = txn.get(t.msgid_key(topic, message_id), db=broker.sm.db[t.MSGID])
+    if raw is None:
+        return []
+    entry = t.msgid_entry(raw)
+    message = _stored_message(broker, txn, topic, entry)
+    return [message] if message is not None else []
+
+
+def _by_key(broker: Broker, txn, topic: str, key: str, limit: int) -> list[pb.Message]:
+    db = broker.sm.db
+    prefix = t.key_index_prefix(topic, key)
+    out: list[pb.Message] = []
+    cur = txn.cursor(db=db[t.KEYS])
+    if not cur.set_range(prefix):
+        return out
+    for index_key, _ in cur:
+        if not index_key.startswith(prefix) or len(out) >= limit:
+            break
+        send = broker.sm.stored_send(txn, *t.position_of_key_index(index_key))
+        if send is None:
+            continue
+        message_id = pb.Message.FromString(send.message).system_properties.message_id
+        raw = txn.get(t.msgid_key(topic, message_id), db=db[t.MSGID])
+        message = _stored_message(broker, txn, topic, t.msgid_entry(raw)) if raw is not None else None
+        if message is not None:
+            out.append(message)
+    return out
+
+
+def _stored_message(broker: Broker, txn, topic: str, entry: t.MsgIdEntry) -> pb.Message | None:
+    db = broker.sm.db
+    if entry.offset != t.NO_OFFSET:
+        raw_cq = txn.get(t.cq_key(topic, entry.queue, entry.offset), db=db[t.CQ])
+        return broker.message_at(txn, topic, entry.queue, entry.offset, t.cq_entry(raw_cq)) if raw_cq else None
+    send = broker.sm.stored_send(txn, entry.index, entry.slot)
+    if send is None:
+        return None
+    pending = (txn.get(t.position_key(entry.index, entry.slot), db=db[t.HALF]) is not None
+               or txn.get(t.timer_key(send.deliver_at_ms, entry.index, entry.slot), db=db[t.TIMER]) is not None)
+    if not pending:
+        return None  # a rolled-back half message or a recalled delayed one
+    message = pb.Message.FromString(send.message)
+    message.system_properties.ClearField("queue_offset")
+    return message
+
+
+# -- consumer progress ---------------------------------------------------------------------------------------
+def consumer_progress(broker: Broker, group: str, topic: str) -> list[ipb.QueueProgress]:
+    """One QueueProgress per queue of `topic` ("" = every topic the group has state for on this broker group,
+    and its retry topic if it exists), topics in name order."""
+    validation.group_name(group)
+    if topic:
+        broker.require_topic(topic)
+    return broker.read(lambda txn: _progress(broker, txn, group, topic))
+
+
+def _progress(broker: Broker, txn, group: str, topic: str) -> list[ipb.QueueProgress]:
+    db = broker.sm.db
+    names = [topic] if topic else sorted(_topics_with_state(txn, db, group) | {retry_topic(group)})
+    out = []
+    for name in names:
+        raw = txn.get(name.encode(), db=db[t.TOPICS])
+        if raw is None:
+            continue
+        for queue in range(ipb.TopicConfig.FromString(raw).queue_nums):
+            out.append(_queue_progress(txn, db, group, name, queue, broker.config.brokerName))
+    return out
+
+
+def _topics_with_state(txn, db, group: str) -> set[str]:
+    prefix = group.encode() + t.SEP
+    found: set[str] = set()
+    for table in (t.OFFSETS, t.POPPED, t.INFLIGHT):
+        cur = txn.cursor(db=db[table])
+        seek = prefix
+        while cur.set_range(seek) and cur.key().startswith(prefix):
+            name = cur.key()[len(prefix):].split(t.SEP, 1)[0]
+            found.add(name.decode())
+            seek = prefix + name + _AFTER_SEP
+    return found
+
+
+def _queue_progress(txn, db, group: str, topic: str, queue: int, broker_group: str) -> ipb.QueueProgress:
+    group_queue = t.group_queue_key(group, topic, queue)
+    raw_max = txn.get(t.queue_key(topic, queue), db=db[t.QMAX])
+    broker_offset = t.u64_of(raw_max) if raw_max else 0
+    inflight = _inflight_offsets(txn, db, group_queue)
+    raw_popped = txn.get(group_queue, db=db[t.POPPED])
+    if raw_popped is not None:  # pop consumption: the lowest offset not yet acknowledged
+        consumer_offset = inflight[0] if inflight else t.u64_of(raw_popped)
+    else:  # offset-based consumption: the committed offset; a group that never consumed starts at 0
+        raw_offset = txn.get(group_queue, db=db[t.OFFSETS])
+        consumer_offset = t.u64_of(raw_offset) if raw_offset else 0
+    last_store_ms = 0
+    if broker_offset:
+        raw_cq = txn.get(t.cq_key(topic, queue, broker_offset - 1), db=db[t.CQ])
+        last_store_ms = t.cq_entry(raw_cq).store_ms if raw_cq else 0
+    return ipb.QueueProgress(topic=topic, broker_group=broker_group, queue_id=queue, broker_offset=broker_offset,
+                             consumer_offset=consumer_offset, inflight=len(inflight),
+                             lag=max(0, broker_offset - consumer_offset), last_store_ms=last_store_ms)
+
+
+def _inflight_offsets(txn, db, group_queue: bytes) -> list[int]:
+    cur = txn.cursor(db=db[t.INFLIGHT])
+    offsets = []
+    if cur.set_range(group_queue):
+        for key, _ in cur:
+            if not key.startswith(group_queue):
+                break
+            offsets.append(t.offset_of_cq_key(key))
+    return offsets
