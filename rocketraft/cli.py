@@ -9,7 +9,7 @@ import sys
 from broker import server as broker_server
 from namesrv import server as namesrv_server
 
-from . import __version__, demo, dev
+from . import __version__, cli_admin, cli_client, demo, dev
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,6 +32,19 @@ def main(argv: list[str] | None = None) -> int:
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     broker_server.add_arguments(broker_parser)
     broker_parser.set_defaults(run=broker_server.run)
+    admin_parser = sub.add_parser("admin", help="mqadmin verbs: clusterList, updateTopic, topicList, ...",
+                                  description=cli_admin.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    cli_admin.add_arguments(admin_parser)
+    admin_parser.set_defaults(run=cli_admin.run)
+    send_parser = sub.add_parser("send", help="send messages", description=cli_client.__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    cli_client.add_send_arguments(send_parser)
+    send_parser.set_defaults(run=cli_client.run_send)
+    consume_parser = sub.add_parser("consume", help="consume (and acknowledge) messages",
+                                    description=cli_client.__doc__,
+                                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    cli_client.add_consume_arguments(consume_parser)
+    consume_parser.set_defaults(run=cli_client.run_consume)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return args.run(args)

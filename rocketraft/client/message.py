@@ -138,20 +138,25 @@ class MessageIdGenerator:
 _HOST = socket.gethostname()
 
 
+_TRANSACTION, _FIFO, _DELAY, _NORMAL = (int(MessageType.TRANSACTION), int(MessageType.FIFO), int(MessageType.DELAY),
+                                        int(MessageType.NORMAL))
+_IDENTITY = int(pb.Encoding.IDENTITY)
+
+
 def message_type(message: Message, transactional: bool = False) -> int:
     if transactional:
-        return MessageType.TRANSACTION
+        return _TRANSACTION
     if message.message_group is not None:
-        return MessageType.FIFO
+        return _FIFO
     if message.is_delayed:
-        return MessageType.DELAY
-    return MessageType.NORMAL
+        return _DELAY
+    return _NORMAL
 
 
 def to_pb(message: Message, queue_id: int | None = None, transactional: bool = False) -> pb.Message:
     """The wire form. message.message_id must be set."""
     assert message.message_id, "the producer assigns a message id before conversion"
-    props = pb.SystemProperties(message_id=message.message_id, body_encoding=pb.Encoding.IDENTITY,
+    props = pb.SystemProperties(message_id=message.message_id, body_encoding=_IDENTITY,
                                 message_type=message_type(message, transactional), born_host=_HOST)
     props.born_timestamp.FromMilliseconds(time.time_ns() // 1_000_000)
     if message.tag is not None:

@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 
 MASTER_BROKER_ID = 0
 WAIT_MASTER_POLL_S = 0.05
+_WRITABLE = frozenset({int(Permission.WRITE), int(Permission.READ_WRITE)})
+_READABLE = frozenset({int(Permission.READ), int(Permission.READ_WRITE)})
 
 
 @dataclass
@@ -33,14 +35,8 @@ class GroupRoute:
     master: str | None = None                                        # master's address, None during an election
     queues: list[pb.MessageQueue] = field(default_factory=list)      # the master's queues
     replicas: list[str] = field(default_factory=list)                 # every replica address, master first
-
-    @property
-    def write_queue_ids(self) -> list[int]:
-        return [q.id for q in self.queues if q.permission in (Permission.WRITE, Permission.READ_WRITE)]
-
-    @property
-    def read_queue_ids(self) -> list[int]:
-        return [q.id for q in self.queues if q.permission in (Permission.READ, Permission.READ_WRITE)]
+    write_queue_ids: tuple[int, ...] = ()                             # computed once per fetched route
+    read_queue_ids: tuple[int, ...] = ()
 
 
 @dataclass
@@ -48,10 +44,11 @@ class TopicRoute:
     topic: str
     groups: dict[str, GroupRoute]
     fetched_at: float
+    writable_groups: list[GroupRoute] = field(default_factory=list)  # sorted by name; computed once
 
-    @property
-    def writable_groups(self) -> list[GroupRoute]:
-        return [g for g in sorted(self.groups.values(), key=lambda g: g.name) if g.master and g.write_queue_ids]
+    def __post_init__(self) -> None:
+        self.writable_groups = [g for g in sorted(self.groups.values(), key=lambda g: g.name)
+                                if g.master and g.write_queue_ids]
 
     @property
     def addresses(self) -> set[str]:
@@ -73,6 +70,8 @@ def route_of(topic: str, queues: list[pb.MessageQueue]) -> TopicRoute:
             group.replicas.remove(group.master)
             group.replicas.insert(0, group.master)
         group.queues.sort(key=lambda q: q.id)
+        group.write_queue_ids = tuple(q.id for q in group.queues if q.permission in _WRITABLE)
+        group.read_queue_ids = tuple(q.id for q in group.queues if q.permission in _READABLE)
     return TopicRoute(topic, groups, time.monotonic())
 
 

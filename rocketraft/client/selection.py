@@ -66,12 +66,19 @@ class QueueChooser:
         writable = route.writable_groups
         if selector is not None:
             return self._selected(route, message, writable, selector)
-        preferred = [g for g in writable if g.name not in exclude and self.faults.available(g.name)]
-        candidates = preferred or [g for g in writable if g.name not in exclude] or writable
-        queues = [(g, q) for g in candidates for q in g.write_queue_ids]
-        if not queues:
+        candidates = writable
+        if exclude or self.faults.enabled:
+            preferred = [g for g in writable if g.name not in exclude and self.faults.available(g.name)]
+            candidates = preferred or [g for g in writable if g.name not in exclude] or writable
+        total = sum(len(g.write_queue_ids) for g in candidates)
+        if not total:
             return None, None
-        return queues[next(self._round_robin) % len(queues)]
+        n = next(self._round_robin) % total
+        for g in candidates:
+            if n < len(g.write_queue_ids):
+                return g, g.write_queue_ids[n]
+            n -= len(g.write_queue_ids)
+        raise AssertionError("unreachable: n < total")
 
     @staticmethod
     def group_of_message_group(route: TopicRoute, message_group: str) -> GroupRoute:

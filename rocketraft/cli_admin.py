@@ -1,0 +1,180 @@
+"""`rocketraft admin <verb>`: the mqadmin verbs RocketMQ users know, on the Admin client.
+
+    rocketraft admin clusterList -n 127.0.0.1:9876
+    rocketraft admin updateTopic -t orders -w 8
+    rocketraft admin topicList | topicRoute -t orders | deleteTopic -t orders
+    rocketraft admin updateSubGroup -g billing --fifo
+    rocketraft admin queryMsgByKey -t orders -k order-42 | queryMsgById -t orders -i <id>
+    rocketraft admin consumerProgress -g billing -t orders
+
+Every verb takes --json for machine-readable output. Exit status 0 on success, 1 on an error (printed as
+the broker's code and message), 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+from rocketraft.errors import RocketraftError
+from rocketraft.wire import MessageType
+
+from .client.admin import Admin
+from .client.message import ReceivedMessage
+
+VERBS = ("clusterList", "topicList", "topicRoute", "updateTopic", "deleteTopic", "updateSubGroup",
+         "queryMsgByKey", "queryMsgById", "consumerProgress")
+MESSAGE_TYPES = {"NORMAL": MessageType.NORMAL, "FIFO": MessageType.FIFO, "DELAY": MessageType.DELAY,
+                 "TRANSACTION": MessageType.TRANSACTION}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("verb", choices=VERBS, help="what to do")
+    parser.add_argument("-n", "--namesrvAddr", default="127.0.0.1:9876", help="NameServer(s), ';'-separated")
+    parser.add_argument("-t", "--topic", help="topic name")
+    parser.add_argument("-c", "--clusterName", default="", help="only this cluster's broker groups")
+    parser.add_argument("-w", "--writeQueueNums", type=int, help="queues per broker group (updateTopic; default 8)")
+    parser.add_argument("-r", "--readQueueNums", type=int, help="must equal -w: one queue count per topic")
+    parser.add_argument("--message-types", default="", help="updateTopic: comma-separated NORMAL,FIFO,DELAY,"
+                        "TRANSACTION accepted (default all)")
+    parser.add_argument("-g", "--consumerGroup", help="consumer group (updateSubGroup, consumerProgress)")
+    parser.add_argument("--fifo", action="store_true", help="updateSubGroup: consume each message group in order")
+    parser.add_argument("--max-delivery-attempts", type=int, default=0,
+                        help="updateSubGroup: then %%DLQ%%<group> (0 = broker default, 17)")
+    parser.add_argument("-k", "--msgKey", help="queryMsgByKey: the key")
+    parser.add_argument("-i", "--msgId", help="queryMsgById: the message id")
+    parser.add_argument("--max", type=int, default=32, help="queryMsgByKey: at most this many messages")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+def run(args: argparse.Namespace) -> int:
+    console = Console()
+    try:
+        check = _required(args)
+        if check:
+            console.print(f"[red]error:[/red] {check}")
+            return 2
+        result = asyncio.run(_call(args))
+    except RocketraftError as exc:
+        console.print(f"[red]error ({exc.code}):[/red] {exc.message}", highlight=False)
+        return 1
+    if args.json:
+        print(json.dumps(_plain(result), indent=2, default=str))
+    else:
+        _show(console, args.verb, result)
+    return 0
+
+
+def _required(args) -> str | None:
+    need = {"topicRoute": ["topic"], "updateTopic": ["topic"], "deleteTopic": ["topic"],
+            "updateSubGroup": ["consumerGroup"], "queryMsgByKey": ["topic", "msgKey"],
+            "queryMsgById": ["topic", "msgId"], "consumerProgress": ["consumerGroup", "topic"]}
+    flags = {"topic": "-t", "consumerGroup": "-g", "msgKey": "-k", "msgId": "-i"}
+    missing = [flags[n] for n in need.get(args.verb, []) if not getattr(args, n)]
+    if missing:
+        return f"{args.verb} needs {' and '.join(missing)}"
+    if args.readQueueNums and args.writeQueueNums and args.readQueueNums != args.writeQueueNums:
+        return "rocketraft has one queue count per topic per group: give -w only (or -r equal to -w)"
+    unknown = [t for t in args.message_types.split(",") if t and t.strip().upper() not in MESSAGE_TYPES]
+    if unknown:
+        return f"--message-types: unknown {unknown}; use {', '.join(MESSAGE_TYPES)}"
+    return None
+
+
+async def _call(args):
+    async with Admin(args.namesrvAddr) as admin:
+        verb = args.verb
+        if verb == "clusterList":
+            return await admin.cluster_list()
+        if verb == "topicList":
+            return await admin.topic_list()
+        if verb == "topicRoute":
+            return await admin.topic_route(args.topic)
+        if verb == "updateTopic":
+            types = tuple(MESSAGE_TYPES[t.strip().upper()] for t in args.message_types.split(",") if t)
+            queues = args.writeQueueNums or args.readQueueNums or 8
+            return await admin.update_topic(args.topic, queues, types, args.clusterName)
+        if verb == "deleteTopic":
+            return await admin.delete_topic(args.topic, args.clusterName)
+        if verb == "updateSubGroup":
+            return await admin.create_group(args.consumerGroup, args.fifo, args.max_delivery_attempts,
+                                            args.clusterName)
+        if verb == "queryMsgByKey":
+            return await admin.query_message_by_key(args.topic, args.msgKey, args.max)
+        if verb == "queryMsgById":
+            return await admin.query_message_by_id(args.topic, args.msgId)
+        return await admin.consumer_progress(args.consumerGroup, args.topic)
+
+
+def _plain(value):
+    if dataclasses.is_dataclass(value):
+        return {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if hasattr(value, "groups") and hasattr(value, "topic"):  # TopicRoute
+        return {"topic": value.topic, "groups": {n: {"master": g.master, "replicas": g.replicas,
+                                                     "write_queues": list(g.write_queue_ids),
+                                                     "read_queues": list(g.read_queue_ids)}
+                                                 for n, g in value.groups.items()}}
+    return value
+
+
+def _table(*columns: str) -> Table:
+    table = Table(*columns, show_edge=False, pad_edge=False, header_style="bold")
+    return table
+
+
+def _show(console: Console, verb: str, result) -> None:
+    if verb == "clusterList":
+        table = _table("cluster", "group", "replica", "brokerId", "role", "term", "address", "applied", "commit")
+        for g in result:
+            for r in g.replicas:
+                table.add_row(g.cluster, g.group, r.replica_id, str(r.broker_id), r.role, str(r.term), r.address,
+                              str(r.applied_index), str(r.commit_index))
+        console.print(table)
+    elif verb == "topicList":
+        for name in result:
+            console.print(name, highlight=False)
+    elif verb == "topicRoute":
+        table = _table("group", "master", "write queues", "replicas")
+        for name, g in sorted(result.groups.items()):
+            table.add_row(name, g.master or "(election)", str(len(g.write_queue_ids)), ", ".join(g.replicas))
+        console.print(table)
+    elif verb in ("updateTopic", "deleteTopic", "updateSubGroup"):
+        console.print(f"{verb} done on broker groups: {', '.join(result)}", highlight=False)
+    elif verb in ("queryMsgByKey", "queryMsgById"):
+        _show_messages(console, result)
+    else:
+        _show_progress(console, result)
+
+
+def _show_messages(console: Console, messages: list[ReceivedMessage]) -> None:
+    table = _table("message id", "queue", "offset", "stored", "tag", "keys", "body bytes")
+    for m in messages:
+        stored = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(m.store_ms / 1000)) if m.store_ms else "-"
+        table.add_row(m.message_id, f"{m.queue.broker}/{m.queue.queue_id}", str(m.queue_offset), stored,
+                      m.tag or "", ",".join(m.keys), str(len(m.body)))
+    console.print(table)
+    console.print(f"{len(messages)} message(s)")
+
+
+def _show_progress(console: Console, queues) -> None:
+    table = _table("topic", "group", "queue", "broker offset", "consumer offset", "in flight", "lag", "last stored")
+    for q in queues:
+        last = time.strftime("%H:%M:%S", time.localtime(q.last_store_ms / 1000)) if q.last_store_ms else "-"
+        table.add_row(q.topic, q.broker, str(q.queue_id), str(q.broker_offset), str(q.consumer_offset),
+                      str(q.inflight), str(q.lag), last)
+    console.print(table)
+    console.print(f"total lag: {sum(q.lag for q in queues)}")
+
+
