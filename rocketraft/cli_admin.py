@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import sys
 import time
 
 from rich.console import Console
@@ -54,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    console = Console()
+    console = Console() if sys.stdout.isatty() else Console(width=250)  # pipes get whole rows, never wrapped
     try:
         check = _required(args)
         if check:
