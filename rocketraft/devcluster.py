@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from broker import config as broker_config
-from rocketraft.wire import GRPC_OPTIONS, ipb, ipb_grpc
+from rocketraft.wire import GRPC_OPTIONS, ipb, ipb_grpc, pb, svc, svc_grpc
 
 READY_TIMEOUT_S = 20.0
 
@@ -257,6 +257,28 @@ class DevCluster:
         failed = [r for r in response.results if not r.ok]
         if failed or not response.results:
             raise RuntimeError(f"{what} failed: {failed or 'no group answered'}")
+
+    def read_messages(self, topic: str, address: str | None = None) -> list[pb.Message]:
+        """Every message of `topic` stored on one replica (the master by default), read with plain PullMessage
+        calls in (queue, offset) order: what the group holds, independent of any client library."""
+        if address is None:
+            address = self.address_of[self.wait_master()]
+        stub = svc_grpc.MessagingServiceStub(self.channel(address))
+        route = stub.QueryRoute(svc.QueryRouteRequest(topic=pb.Resource(name=topic)), timeout=5)
+        out: list[pb.Message] = []
+        for queue_id in sorted({q.id for q in route.message_queues if q.broker.id == 0}):
+            offset = 0
+            while True:
+                queue = pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id)
+                responses = list(stub.PullMessage(svc.PullMessageRequest(
+                    message_queue=queue, offset=offset, batch_size=64), timeout=5))
+                messages = [r.message for r in responses if r.HasField("message")]
+                next_offsets = [r.next_offset for r in responses if r.WhichOneof("content") == "next_offset"]
+                out.extend(messages)
+                if not messages or not next_offsets or next_offsets[-1] <= offset:
+                    break
+                offset = next_offsets[-1]
+        return out
 
     def interrupt_all(self) -> None:
         for proc in [*self.brokers.values(), *self.namesrv_procs]:

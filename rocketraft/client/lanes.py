@@ -66,11 +66,25 @@ class Lane:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     def submit(self, message: pb.Message, deadline: float) -> asyncio.Future:
+        """One message; the future gives its SendResultEntry or raises its error."""
         future = asyncio.get_running_loop().create_future()
         size = len(message.body) + MESSAGE_OVERHEAD_BYTES
         self._items.append(_Item(message, size, deadline, future, time.monotonic()))
         self._wake.set()
         return future
+
+    def submit_many(self, messages: list[pb.Message], deadline: float) -> asyncio.Future:
+        """Several messages sent together (split only by the batch limits); the future gives one
+        SendResultEntry or exception per message, in order, and never raises itself."""
+        loop = asyncio.get_running_loop()
+        now = time.monotonic()
+        futures = []
+        for message in messages:
+            future = loop.create_future()
+            self._items.append(_Item(message, len(message.body) + MESSAGE_OVERHEAD_BYTES, deadline, future, now))
+            futures.append(future)
+        self._wake.set()
+        return asyncio.gather(*futures, return_exceptions=True)
 
     async def close(self) -> None:
         self._task.cancel()

@@ -149,6 +149,54 @@ class Producer(AsyncClient):
             return await self.outbox.send(message)
         return await self.deliver(message, selector or self.selector)
 
+    async def send_batch(self, messages: list[Message], selector: Selector | None = None) -> list[SendReceipt]:
+        """Send many messages at once with the least work per message (one selection pass, one request per
+        master where the batch limits allow). Messages refused on the first try go through the normal
+        per-message retries. Returns one receipt per message, in order; if any message finally failed, raises
+        BatchSendError whose `.results` holds a receipt or the error for each message."""
+        self._require_started()
+        for message in messages:
+            self.prepare(message)
+        if self.outbox is not None:
+            results = await asyncio.gather(*(self.outbox.send(m) for m in messages), return_exceptions=True)
+        else:
+            results = await self._send_batch_once(messages, selector or self.selector)
+        if any(isinstance(r, BaseException) for r in results):
+            raise BatchSendError(results)
+        return results
+
+    async def _send_batch_once(self, messages: list[Message], selector: Selector | None) -> list:
+        deadline = time.monotonic() + self.send_timeout_s
+        buckets: dict[str, tuple[GroupRoute, list[int], list[int]]] = {}
+        results: list = [None] * len(messages)
+        routes = {}
+        for i, message in enumerate(messages):
+            route = routes.get(message.topic) or await self.routes.get(message.topic)
+            routes[message.topic] = route
+            group, queue_id = self._chooser.choose(route, message, set(), selector)
+            if group is None or queue_id is None or not group.master:
+                results[i] = None  # no master right now: the per-message path waits for one
+                continue
+            bucket = buckets.setdefault(group.master, (group, [], []))
+            bucket[1].append(i)
+            bucket[2].append(queue_id)
+        sent = [(group, indexes, queue_ids, self.lane(address).submit_many(
+                    [to_pb(messages[i], q) for i, q in zip(indexes, queue_ids, strict=True)], deadline))
+                for address, (group, indexes, queue_ids) in buckets.items()]
+        for group, indexes, queue_ids, future in sent:
+            for i, queue_id, entry in zip(indexes, queue_ids, await future, strict=True):
+                if not isinstance(entry, BaseException):
+                    results[i] = self._receipt(messages[i], group, queue_id, entry)
+                elif classify(entry) == "fatal":
+                    results[i] = entry
+        retry = [i for i, r in enumerate(results) if r is None]
+        if retry:
+            retried = await asyncio.gather(*(self.deliver(messages[i], selector) for i in retry),
+                                           return_exceptions=True)
+            for i, outcome in zip(retry, retried, strict=True):
+                results[i] = outcome
+        return results
+
     def send_async(self, message: Message, callback: Callable | None = None,
                    selector: Selector | None = None) -> asyncio.Future:
         """Start a send; the future gives the SendReceipt. callback(receipt, error) runs when it completes."""
@@ -262,6 +310,16 @@ class Producer(AsyncClient):
         return SendReceipt(message_id=entry.message_id or message.message_id,
                            queue=QueueRef(message.topic, group.name, queue_id), offset=entry.offset,
                            transaction_id=entry.transaction_id, recall_handle=entry.recall_handle)
+
+
+class BatchSendError(RocketraftError):
+    """Some messages of a send_batch failed; `.results` has a SendReceipt or the error for each message."""
+
+    def __init__(self, results: list):
+        failed = [r for r in results if isinstance(r, BaseException)]
+        super().__init__(f"{len(failed)} of {len(results)} messages failed; first error: {failed[0]}",
+                         getattr(failed[0], "code", Code.INTERNAL_ERROR))
+        self.results = results
 
 
 def exc_code(exc: BaseException) -> int | None:

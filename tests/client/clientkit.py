@@ -19,26 +19,14 @@ async def eventually(predicate, timeout_s: float, what: str, interval_s: float =
 
 
 def read_all(cluster, topic: str, address: str | None = None) -> list:
-    """Every message of `topic` on one replica (the master by default), read with raw PullMessage calls, in
-    (queue, offset) order: what the group stored, independent of the client library under test."""
-    from rocketraft.wire import pb, svc, svc_grpc
+    """Every message of `topic` on one replica (the master by default), read with raw PullMessage calls: what
+    the group stored, independent of the client library under test."""
+    return cluster.read_messages(topic, address)
 
-    if address is None:
-        address = cluster.address_of[cluster.wait_master()]
-    stub = svc_grpc.MessagingServiceStub(cluster.channel(address))
-    route = stub.QueryRoute(svc.QueryRouteRequest(topic=pb.Resource(name=topic)), timeout=5)
-    queue_ids = sorted({q.id for q in route.message_queues if q.broker.id == 0})
-    out = []
-    for queue_id in queue_ids:
-        offset = 0
-        while True:
-            queue = pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id)
-            responses = list(stub.PullMessage(svc.PullMessageRequest(
-                message_queue=queue, offset=offset, batch_size=64), timeout=5))
-            messages = [r.message for r in responses if r.HasField("message")]
-            next_offsets = [r.next_offset for r in responses if r.WhichOneof("content") == "next_offset"]
-            out.extend(messages)
-            if not messages or not next_offsets or next_offsets[-1] <= offset:
-                break
-            offset = next_offsets[-1]
-    return out
+
+async def produce(cluster, messages) -> list:
+    """Send each Message in order with a fresh Producer; the SendReceipts, in order."""
+    from rocketraft.client.producer import Producer
+
+    async with Producer(cluster.namesrv_address) as producer:
+        return [await producer.send(m) for m in messages]
