@@ -18,8 +18,8 @@ consume   --prefill 1 KiB messages are stored first (send_batch), then one PullC
           msgs/s = prefill / drain time.
 failover  one Producer.send at a time, continuously; after 1 s of acks the master is killed with SIGKILL and
           restarted (from another thread); gap = the first ack after the kill minus the kill (an ack of a send
-          already in flight at the kill can count: it is an ack the client got after the kill). After the last trial every acknowledged
-          message is checked to be stored exactly once.
+          already in flight at the kill counts: the client got it after the kill). After the last trial every
+          acknowledged message is checked to be stored exactly once.
 
 Results go to bench/results/client-<timestamp>.json.
 """

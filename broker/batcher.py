@@ -1,14 +1,20 @@
 """Group commit: concurrent requests share Raft entries.
 
-Requests (one encoded Command each) wait in one FIFO send queue. Whenever fewer than appendsInFlightMax
-entries are in flight, the queue's head (up to batchCommandsMax commands / batchBytesMax bytes) becomes one
-dledger entry. A request that waited longer than waitTimeMillsInSendQueue when its turn comes is failed
-fast with TOO_MANY_REQUESTS, naming the time it queued and the queue length (RocketMQ's fast failure):
-the client learns at once that this group is overloaded and can go to another one.
+A submission (one request's encoded Commands: one for most writes, one per message for a SendMessage) waits
+in one FIFO send queue. Whenever fewer than appendsInFlightMax entries are in flight, the queue's head (up to
+batchCommandsMax commands / batchBytesMax bytes) becomes one dledger entry; a submission may be split over
+several entries. A command that waited longer than waitTimeMillsInSendQueue when its turn comes is failed
+fast with TOO_MANY_REQUESTS, naming the time it queued and the queue length (RocketMQ's fast failure): the
+client learns at once that this group is overloaded and can go to another one.
+
+Every command has its own outcome (its state machine result, or an error), exactly as if it had been submitted
+alone; a submission has one asyncio future, resolved when the last of its commands is done (a per-command
+future cost more than the rest of the batching: docs/architecture.md, "The broker on dledger").
 
 A write refused because there is no leader right now (election) or because a new leader discarded it is
 retried here, within writeRetryMillis, so a failover costs clients a pause, not an error. Commands that are
-safe to repeat (sends: the message id deduplicates) are also retried after an unknown outcome.
+safe to repeat (sends: the message id deduplicates) are also retried after an unknown outcome. Only the
+commands that failed are retried.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import asyncio
 import collections
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import dledger
 from rocketraft.errors import (
@@ -36,11 +42,30 @@ log = logging.getLogger(__name__)
 RETRY_PAUSE_S = 0.05
 
 
-@dataclass
-class _Request:
-    payload: bytes
-    future: asyncio.Future
+@dataclass(eq=False)
+class _Submission:
+    payloads: list[bytes]
+    future: asyncio.Future  # resolves with `outcomes` once `pending` is 0
     enqueued_at: float
+    outcomes: list = field(init=False)
+    taken: int = 0  # payloads[:taken] are in entries (or failed fast)
+    pending: int = field(init=False)  # commands without an outcome yet
+
+    def __post_init__(self) -> None:
+        self.outcomes = [None] * len(self.payloads)
+        self.pending = len(self.payloads)
+
+    def settle(self, start: int, stop: int, outcomes) -> None:
+        """Outcomes of payloads[start:stop] (a list, or one error for all of them)."""
+        if self.future.done():  # the caller went away (cancelled)
+            return
+        if isinstance(outcomes, BaseException):
+            outcomes = [outcomes] * (stop - start)
+        self.outcomes[start:stop] = outcomes
+        self.pending -= stop - start
+        assert self.pending >= 0, "a command settled twice"
+        if self.pending == 0:
+            self.future.set_result(self.outcomes)
 
 
 class Batcher:
@@ -48,7 +73,8 @@ class Batcher:
         self._replica = replica
         self._config = config
         self._write_retry_s = write_retry_ms / 1000
-        self._queue: collections.deque[_Request] = collections.deque()
+        self._queue: collections.deque[_Submission] = collections.deque()
+        self._queued = 0  # commands in the queue not yet in an entry
         self._in_flight = 0
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -63,99 +89,146 @@ class Batcher:
     async def stop(self) -> None:
         if self._task:
             self._task.cancel()
-        for request in self._queue:
-            if not request.future.done():
-                request.future.set_exception(StoreUnavailableError("broker is shutting down; retry elsewhere"))
+        for submission in self._queue:
+            if not submission.future.done():
+                submission.future.set_exception(StoreUnavailableError("broker is shutting down; retry elsewhere"))
         self._queue.clear()
+        self._queued = 0
 
     @property
     def queue_length(self) -> int:
-        return len(self._queue)
+        return self._queued
 
     async def submit(self, payload: bytes, repeatable: bool = False):
         """Commit one command through Raft; returns the state machine's result for it."""
+        outcome = (await self.submit_many([payload], repeatable))[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    async def submit_many(self, payloads: list[bytes], repeatable: bool = False) -> list:
+        """Commit commands through Raft, in this order; returns each one's outcome: the state machine's result,
+        or the error (a dledger error or a RocketraftError) that refused it."""
+        assert payloads, "an empty submission"
         deadline = time.monotonic() + self._write_retry_s
+        outcomes: list = [None] * len(payloads)
+        todo = list(range(len(payloads)))
         while True:
             try:
-                return await self._submit_once(payload)
-            except (dledger.NoLeaderError, dledger.NotLeaderError) as exc:
-                if time.monotonic() >= deadline:
-                    raise _not_master(exc) from None
-                self.stats["retried_no_leader"] += 1
-            except dledger.OutcomeUnknownError as exc:
-                if not repeatable or time.monotonic() >= deadline:
-                    raise OutcomeUnknownError(f"outcome unknown: {exc}; the write may or may not have been "
-                                              "committed") from None
-                self.stats["retried_unknown"] += 1
+                got = await self._submit_once([payloads[i] for i in todo])
+            except (RocketraftError, dledger.DledgerError) as exc:  # shutting down
+                got = [exc] * len(todo)
+            expired = time.monotonic() >= deadline
+            retry = []
+            for i, outcome in zip(todo, got, strict=True):
+                if isinstance(outcome, (dledger.NoLeaderError, dledger.NotLeaderError)):
+                    if expired:
+                        outcome = _not_master(outcome)
+                    else:
+                        self.stats["retried_no_leader"] += 1
+                        retry.append(i)
+                elif isinstance(outcome, dledger.OutcomeUnknownError):
+                    if not repeatable or expired:
+                        outcome = OutcomeUnknownError(f"outcome unknown: {outcome}; the write may or may not "
+                                                      "have been committed")
+                    else:
+                        self.stats["retried_unknown"] += 1
+                        retry.append(i)
+                outcomes[i] = outcome
+            if not retry:
+                return outcomes
+            todo = retry
             await asyncio.sleep(RETRY_PAUSE_S)
 
-    async def _submit_once(self, payload: bytes):
-        if len(self._queue) >= self._config.sendQueueLengthMax:
-            self.stats["refused_queue_full"] += 1
-            raise TooManyRequestsError(f"send queue is full ({len(self._queue)} requests waiting, "
-                                       f"sendQueueLengthMax={self._config.sendQueueLengthMax}); this broker group "
-                                       "is overloaded: retry later or on another group")
-        future = self._loop.create_future()
-        self._queue.append(_Request(payload, future, time.monotonic()))
+    async def _submit_once(self, payloads: list[bytes]) -> list:
+        room = self._config.sendQueueLengthMax - self._queued
+        refused: list = []
+        if room < len(payloads):
+            self.stats["refused_queue_full"] += len(payloads) - max(room, 0)
+            refused = [TooManyRequestsError(
+                f"send queue is full ({self._queued} requests waiting, sendQueueLengthMax="
+                f"{self._config.sendQueueLengthMax}); this broker group is overloaded: retry later or on another "
+                "group")] * (len(payloads) - max(room, 0))
+            payloads = payloads[:max(room, 0)]
+            if not payloads:
+                return refused
+        submission = _Submission(payloads, self._loop.create_future(), time.monotonic())
+        self._queue.append(submission)
+        self._queued += len(payloads)
         self._wake.set()
-        return await future
+        return (await submission.future) + refused
 
     async def _run(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
             while self._queue and self._in_flight < self._config.appendsInFlightMax:
-                batch = self._take_batch()
-                if batch:
-                    self._append(batch)
+                parts = self._take_batch()
+                if parts:
+                    self._append(parts)
 
-    def _take_batch(self) -> list[_Request]:
+    def _take_batch(self) -> list[tuple[_Submission, int, int]]:
+        """The next entry: (submission, start, stop) slices of the queue's head, within the entry's limits."""
         cfg = self._config
         wait_max_s = cfg.waitTimeMillsInSendQueue / 1000
         now = time.monotonic()
-        batch: list[_Request] = []
-        size = 0
-        while self._queue and len(batch) < cfg.batchCommandsMax:
-            request = self._queue[0]
-            if request.future.done():  # the caller went away (cancelled)
-                self._queue.popleft()
+        parts: list[tuple[_Submission, int, int]] = []
+        count = size = 0
+        while self._queue and count < cfg.batchCommandsMax:
+            submission = self._queue[0]
+            start = submission.taken
+            if submission.future.done():  # the caller went away (cancelled)
+                self._drop_head(submission)
                 continue
-            waited_s = now - request.enqueued_at
+            waited_s = now - submission.enqueued_at
             if waited_s > wait_max_s:
-                self._queue.popleft()
-                self.stats["fast_failed"] += 1
-                request.future.set_exception(TooManyRequestsError(
+                self._drop_head(submission)
+                self.stats["fast_failed"] += len(submission.payloads) - start
+                submission.settle(start, len(submission.payloads), TooManyRequestsError(
                     f"busy: request waited {waited_s * 1000:.0f} ms in the send queue (waitTimeMillsInSendQueue="
-                    f"{cfg.waitTimeMillsInSendQueue}), {len(self._queue)} requests still queued; this broker group "
+                    f"{cfg.waitTimeMillsInSendQueue}), {self._queued} requests still queued; this broker group "
                     "is overloaded: retry on another group or later"))
                 continue
-            if batch and size + len(request.payload) > cfg.batchBytesMax:
-                break
+            stop = start
+            payloads = submission.payloads
+            while stop < len(payloads) and count < cfg.batchCommandsMax:
+                if count and size + len(payloads[stop]) > cfg.batchBytesMax:
+                    break
+                size += len(payloads[stop])
+                count += 1
+                stop += 1
+            if stop > start:
+                parts.append((submission, start, stop))
+                submission.taken = stop
+                self._queued -= stop - start
+            if stop < len(payloads):
+                break  # the entry is full
             self._queue.popleft()
-            batch.append(request)
-            size += len(request.payload)
-        return batch
+        return parts
 
-    def _append(self, batch: list[_Request]) -> None:
+    def _drop_head(self, submission: _Submission) -> None:
+        self._queue.popleft()
+        self._queued -= len(submission.payloads) - submission.taken
+        submission.taken = len(submission.payloads)
+
+    def _append(self, parts: list[tuple[_Submission, int, int]]) -> None:
         self._in_flight += 1
+        payloads = [p for submission, start, stop in parts for p in submission.payloads[start:stop]]
         self.stats["entries"] += 1
-        self.stats["commands"] += len(batch)
-        done = self._replica.append([r.payload for r in batch])
+        self.stats["commands"] += len(payloads)
+        done = self._replica.append(payloads)
         loop = self._loop
-        done.add_done_callback(lambda f: loop.call_soon_threadsafe(self._complete, batch, f))
+        done.add_done_callback(lambda f: loop.call_soon_threadsafe(self._complete, parts, f))
 
-    def _complete(self, batch: list[_Request], done) -> None:
+    def _complete(self, parts: list[tuple[_Submission, int, int]], done) -> None:
         self._in_flight -= 1
         self._wake.set()
         exc = done.exception()
         results = None if exc else done.result().result
-        for i, request in enumerate(batch):
-            if request.future.done():
-                continue
-            if exc is not None:
-                request.future.set_exception(exc)
-            else:
-                request.future.set_result(results[i])
+        at = 0
+        for submission, start, stop in parts:
+            submission.settle(start, stop, exc if exc is not None else results[at:at + stop - start])
+            at += stop - start
 
 
 def _not_master(exc: dledger.NotLeaderError) -> RocketraftError:

@@ -16,6 +16,7 @@ import os
 import time
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import dledger
 from rocketraft.errors import (
@@ -25,7 +26,7 @@ from rocketraft.errors import (
     TopicNotFoundError,
 )
 from rocketraft.proto import store_pb2 as spb
-from rocketraft.wire import Code, MessageType, ipb, pb, svc
+from rocketraft.wire import Code, MessageType, ipb, pb
 
 from . import tables as t
 from . import validation
@@ -40,6 +41,7 @@ QUEUE_ID_PROPERTY = "QUEUE_ID"  # the producer chose the queue (decimal); routin
 NO_MESSAGE_WAIT_S_MAX = 1.0  # a long poll re-checks at least this often (expired invisibility)
 FOLLOWER_CATCH_UP_S = 1.0  # how long a non-master waits for a topic it has not applied yet
 EMPTY_POPS_BEFORE_WAIT = 4  # pops that found nothing (all filtered out) before a long poll waits again
+DIGEST_CRC32 = pb.DigestType.CRC32  # a plain int: see validation.NORMAL
 
 
 def now_ms() -> int:
@@ -48,6 +50,15 @@ def now_ms() -> int:
 
 def crc32_hex(body: bytes) -> str:
     return f"{zlib.crc32(body) & 0xFFFFFFFF:08X}"
+
+
+@dataclass(slots=True)
+class Sent:
+    """A stored (or deduplicated) message, as its SendResultEntry will report it."""
+    message_id: str
+    offset: int  # 0 while a delayed or half message waits outside its queue
+    transaction_id: str = ""
+    recall_handle: str = ""
 
 
 class DiskGuard:
@@ -153,13 +164,10 @@ class Broker:
 
     # -- writes through Raft --------------------------------------------------------------------------------
     async def _commit(self, command: spb.Command, repeatable: bool = False):
-        try:
-            result = await self.batcher.submit(command.SerializeToString(), repeatable)
-        except dledger.DledgerError as exc:
-            raise map_dledger_error(exc) from None
-        if isinstance(result, ApplyError):
-            raise RocketraftError(result.message, result.code)
-        return result
+        outcome = _outcome((await self.batcher.submit_many([command.SerializeToString()], repeatable))[0])
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
 
     # -- topics and groups ------------------------------------------------------------------------------------
     def read(self, fn):
@@ -224,10 +232,42 @@ class Broker:
             group=config.name, fifo=config.fifo, max_delivery_attempts=config.max_delivery_attempts)))
 
     # -- sending ----------------------------------------------------------------------------------------------
-    async def send(self, message: pb.Message, producer_client_id: str = "") -> svc.SendResultEntry:
+    async def send_many(self, messages, producer_client_id: str = "") -> list[Sent | Exception]:
+        """One SendMessage request: each message's Sent, or the error that refused it (its own: one
+        invalid message does not fail the others). The request's topics are looked up once, and its commands
+        go to the batcher as one submission."""
         now = now_ms()
-        kind = validation.message(message, self.config, now)
-        topic = await self.await_topic(message.topic.name)
+        topics: dict[str, ipb.TopicConfig | Exception] = {}
+        outcomes: list = [None] * len(messages)
+        payloads, accepted = [], []
+        for i, message in enumerate(messages):
+            try:
+                kind = validation.message(message, self.config, now)
+                topic = topics.get(message.topic.name)
+                if topic is None:
+                    topic = topics[message.topic.name] = await self._topic_or_error(message.topic.name)
+                if isinstance(topic, Exception):
+                    raise topic
+                payloads.append(self._send_command(message, kind, topic, now, producer_client_id))
+                accepted.append(i)
+            except Exception as exc:  # noqa: BLE001 - the message's own outcome
+                outcomes[i] = exc
+        if payloads:
+            results = await self.batcher.submit_many(payloads, repeatable=True)
+            for i, result in zip(accepted, results, strict=True):
+                outcomes[i] = self._sent(messages[i], _outcome(result))
+        return outcomes
+
+    async def _topic_or_error(self, name: str) -> ipb.TopicConfig | Exception:
+        try:
+            return await self.await_topic(name)
+        except RocketraftError as exc:
+            return exc
+
+    def _send_command(self, message: pb.Message, kind: int, topic: ipb.TopicConfig, now: int,
+                      producer_client_id: str) -> bytes:
+        """Checks the message against its topic and the disk, fills the broker's system properties, and encodes
+        its SendCommand."""
         if topic.message_types and kind not in topic.message_types:
             accepted = ", ".join(MessageType.Name(m) for m in topic.message_types)
             raise RocketraftError(f"topic {topic.name} accepts {accepted} messages, not {MessageType.Name(kind)}",
@@ -238,27 +278,36 @@ class Broker:
         props = message.system_properties
         deliver_at = self._deliver_at_ms(message, now)
         props.message_type = kind
-        if props.body_encoding == pb.Encoding.ENCODING_UNSPECIFIED:
-            props.body_encoding = pb.Encoding.IDENTITY
+        if props.body_encoding == validation.ENCODING_UNSPECIFIED:
+            props.body_encoding = validation.IDENTITY
         props.store_timestamp.FromMilliseconds(now)
         props.store_host = self.config.advertised
-        props.body_digest.type = pb.DigestType.CRC32
+        props.body_digest.type = DIGEST_CRC32
         props.body_digest.checksum = crc32_hex(message.body)
         queue = self._requested_queue(message, topic)
         if queue is None:
             queue = self._choose_queue(props.message_group, topic.queue_nums)
         props.queue_id = queue
-        command = spb.Command(send=spb.SendCommand(
-            message=message.SerializeToString(), queue_id=queue, store_ms=now, deliver_at_ms=deliver_at,
-            half=kind == MessageType.TRANSACTION, producer_client_id=producer_client_id))
-        result: SendResult = await self._commit(command, repeatable=True)
-        entry = svc.SendResultEntry(status=pb.Status(code=Code.OK, message="OK"), message_id=props.message_id,
-                                   offset=0 if result.offset == t.NO_OFFSET else result.offset)
-        if kind == MessageType.TRANSACTION:
-            entry.transaction_id = props.message_id
-        if kind == MessageType.DELAY:
-            entry.recall_handle = f"{self.config.brokerName}:{props.message_id}"
-        return entry
+        command = spb.Command()
+        send = command.send  # filled in place: building the nested message from keywords took 1 us longer
+        send.message = message.SerializeToString()
+        send.queue_id = queue
+        send.store_ms = now
+        send.deliver_at_ms = deliver_at
+        send.half = kind == validation.TRANSACTION
+        send.producer_client_id = producer_client_id
+        return command.SerializeToString()
+
+    def _sent(self, message: pb.Message, result: SendResult | Exception) -> Sent | Exception:
+        if isinstance(result, Exception):
+            return result
+        props = message.system_properties
+        sent = Sent(props.message_id, 0 if result.offset == t.NO_OFFSET else result.offset)
+        if props.message_type == validation.TRANSACTION:
+            sent.transaction_id = props.message_id
+        elif props.message_type == validation.DELAY:
+            sent.recall_handle = f"{self.config.brokerName}:{props.message_id}"
+        return sent
 
     def _deliver_at_ms(self, message: pb.Message, now: int) -> int:
         props = message.system_properties
@@ -268,11 +317,11 @@ class Broker:
             if not level.isdigit() or not 1 <= int(level) <= len(levels):
                 raise RocketraftError(f"delay level {level!r}: use 1..{len(levels)} ({self.config.messageDelayLevel})",
                                       Code.ILLEGAL_DELIVERY_TIME)
-            if props.message_type not in (MessageType.MESSAGE_TYPE_UNSPECIFIED, MessageType.DELAY, MessageType.NORMAL):
+            if props.message_type not in (validation.TYPE_UNSPECIFIED, validation.DELAY, validation.NORMAL):
                 raise RocketraftError("a delay level can only be set on a NORMAL or DELAY message",
                                       Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)
             props.delivery_timestamp.FromMilliseconds(now + levels[int(level) - 1])
-            props.message_type = MessageType.DELAY
+            props.message_type = validation.DELAY
         if props.HasField("delivery_timestamp"):
             return props.delivery_timestamp.ToMilliseconds()
         return 0
@@ -551,6 +600,15 @@ class Broker:
             return out
 
         return self.read(read)
+
+
+def _outcome(result):
+    """A batcher outcome as the broker reports it: a result, or a RocketraftError (or unexpected error)."""
+    if isinstance(result, dledger.DledgerError):
+        return map_dledger_error(result)
+    if isinstance(result, ApplyError):
+        return RocketraftError(result.message, result.code)
+    return result
 
 
 def ok_status() -> pb.Status:

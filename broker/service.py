@@ -18,7 +18,7 @@ from rocketraft.wire import Code, ipb, ipb_grpc, pb, svc, svc_grpc
 from . import queries, validation
 from .assignment import READABLE, allocate_averagely, readable_master_queues
 from .clients import ClientRegistry
-from .core import Broker, ok_status
+from .core import Broker, Sent, ok_status
 
 log = logging.getLogger(__name__)
 
@@ -170,25 +170,25 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
     async def SendMessage(self, request, context):
         if not request.messages:
             return svc.SendMessageResponse(status=pb.Status(code=Code.BAD_REQUEST, message="no messages to send"))
-        client_id = client_id_of(context)
-        outcomes = await asyncio.gather(*(self.broker.send(m, client_id) for m in request.messages),
-                                        return_exceptions=True)
-        entries = []
+        outcomes = await self.broker.send_many(request.messages, client_id_of(context))
+        response = svc.SendMessageResponse()
+        add, ok, failed = response.entries.add, ok_status(), []
         for message, outcome in zip(request.messages, outcomes, strict=True):
-            if isinstance(outcome, BaseException):
-                entries.append(svc.SendResultEntry(status=_status_of(outcome),
-                                                  message_id=message.system_properties.message_id))
+            if isinstance(outcome, Sent):  # add() then CopyFrom: half the cost of building entries and copying them
+                add(message_id=outcome.message_id, offset=outcome.offset, transaction_id=outcome.transaction_id,
+                    recall_handle=outcome.recall_handle).status.CopyFrom(ok)
             else:
-                entries.append(outcome)
-        failed = [e.status for e in entries if e.status.code != Code.OK]
+                failed.append(_status_of(outcome))
+                add(message_id=message.system_properties.message_id).status.CopyFrom(failed[-1])
         if not failed:
-            top = ok_status()
-        elif len(entries) == 1:
-            top = failed[0]
+            response.status.CopyFrom(ok)
+        elif len(outcomes) == 1:
+            response.status.CopyFrom(failed[0])
         else:
-            top = pb.Status(code=Code.MULTIPLE_RESULTS, message=f"{len(failed)} of {len(entries)} messages failed; "
-                            "see each entry's status")
-        return svc.SendMessageResponse(status=top, entries=entries)
+            response.status.code = Code.MULTIPLE_RESULTS
+            response.status.message = (f"{len(failed)} of {len(outcomes)} messages failed; see each entry's "
+                                       "status")
+        return response
 
     @unary(svc.EndTransactionResponse)
     async def EndTransaction(self, request, context):

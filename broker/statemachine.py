@@ -88,6 +88,10 @@ class BrokerStateMachine:
         self._configs_changed = False  # a topic was created, changed or deleted (not merely written to)
         self._listeners: list[Callable[[set[str], bool], None]] = []
         self._lock = threading.Lock()
+        # Queue counts of topics read during the current entry: every message of an entry usually goes to one
+        # topic. Cleared before each entry and whenever a topic is written, so it only ever repeats what the
+        # transaction holds (apply stays deterministic).
+        self._queue_nums: dict[str, int | None] = {}
 
     # -- dledger hooks -----------------------------------------------------------------------------
     def attach(self, store: Store) -> None:
@@ -111,6 +115,7 @@ class BrokerStateMachine:
                 log.exception("state machine listener failed")
 
     def apply(self, entry: LogEntry, txn) -> list:
+        self._queue_nums.clear()
         results = []
         for slot, payload in enumerate(entry.payloads):
             try:
@@ -158,6 +163,7 @@ class BrokerStateMachine:
                 return ApplyError(Code.BAD_REQUEST, f"topic {config.name} has {existing} queues; queues are never "
                                   f"removed (asked for {config.queue_nums})")
             txn.put(config.name.encode(), config.SerializeToString(), db=self.db[t.TOPICS])
+        self._queue_nums.clear()
         self._touched.add(config.name)
         self._configs_changed = True
         return None
@@ -190,16 +196,24 @@ class BrokerStateMachine:
         if txn.get(name.encode(), db=self.db[t.TOPICS]) is None:
             config = ipb.TopicConfig(name=name, queue_nums=queue_nums, perm=6)
             txn.put(name.encode(), config.SerializeToString(), db=self.db[t.TOPICS])
+            self._queue_nums.clear()
             self._configs_changed = True
+
+    def _queue_nums_of(self, topic: str, txn) -> int | None:
+        """The topic's queue count, None if it does not exist."""
+        if topic not in self._queue_nums:
+            raw = txn.get(topic.encode(), db=self.db[t.TOPICS])
+            self._queue_nums[topic] = ipb.TopicConfig.FromString(raw).queue_nums if raw is not None else None
+        return self._queue_nums[topic]
 
     # -- sending --------------------------------------------------------------------------------------
     def _send(self, command: spb.SendCommand, index: int, slot: int, txn):
         message = pb.Message.FromString(command.message)
         topic = message.topic.name
-        raw_topic = txn.get(topic.encode(), db=self.db[t.TOPICS])
-        if raw_topic is None:
+        queue_nums = self._queue_nums_of(topic, txn)
+        if queue_nums is None:
             return ApplyError(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist on this group")
-        if command.queue_id >= ipb.TopicConfig.FromString(raw_topic).queue_nums:
+        if command.queue_id >= queue_nums:
             return ApplyError(Code.BAD_REQUEST, f"queue {command.queue_id} does not exist in topic {topic}")
         props = message.system_properties
         id_key = t.msgid_key(topic, props.message_id)
@@ -306,10 +320,9 @@ class BrokerStateMachine:
 
     # -- pop consumption --------------------------------------------------------------------------------
     def _pop(self, command: spb.PopCommand, index: int, txn) -> list[Popped] | ApplyError:
-        raw_topic = txn.get(command.topic.encode(), db=self.db[t.TOPICS])
-        if raw_topic is None:
+        queue_nums = self._queue_nums_of(command.topic, txn)
+        if queue_nums is None:
             return ApplyError(Code.TOPIC_NOT_FOUND, f"topic {command.topic} does not exist on this group")
-        queue_nums = ipb.TopicConfig.FromString(raw_topic).queue_nums
         accept = tag_filter(command.filter_type, command.filter_expression)
         if command.only_queue >= 0:
             queues = [command.only_queue] if command.only_queue < queue_nums else []

@@ -18,6 +18,12 @@ MESSAGE_GROUP_CHARS_MAX = 64
 MESSAGE_ID_CHARS_MAX = 128
 PROPERTY_KEY_RE = re.compile(r"[a-zA-Z0-9_.-]{1,64}")
 RESERVED_PROPERTY_PREFIX = "__"
+# Plain ints for the send path: looking up a protobuf enum's attribute (EnumTypeWrapper.__getattr__) costs about
+# 0.8 us, and validating and preparing one message looked up about ten (docs/architecture.md, broker section).
+TYPE_UNSPECIFIED = MessageType.MESSAGE_TYPE_UNSPECIFIED
+NORMAL, FIFO, DELAY, TRANSACTION = MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION
+ENCODING_UNSPECIFIED, IDENTITY = pb.Encoding.ENCODING_UNSPECIFIED, pb.Encoding.IDENTITY
+ENCODINGS = frozenset((ENCODING_UNSPECIFIED, IDENTITY, pb.Encoding.GZIP))
 
 
 topic_name = names.check_topic_name
@@ -30,14 +36,14 @@ def queue_nums(n: int, config: BrokerConfig) -> int:
     return n
 
 
-def _declared_type(props: pb.SystemProperties) -> int:
-    if props.message_type != MessageType.MESSAGE_TYPE_UNSPECIFIED:
+def _declared_type(props: pb.SystemProperties, delayed: bool) -> int:
+    if props.message_type != TYPE_UNSPECIFIED:
         return props.message_type
-    if props.HasField("delivery_timestamp"):
-        return MessageType.DELAY
+    if delayed:
+        return DELAY
     if props.message_group:
-        return MessageType.FIFO
-    return MessageType.NORMAL
+        return FIFO
+    return NORMAL
 
 
 def message(msg: pb.Message, config: BrokerConfig, now_ms: int) -> int:
@@ -55,7 +61,7 @@ def message(msg: pb.Message, config: BrokerConfig, now_ms: int) -> int:
     if len(msg.body) > config.maxMessageSize:
         raise BodyTooLargeError(f"message body of {len(msg.body)} bytes is larger than maxMessageSize="
                                 f"{config.maxMessageSize} bytes; split it or store it elsewhere and send a reference")
-    if props.body_encoding not in (pb.Encoding.IDENTITY, pb.Encoding.GZIP, pb.Encoding.ENCODING_UNSPECIFIED):
+    if props.body_encoding not in ENCODINGS:
         raise BadRequestError(f"body_encoding {props.body_encoding} is unknown; use IDENTITY or GZIP")
     if len(props.tag) > TAG_CHARS_MAX or "|" in props.tag or (props.tag and not props.tag.strip()):
         raise RocketraftError(f"tag {props.tag!r}: at most {TAG_CHARS_MAX} characters, no '|', not blank",
@@ -68,10 +74,12 @@ def message(msg: pb.Message, config: BrokerConfig, now_ms: int) -> int:
     if len(props.message_group) > MESSAGE_GROUP_CHARS_MAX:
         raise RocketraftError(f"message group of {len(props.message_group)} characters is longer than "
                               f"{MESSAGE_GROUP_CHARS_MAX}", Code.ILLEGAL_MESSAGE_GROUP)
-    _properties(msg, config)
-    kind = _declared_type(props)
-    _type_matches_properties(kind, props)
-    if props.HasField("delivery_timestamp"):
+    if msg.user_properties:
+        _properties(msg, config)
+    delayed = props.HasField("delivery_timestamp")
+    kind = _declared_type(props, delayed)
+    _type_matches_properties(kind, props, delayed)
+    if delayed:
         deliver_at_ms = props.delivery_timestamp.ToMilliseconds()
         if deliver_at_ms > now_ms + config.timerMaxDelayMillis:
             raise RocketraftError(f"delivery time {deliver_at_ms} ms is more than timerMaxDelayMillis="
@@ -91,15 +99,15 @@ def _properties(msg: pb.Message, config: BrokerConfig) -> None:
                               "(messagePropertiesBytesMax)", Code.MESSAGE_PROPERTIES_TOO_LARGE)
 
 
-def _type_matches_properties(kind: int, props: pb.SystemProperties) -> None:
+def _type_matches_properties(kind: int, props: pb.SystemProperties, delayed: bool) -> None:
     conflict = None
-    if kind == MessageType.FIFO and not props.message_group:
+    if kind == FIFO and not props.message_group:
         conflict = "a FIFO message needs a message_group"
-    elif kind != MessageType.FIFO and props.message_group:
+    elif kind != FIFO and props.message_group:
         conflict = f"only FIFO messages carry a message_group (this one is {MessageType.Name(kind)})"
-    elif kind == MessageType.DELAY and not props.HasField("delivery_timestamp"):
+    elif kind == DELAY and not delayed:
         conflict = "a DELAY message needs a delivery_timestamp"
-    elif kind != MessageType.DELAY and props.HasField("delivery_timestamp"):
+    elif kind != DELAY and delayed:
         conflict = f"only DELAY messages carry a delivery_timestamp (this one is {MessageType.Name(kind)})"
     if conflict:
         raise RocketraftError(conflict, Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)

@@ -138,3 +138,63 @@ def test_disk_guard_refuses_writes_with_the_real_usage_keeps_reads_and_resumes(m
     ballast.unlink()
     wait_until(lambda: send(cluster, raw_message("guarded", b"after")).status.code == Code.OK, 5,
                "writes to resume once space is back")
+
+
+# -- multi-message requests ----------------------------------------------------------------------------------------
+def in_queue(message: pb.Message, queue: int) -> pb.Message:
+    message.user_properties["QUEUE_ID"] = str(queue)
+    return message
+
+
+def pull_bodies(cluster, topic: str, queue: int, offset: int, count: int) -> list[bytes]:
+    stub = messaging_stub(cluster, cluster.address_of[cluster.wait_master()])
+    bodies: list[bytes] = []
+    while len(bodies) < count:
+        replies = list(stub.PullMessage(svc.PullMessageRequest(
+            group=pb.Resource(name="g-batch-reader"), message_queue=pb.MessageQueue(topic=pb.Resource(name=topic),
+                                                                                     id=queue),
+            offset=offset + len(bodies), batch_size=32), timeout=5))
+        got = [r.message.body for r in replies if r.HasField("message")]
+        if not got:
+            break
+        bodies += got
+    return bodies
+
+
+def test_a_request_mixing_invalid_and_valid_messages_stores_the_valid_ones_and_reports_each_entry(cluster):
+    messages = [in_queue(raw_message("valid", b"first"), 1), raw_message("valid", b""),
+                raw_message("missing", b"x"), in_queue(raw_message("valid", b"second"), 1),
+                raw_message("fifo-only", b"x"), in_queue(raw_message("valid", b"x"), 99)]
+    response = send(cluster, *messages)
+    assert response.status.code == Code.MULTIPLE_RESULTS and "4 of 6 messages failed" in response.status.message
+    assert [e.status.code for e in response.entries] == [
+        Code.OK, Code.MESSAGE_BODY_EMPTY, Code.TOPIC_NOT_FOUND, Code.OK, Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+        Code.BAD_REQUEST]
+    assert [e.message_id for e in response.entries] == [m.system_properties.message_id for m in messages]
+    first, second = response.entries[0].offset, response.entries[3].offset
+    assert second == first + 1, "the valid messages keep their order in their queue"
+    assert pull_bodies(cluster, "valid", 1, first, 2) == [b"first", b"second"]
+
+
+def test_a_retried_request_returns_the_same_results_and_stores_each_message_once(cluster):
+    ids = [f"retried-{i}-{time.time_ns()}" for i in range(3)]
+
+    def request():
+        return [in_queue(raw_message("valid", f"body {i}".encode(), message_id=ids[i]), 2) for i in range(3)]
+
+    first = send(cluster, *request())
+    again = send(cluster, *request(), in_queue(raw_message("valid", b"body 0", message_id=ids[0]), 2))
+    assert first.status.code == again.status.code == Code.OK, (first.status, again.status)
+    offsets = [e.offset for e in first.entries]
+    assert [e.offset for e in again.entries] == offsets + [offsets[0]]
+    assert pull_bodies(cluster, "valid", 2, offsets[0], 10) == [b"body 0", b"body 1", b"body 2"]
+
+
+def test_a_request_larger_than_one_raft_entry_is_split_and_keeps_its_order(cluster):
+    count = 1024  # 2 MiB of bodies: more than batchBytesMax (1 MiB) and exactly batchCommandsMax
+    response = send(cluster, *(in_queue(raw_message("valid", i.to_bytes(4, "big") * 512), 3) for i in range(count)))
+    assert response.status.code == Code.OK, response.status
+    offsets = [e.offset for e in response.entries]
+    assert offsets == list(range(offsets[0], offsets[0] + count))
+    bodies = pull_bodies(cluster, "valid", 3, offsets[0], count)
+    assert [int.from_bytes(b[:4], "big") for b in bodies] == list(range(count))
