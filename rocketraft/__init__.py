@@ -12,7 +12,9 @@ __version__ = "0.1.0"
 # Imported on first use: servers import `rocketraft.wire` and must not pay for the client.
 _EXPORTS = {
     "Producer": "rocketraft.client.api", "TransactionProducer": "rocketraft.client.api",
-    "Admin": "rocketraft.client.api",
+    "Admin": "rocketraft.client.api", "SimpleConsumer": "rocketraft.client.api",
+    "PullConsumer": "rocketraft.client.api", "PushConsumer": "rocketraft.client.api",
+    "ConsumeResult": "rocketraft.client.consumer", "BatchSendError": "rocketraft.client.producer",
     "Message": "rocketraft.client.message", "QueueRef": "rocketraft.client.message",
     "ReceivedMessage": "rocketraft.client.message", "SendReceipt": "rocketraft.client.message",
     "TransactionResolution": "rocketraft.client.transaction", "hash_selector": "rocketraft.client.selection",

@@ -6,10 +6,15 @@
 """
 
 from rocketraft.client.admin import Admin
+from rocketraft.client.consumer import ConsumeResult
 from rocketraft.client.message import Message, QueueRef, ReceivedMessage, SendReceipt
-from rocketraft.client.producer import Producer
+from rocketraft.client.producer import BatchSendError, Producer
+from rocketraft.client.pull_consumer import PullConsumer
+from rocketraft.client.push_consumer import PushConsumer
 from rocketraft.client.selection import hash_selector
+from rocketraft.client.simple_consumer import SimpleConsumer
 from rocketraft.client.transaction import TransactionProducer, TransactionResolution
 
-__all__ = ["Admin", "Message", "Producer", "QueueRef", "ReceivedMessage", "SendReceipt", "TransactionProducer",
+__all__ = ["Admin", "BatchSendError", "ConsumeResult", "Message", "Producer", "PullConsumer", "PushConsumer",
+           "QueueRef", "ReceivedMessage", "SendReceipt", "SimpleConsumer", "TransactionProducer",
            "TransactionResolution", "hash_selector"]

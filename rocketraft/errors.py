@@ -82,6 +82,11 @@ class UnsupportedError(RocketraftError):
     code = Code.UNSUPPORTED
 
 
+class IllegalFilterExpressionError(BadRequestError):
+    """A subscription the broker refuses, e.g. one that differs from a live member of the same group."""
+    code = Code.ILLEGAL_FILTER_EXPRESSION
+
+
 class BrokerUnreachableError(RocketraftError):
     """Client side: no connection to a server could be made, so the request was certainly not delivered."""
     code = Code.INTERNAL_ERROR
@@ -119,6 +124,7 @@ _BY_CODE = {
     Code.HA_NOT_AVAILABLE: NotMasterError,
     Code.PROXY_TIMEOUT: OutcomeUnknownError,
     Code.UNSUPPORTED: UnsupportedError,
+    Code.ILLEGAL_FILTER_EXPRESSION: IllegalFilterExpressionError,
 }
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from . import admin as _admin
 from . import producer as _producer
+from . import pull_consumer as _pull
+from . import push_consumer as _push
+from . import simple_consumer as _simple
 from . import transaction as _transaction
 from .sync import Blocking, blocking, in_background, run, submit
 
@@ -13,9 +16,14 @@ class Producer(Blocking):
     """Blocking producer; see rocketraft.aio.Producer for every argument."""
     _async_class = _producer.Producer
     send = blocking("send", "Send and wait for the acknowledgement; returns a SendReceipt.")
+    send_batch = blocking("send_batch", "Send many messages with the least work per message; one receipt each.")
     send_async = in_background("send", "Start a send; returns a concurrent.futures.Future of the SendReceipt. "
                                        "callback(receipt, error) runs on the client's loop thread.")
     flush = blocking("flush", "Wait for every send_async / send_oneway started so far.")
+
+    def stats(self) -> dict:
+        """Per broker address written to: SendMessage requests and messages sent."""
+        return run(_on_loop(self._impl.stats))
 
     def send_oneway(self, message) -> None:
         """Send without waiting or reporting (failures are only logged)."""
@@ -48,4 +56,37 @@ class Admin(Blocking):
     consumer_progress = blocking("consumer_progress")
 
 
-__all__ = ["Producer", "TransactionProducer", "Admin", "run"]
+class SimpleConsumer(Blocking):
+    """Blocking SimpleConsumer; see rocketraft.aio.SimpleConsumer."""
+    _async_class = _simple.SimpleConsumer
+    receive = blocking("receive")
+    ack = blocking("ack")
+    change_invisible_duration = blocking("change_invisible_duration")
+    dead_letter = blocking("dead_letter")
+
+
+class PullConsumer(Blocking):
+    """Blocking PullConsumer; see rocketraft.aio.PullConsumer."""
+    _async_class = _pull.PullConsumer
+    poll = blocking("poll")
+    commit = blocking("commit")
+    seek = blocking("seek")
+    committed = blocking("committed")
+
+    def assign(self, queues) -> None:
+        run(_on_loop(self._impl.assign, queues))
+
+    def assignment(self):
+        return run(_on_loop(self._impl.assignment))
+
+
+class PushConsumer(Blocking):
+    """Blocking PushConsumer: start() and close(); a plain-function listener runs on its consume threads."""
+    _async_class = _push.PushConsumer
+
+
+async def _on_loop(fn, *args):
+    return fn(*args)
+
+
+__all__ = ["Admin", "Producer", "PullConsumer", "PushConsumer", "SimpleConsumer", "TransactionProducer", "run"]

@@ -170,6 +170,7 @@ class AsyncClient:
                     continue
                 await self.on_server_command(address, command)
         finally:
+            outgoing.put_nowait(None)  # ends the request generator before the call is cancelled
             call.cancel()
 
 

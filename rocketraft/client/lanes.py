@@ -19,9 +19,9 @@ import grpc
 from rocketraft.errors import RocketraftError, from_status
 from rocketraft.wire import Code, pb, svc
 
-from .transport import Transport, rpc_error
+from .transport import Transport, encode_send_request, rpc_error
 
-MESSAGE_OVERHEAD_BYTES = 256  # protobuf framing and system properties, for the batch byte budget
+MESSAGE_FRAMING_BYTES = 6  # tag + length of each entry in the request
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class BatchLimits:
 
 @dataclass
 class _Item:
-    message: pb.Message
+    message: bytes            # a serialized apache.rocketmq.v2.Message
     size: int
     deadline: float
     future: asyncio.Future
@@ -65,15 +65,15 @@ class Lane:
         self.messages_sent = 0
         self._task = asyncio.get_running_loop().create_task(self._run())
 
-    def submit(self, message: pb.Message, deadline: float) -> asyncio.Future:
-        """One message; the future gives its SendResultEntry or raises its error."""
+    def submit(self, message: bytes, deadline: float) -> asyncio.Future:
+        """One serialized message; the future gives its SendResultEntry or raises its error."""
         future = asyncio.get_running_loop().create_future()
-        size = len(message.body) + MESSAGE_OVERHEAD_BYTES
+        size = len(message) + MESSAGE_FRAMING_BYTES
         self._items.append(_Item(message, size, deadline, future, time.monotonic()))
         self._wake.set()
         return future
 
-    def submit_many(self, messages: list[pb.Message], deadline: float) -> asyncio.Future:
+    def submit_many(self, messages: list[bytes], deadline: float) -> asyncio.Future:
         """Several messages sent together (split only by the batch limits); the future gives one
         SendResultEntry or exception per message, in order, and never raises itself."""
         loop = asyncio.get_running_loop()
@@ -81,7 +81,7 @@ class Lane:
         futures = []
         for message in messages:
             future = loop.create_future()
-            self._items.append(_Item(message, len(message.body) + MESSAGE_OVERHEAD_BYTES, deadline, future, now))
+            self._items.append(_Item(message, len(message) + MESSAGE_FRAMING_BYTES, deadline, future, now))
             futures.append(future)
         self._wake.set()
         return asyncio.gather(*futures, return_exceptions=True)
@@ -128,11 +128,11 @@ class Lane:
     async def _send(self, batch: list[_Item]) -> None:
         try:
             timeout = min(self._limits.request_timeout_s, max(0.05, min(i.deadline for i in batch) - time.monotonic()))
-            request = svc.SendMessageRequest(messages=[i.message for i in batch])
+            request = encode_send_request([i.message for i in batch])
             self.requests_sent += 1
             self.messages_sent += len(batch)
             try:
-                response = await self._transport.messaging(self.address).SendMessage(
+                response = await self._transport.send_message_raw(self.address)(
                     request, metadata=self._transport.metadata, timeout=timeout)
             except grpc.aio.AioRpcError as exc:
                 self._fail(batch, rpc_error(exc, self.address, "send"))

@@ -153,26 +153,42 @@ def message_type(message: Message, transactional: bool = False) -> int:
     return _NORMAL
 
 
-def to_pb(message: Message, queue_id: int | None = None, transactional: bool = False) -> pb.Message:
-    """The wire form. message.message_id must be set."""
+def to_pb(message: Message, queue_id: int | None = None, transactional: bool = False,
+          into: pb.Message | None = None) -> pb.Message:
+    """The wire form (filled into `into` when given: no copy). message.message_id must be set."""
     assert message.message_id, "the producer assigns a message id before conversion"
-    props = pb.SystemProperties(message_id=message.message_id, body_encoding=_IDENTITY,
-                                message_type=message_type(message, transactional), born_host=_HOST)
-    props.born_timestamp.FromMilliseconds(time.time_ns() // 1_000_000)
+    m = pb.Message() if into is None else into
+    m.topic.name = message.topic
+    m.body = message.body
+    props = m.system_properties
+    props.message_id = message.message_id
+    props.body_encoding = _IDENTITY
+    props.message_type = message_type(message, transactional)
+    props.born_host = _HOST
+    now_ns = time.time_ns()
+    props.born_timestamp.seconds = now_ns // 1_000_000_000
+    props.born_timestamp.nanos = now_ns % 1_000_000_000 // 1_000_000 * 1_000_000
     if message.tag is not None:
         props.tag = message.tag
-    props.keys.extend(message.keys)
+    if message.keys:
+        props.keys.extend(message.keys)
     if message.message_group is not None:
         props.message_group = message.message_group
     if message.deliver_at_ms is not None:
         props.delivery_timestamp.FromMilliseconds(message.deliver_at_ms)
-    user = dict(message.properties)
+    user = m.user_properties
+    if message.properties:
+        user.update(message.properties)
     if message.delay_level is not None:
         user[DELAY_LEVEL_PROPERTY] = str(message.delay_level)
     if queue_id is not None:
         user[QUEUE_ID_PROPERTY] = str(queue_id)
-    return pb.Message(topic=pb.Resource(name=message.topic), body=bytes(message.body), system_properties=props,
-                      user_properties=user)
+    return m
+
+
+def to_wire(message: Message, queue_id: int | None = None, transactional: bool = False) -> bytes:
+    """The serialized apache.rocketmq.v2.Message, as one SendMessageRequest entry carries it."""
+    return to_pb(message, queue_id, transactional).SerializeToString()
 
 
 def from_pb(m: pb.Message, broker: str, endpoint: str = "") -> ReceivedMessage:

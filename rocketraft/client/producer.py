@@ -32,7 +32,7 @@ from rocketraft.wire import Code, pb, svc
 from .base import AsyncClient, spawn_callback
 from .config import ClientConfig
 from .lanes import BatchLimits, Lane
-from .message import Message, MessageIdGenerator, QueueRef, SendReceipt, to_pb
+from .message import Message, MessageIdGenerator, QueueRef, SendReceipt, to_wire
 from .routes import GroupRoute
 from .selection import LatencyFaults, QueueChooser, Selector
 
@@ -181,7 +181,7 @@ class Producer(AsyncClient):
             bucket[1].append(i)
             bucket[2].append(queue_id)
         sent = [(group, indexes, queue_ids, self.lane(address).submit_many(
-                    [to_pb(messages[i], q) for i, q in zip(indexes, queue_ids, strict=True)], deadline))
+                    [to_wire(messages[i], q) for i, q in zip(indexes, queue_ids, strict=True)], deadline))
                 for address, (group, indexes, queue_ids) in buckets.items()]
         for group, indexes, queue_ids, future in sent:
             for i, queue_id, entry in zip(indexes, queue_ids, await future, strict=True):
@@ -227,7 +227,7 @@ class Producer(AsyncClient):
             group, queue_id = await self._target(message, attempts, selector)
             started = time.monotonic()
             try:
-                entry = await self.lane(group.master).submit(to_pb(message, queue_id, transactional),
+                entry = await self.lane(group.master).submit(to_wire(message, queue_id, transactional),
                                                              attempts.deadline)
             except Exception as exc:  # noqa: BLE001 - classified below; unknown kinds are fatal
                 self.faults.record(group.name, (time.monotonic() - started) * 1000, failed=True)

@@ -13,7 +13,10 @@ import grpc
 
 from rocketraft import __version__
 from rocketraft.errors import BrokerUnreachableError, OutcomeUnknownError, RocketraftError
-from rocketraft.wire import GRPC_OPTIONS, ipb_grpc, svc_grpc
+from rocketraft.wire import GRPC_OPTIONS, ipb_grpc, svc, svc_grpc
+
+SEND_MESSAGE_METHOD = "/apache.rocketmq.v2.MessagingService/SendMessage"
+_MESSAGES_FIELD_TAG = b"\x0a"  # SendMessageRequest.messages: field 1, length-delimited
 
 CHANNEL_OPTIONS = (
     *GRPC_OPTIONS,
@@ -32,6 +35,7 @@ class Transport:
     def __init__(self, client_id: str):
         self.client_id = client_id
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._raw_send: dict[str, object] = {}
         self.metadata = (
             ("x-mq-client-id", client_id),
             ("x-mq-language", "PYTHON"),
@@ -48,6 +52,14 @@ class Transport:
     def messaging(self, address: str) -> svc_grpc.MessagingServiceStub:
         return svc_grpc.MessagingServiceStub(self.channel(address))
 
+    def send_message_raw(self, address: str):
+        """SendMessage taking an already serialized SendMessageRequest (see encode_send_request)."""
+        call = self._raw_send.get(address)
+        if call is None:
+            call = self._raw_send[address] = self.channel(address).unary_unary(
+                SEND_MESSAGE_METHOD, request_serializer=None, response_deserializer=svc.SendMessageResponse.FromString)
+        return call
+
     def broker_admin(self, address: str) -> ipb_grpc.BrokerAdminStub:
         return ipb_grpc.BrokerAdminStub(self.channel(address))
 
@@ -56,7 +68,24 @@ class Transport:
 
     async def close(self) -> None:
         channels, self._channels = list(self._channels.values()), {}
+        self._raw_send.clear()
         await asyncio.gather(*(c.close() for c in channels), return_exceptions=True)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def encode_send_request(messages: list[bytes]) -> bytes:
+    """A SendMessageRequest from serialized Messages, without parsing or copying them into protobuf objects
+    again: a repeated message field on the wire is just its entries, each tag + length + bytes. Equal to
+    SendMessageRequest(messages=[...]).SerializeToString() (pinned by tests/client/test_wire_encoding.py)."""
+    return b"".join(b"".join((_MESSAGES_FIELD_TAG, _varint(len(m)), m)) for m in messages)
 
 
 def rpc_error(exc: grpc.aio.AioRpcError, address: str, what: str) -> RocketraftError:

@@ -30,7 +30,7 @@ def groups(tmp_path_factory):
         b.wait_master()
         with rocketraft.Admin(a.namesrv_address) as admin:
             for _ in range(100):
-                if sum(1 for g in admin.cluster_list() if g.master) == 2:
+                if sum(1 for g in admin.cluster_list() if g.master and len(g.replicas) == 3) == 2:
                     break
                 asyncio.run(asyncio.sleep(0.1))
         yield a, b

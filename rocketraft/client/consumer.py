@@ -1,0 +1,384 @@
+"""What every consumer shares: subscriptions, the start-time check with the brokers, and each consumer RPC
+with its retry rule (docs/client-consumers.md).
+
+Where a call goes:
+- pops (ReceiveMessage) and handle operations (Ack, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue)
+  go to the master of the message's broker group and, when it cannot be reached, to another replica of that
+  group: every replica accepts them because they are Raft commands;
+- offset reads (PullMessage, GetOffset, QueryOffset) prefer the master and fall back to a follower, which
+  never answers past its applied index; UpdateOffset is a Raft command, so any replica takes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import grpc
+
+from rocketraft.errors import (
+    BadRequestError,
+    BrokerUnreachableError,
+    InvalidReceiptHandleError,
+    NotMasterError,
+    OutcomeUnknownError,
+    RocketraftError,
+    TooManyRequestsError,
+    from_status,
+)
+from rocketraft.names import check_group_name, check_topic_name
+from rocketraft.wire import Code, pb, svc
+
+from .base import AsyncClient
+from .config import ClientConfig
+from .message import TAG_CHARS_MAX, QueueRef, ReceivedMessage, from_pb
+from .transport import rpc_error
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+RECEIVE_BATCH_MAX = 64             # the broker's receiveBatchSizeMax
+LONG_POLLING_S_MAX = 30.0          # the broker's longPollingTimeoutMillisMax
+INVISIBLE_S_MIN = 1.0              # the broker's invisibleTimeMillisMin / Max
+INVISIBLE_S_MAX = 12 * 3600.0
+HANDLE_RETRY_S_MAX = 10.0          # acks and invisibility changes: long enough to outlast an election
+RETRY_PAUSE_S = 0.1                # between two rounds over a group's replicas
+DEFAULT_MAX_DELIVERY_ATTEMPTS = 17  # the broker's default (maxReconsumeTimes 16 + 1)
+CONSUME_FROM = ("first", "last")
+
+# Failures after which another replica (or the same one, a moment later) may succeed.
+_RETRYABLE = (BrokerUnreachableError, OutcomeUnknownError, NotMasterError, TooManyRequestsError)
+
+
+class ConsumeResult(enum.Enum):
+    SUCCESS = "SUCCESS"
+    RECONSUME_LATER = "RECONSUME_LATER"
+
+
+def check_expression(topic: str, expression: str) -> str:
+    """A TAG expression: '*' or 'TagA || TagB'. SQL92 is not supported by the broker."""
+    text = expression.strip() if isinstance(expression, str) else None
+    if text is None:
+        raise BadRequestError(f"the tag expression for topic {topic} must be a string like '*' or 'TagA || TagB'")
+    if text in ("", "*"):
+        return "*"
+    tags = [tag.strip() for tag in text.split("||")]
+    if any(not tag or len(tag) > TAG_CHARS_MAX or any(c.isspace() or c == "|" for c in tag) for tag in tags):
+        raise BadRequestError(f"tag expression {expression!r} for topic {topic}: use '*' or tags separated by '||' "
+                              f"(each 1..{TAG_CHARS_MAX} characters, no whitespace); SQL92 filters are not "
+                              "supported")
+    return " || ".join(tags)
+
+
+def check_subscriptions(subscriptions: dict[str, str] | None, what: str = "subscriptions") -> dict[str, str]:
+    if not isinstance(subscriptions, dict) or not subscriptions:
+        raise BadRequestError(f"{what} must be a non-empty dict of topic -> tag expression, e.g. {{'orders': '*'}}")
+    return {check_topic_name(topic): check_expression(topic, expr) for topic, expr in subscriptions.items()}
+
+
+def check_range(name: str, value: float, low: float, high: float) -> float:
+    if not isinstance(value, (int, float)) or not low <= value <= high:
+        raise BadRequestError(f"{name} must be {low:g}..{high:g}, not {value!r}")
+    return value
+
+
+def check_consume_from(value: str) -> str:
+    if value not in CONSUME_FROM:
+        raise BadRequestError(f"consume_from must be 'first' or 'last', not {value!r}")
+    return value
+
+
+def filter_of(expression: str) -> pb.FilterExpression:
+    return pb.FilterExpression(type=pb.FilterType.TAG, expression=expression)
+
+
+def queue_pb(queue: QueueRef) -> pb.MessageQueue:
+    return pb.MessageQueue(topic=pb.Resource(name=queue.topic), id=queue.queue_id, broker=pb.Broker(name=queue.broker))
+
+
+def duration_ms(seconds: float) -> int:
+    return max(0, int(seconds * 1000))
+
+
+def retryable(exc: BaseException) -> bool:
+    return isinstance(exc, _RETRYABLE)
+
+
+class ConsumerBase(AsyncClient):
+    """A consumer of one group: its subscriptions, its settings, and the consumer RPCs."""
+
+    def __init__(self, namesrv, group: str, subscriptions: dict[str, str], config: ClientConfig | None):
+        super().__init__(config or ClientConfig(namesrv=namesrv), check_group_name(group))
+        self.subscriptions = subscriptions  # topic -> normalized tag expression (may be empty: manual assign)
+        self.broker_settings: pb.Settings | None = None  # the brokers' answer to our settings, after start
+
+    # -- start: routes and the brokers' verdict on our subscriptions ----------------------------------------
+    def settings(self) -> pb.Settings:
+        settings = pb.Settings(client_type=self.client_type)
+        settings.request_timeout.FromMilliseconds(duration_ms(self.config.request_timeout_s))
+        settings.subscription.group.name = self.group
+        for topic, expression in self.subscriptions.items():
+            settings.subscription.subscriptions.add(topic=pb.Resource(name=topic), expression=filter_of(expression))
+        return settings
+
+    async def on_server_command(self, address: str, command: svc.TelemetryCommand) -> None:
+        if command.HasField("status") and command.status.code != Code.OK:
+            log.warning("broker %s refused the settings of %s (group %s): %s", address, self.client_id, self.group,
+                        command.status.message)
+
+    async def check_subscriptions(self) -> list[tuple[str, pb.Settings]]:
+        """Fetch every subscribed topic's route (TopicNotFoundError for an unknown topic) and show our settings
+        to the master of each broker group once. A broker refuses a subscription that differs from a live
+        member's (ILLEGAL_FILTER_EXPRESSION); that refusal is raised here, so start() fails loudly.
+        Returns (broker group, its settings reply) for every group."""
+        targets: dict[str, str] = {}
+        for topic in self.subscriptions:
+            route = await self.routes.get(topic)
+            for name, group in sorted(route.groups.items()):
+                address = group.master or (group.replicas[0] if group.replicas else None)
+                if address is not None:
+                    targets.setdefault(name, address)
+        replies = await asyncio.gather(*(self.exchange_settings(a) for a in targets.values()))
+        answered = list(zip(targets, replies, strict=True))
+        if answered:
+            self.broker_settings = answered[0][1]
+        await self.heartbeat()  # every replica learns our client type and group now, not a second later
+        return answered
+
+    async def exchange_settings(self, address: str) -> pb.Settings:
+        """One Telemetry round trip: our settings out, the broker's settings (or its refusal) back."""
+
+        async def one_command():
+            yield svc.TelemetryCommand(settings=self.settings())
+
+        call = self.transport.messaging(address).Telemetry(one_command(), metadata=self.transport.metadata,
+                                                           timeout=self.config.request_timeout_s)
+        try:
+            async for reply in call:
+                if reply.status.code != Code.OK:
+                    raise from_status(reply.status)
+                return reply.settings
+        except grpc.aio.AioRpcError as exc:
+            raise rpc_error(exc, address, f"settings of group {self.group}") from None
+        finally:
+            call.cancel()
+        raise RocketraftError(f"broker {address} closed the Telemetry stream without answering our settings")
+
+    @property
+    def max_delivery_attempts(self) -> int:
+        settings = self.broker_settings
+        if settings is not None and settings.backoff_policy.max_attempts > 0:
+            return settings.backoff_policy.max_attempts
+        return DEFAULT_MAX_DELIVERY_ATTEMPTS
+
+    # -- one call on the replicas of one broker group ------------------------------------------------------------
+    async def on_replicas(self, topic: str, broker: str, what: str, call: Callable[[str], Awaitable[T]],
+                          budget_s: float, rounds_max: int | None = None) -> T:
+        """call(address) on the group's master, then its other replicas, refreshing the route between rounds,
+        until one succeeds, a failure is not retryable, or budget_s / rounds_max runs out."""
+        deadline = time.monotonic() + budget_s
+        last: BaseException | None = None
+        rounds = 0
+        while True:
+            for address in await self._replicas(topic, broker):
+                try:
+                    return await call(address)
+                except RocketraftError as exc:
+                    if not retryable(exc):
+                        raise
+                    last = exc
+                    level = logging.INFO if isinstance(exc, OutcomeUnknownError) else logging.DEBUG
+                    log.log(level, "%s on %s failed: %s", what, address, exc)
+            rounds += 1
+            try:  # the master may have moved: the next call (or round) should go to the new one
+                await self.routes.refresh(topic)
+            except RocketraftError as exc:
+                log.debug("route of %s: %s", topic, exc)
+            if time.monotonic() + RETRY_PAUSE_S >= deadline or (rounds_max is not None and rounds >= rounds_max):
+                break
+            await asyncio.sleep(RETRY_PAUSE_S)
+        if last is not None:
+            raise last
+        raise BrokerUnreachableError(f"{what}: the route of {topic} names no replica of broker group {broker}",
+                                     broker, sent=False)
+
+    async def _replicas(self, topic: str, broker: str) -> list[str]:
+        route = self.routes.cached(topic) or await self.routes.get(topic)
+        group = route.groups.get(broker)
+        return list(group.replicas) if group is not None else []
+
+    async def unary(self, address: str, what: str, method: str, request):
+        """A unary MessagingService call; a non-OK status becomes its typed error."""
+        try:
+            response = await getattr(self.transport.messaging(address), method)(
+                request, metadata=self.transport.metadata, timeout=self.config.request_timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            raise rpc_error(exc, address, what) from None
+        if response.status.code != Code.OK:
+            raise from_status(response.status)
+        return response
+
+    # -- pop consumption -------------------------------------------------------------------------------------
+    async def receive_from(self, topic: str, broker: str, batch_size: int, invisible_s: float,
+                           polling_s: float) -> list[ReceivedMessage]:
+        """Pop up to batch_size messages from every queue of `topic` on broker group `broker`."""
+        request = svc.ReceiveMessageRequest(
+            group=pb.Resource(name=self.group), batch_size=batch_size, auto_renew=False,
+            message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), broker=pb.Broker(name=broker)),
+            filter_expression=filter_of(self.subscriptions.get(topic, "*")))
+        request.invisible_duration.FromMilliseconds(duration_ms(invisible_s))
+        request.long_polling_timeout.FromMilliseconds(duration_ms(polling_s))
+        what = f"receive from {topic} on {broker}"
+
+        async def call(address: str) -> list[ReceivedMessage]:
+            messages = []
+            stream = self.transport.messaging(address).ReceiveMessage(
+                request, metadata=self.transport.metadata, timeout=polling_s + self.config.request_timeout_s)
+            try:
+                async for response in stream:
+                    kind = response.WhichOneof("content")
+                    if kind == "status" and response.status.code == Code.MESSAGE_NOT_FOUND:
+                        return []
+                    if kind == "status" and response.status.code != Code.OK:
+                        raise from_status(response.status)
+                    if kind == "message":
+                        messages.append(from_pb(response.message, broker, address))
+            except grpc.aio.AioRpcError as exc:
+                raise rpc_error(exc, address, what) from None
+            return messages
+
+        return await self.on_replicas(topic, broker, what, call, self.config.request_timeout_s, rounds_max=1)
+
+    async def handle_call(self, message: ReceivedMessage, what: str, method: str, make_request,
+                          budget_s: float = HANDLE_RETRY_S_MAX):
+        """A receipt-handle operation on the message's broker group, retried on its other replicas.
+
+        After an attempt whose outcome is unknown, a retry that finds the handle gone is taken as that attempt
+        having succeeded (the handle was consumed by it); the response is then None."""
+        outcome_unknown = False
+
+        async def call(address: str):
+            nonlocal outcome_unknown
+            try:
+                return await self.unary(address, what, method, make_request())
+            except InvalidReceiptHandleError:
+                if outcome_unknown:
+                    log.info("%s: the handle is gone after an attempt with unknown outcome; taking it as done", what)
+                    return None
+                raise
+            except (OutcomeUnknownError, BrokerUnreachableError) as exc:
+                outcome_unknown = outcome_unknown or not isinstance(exc, BrokerUnreachableError) or exc.sent
+                raise
+
+        return await self.on_replicas(message.topic, message.queue.broker, what, call, budget_s)
+
+    async def ack_message(self, message: ReceivedMessage, budget_s: float = HANDLE_RETRY_S_MAX) -> None:
+        def request():
+            return svc.AckMessageRequest(group=pb.Resource(name=self.group), topic=pb.Resource(name=message.topic),
+                                         entries=[svc.AckMessageEntry(message_id=message.message_id,
+                                                                      receipt_handle=message.receipt_handle)])
+
+        response = await self.handle_call(message, f"ack of {message.message_id}", "AckMessage", request, budget_s)
+        for entry in response.entries if response is not None else ():
+            if entry.status.code != Code.OK:
+                raise from_status(entry.status)
+
+    async def change_invisible(self, message: ReceivedMessage, seconds: float,
+                               budget_s: float = HANDLE_RETRY_S_MAX) -> None:
+        """Make the message invisible for `seconds` from now; message.receipt_handle becomes the new handle."""
+        check_range("invisible duration (s)", seconds, INVISIBLE_S_MIN, INVISIBLE_S_MAX)
+
+        def request():
+            r = svc.ChangeInvisibleDurationRequest(group=pb.Resource(name=self.group),
+                                                   topic=pb.Resource(name=message.topic),
+                                                   receipt_handle=message.receipt_handle, message_id=message.message_id)
+            r.invisible_duration.FromMilliseconds(duration_ms(seconds))
+            return r
+
+        response = await self.handle_call(message, f"invisibility change of {message.message_id}",
+                                          "ChangeInvisibleDuration", request, budget_s)
+        if response is None:
+            raise InvalidReceiptHandleError(
+                f"the new receipt handle of {message.message_id} was lost with a broker failure; the message becomes "
+                "visible again when that change's duration ends")
+        message.receipt_handle = response.receipt_handle
+
+    async def dead_letter_message(self, message: ReceivedMessage, budget_s: float = HANDLE_RETRY_S_MAX) -> None:
+        def request():
+            return svc.ForwardMessageToDeadLetterQueueRequest(
+                group=pb.Resource(name=self.group), topic=pb.Resource(name=message.topic),
+                receipt_handle=message.receipt_handle, message_id=message.message_id,
+                delivery_attempt=message.delivery_attempt, max_delivery_attempts=self.max_delivery_attempts)
+
+        await self.handle_call(message, f"dead-lettering of {message.message_id}",
+                               "ForwardMessageToDeadLetterQueue", request, budget_s)
+
+    # -- offset-based consumption ---------------------------------------------------------------------------------
+    async def pull_queue(self, queue: QueueRef, offset: int, batch_size: int, expression: str,
+                         polling_s: float) -> tuple[list[ReceivedMessage], int]:
+        """(messages, next offset) from the queue's master, or a follower when the master fails."""
+        request = svc.PullMessageRequest(group=pb.Resource(name=self.group), message_queue=queue_pb(queue),
+                                         offset=offset, batch_size=batch_size, filter_expression=filter_of(expression))
+        request.long_polling_timeout.FromMilliseconds(duration_ms(polling_s))
+        what = f"pull of {queue}@{offset}"
+
+        async def call(address: str) -> tuple[list[ReceivedMessage], int]:
+            messages, next_offset = [], offset
+            stream = self.transport.messaging(address).PullMessage(
+                request, metadata=self.transport.metadata, timeout=polling_s + self.config.request_timeout_s)
+            try:
+                async for response in stream:
+                    kind = response.WhichOneof("content")
+                    if kind == "status" and response.status.code not in (Code.OK, Code.MESSAGE_NOT_FOUND):
+                        raise from_status(response.status)
+                    if kind == "message":
+                        messages.append(from_pb(response.message, queue.broker, address))
+                    elif kind == "next_offset":
+                        next_offset = response.next_offset
+            except grpc.aio.AioRpcError as exc:
+                raise rpc_error(exc, address, what) from None
+            return messages, max(next_offset, offset)
+
+        return await self.on_replicas(queue.topic, queue.broker, what, call, self.config.request_timeout_s,
+                                      rounds_max=1)
+
+    async def query_offset(self, queue: QueueRef, consume_from: str) -> int:
+        policy = pb.QueryOffsetPolicy.BEGINNING if consume_from == "first" else pb.QueryOffsetPolicy.END
+        request = svc.QueryOffsetRequest(message_queue=queue_pb(queue), query_offset_policy=policy)
+        response = await self.on_replicas(
+            queue.topic, queue.broker, f"offset query of {queue}",
+            lambda a: self.unary(a, f"offset query of {queue}", "QueryOffset", request),
+            self.config.request_timeout_s)
+        return response.offset
+
+    async def get_offset(self, queue: QueueRef) -> int | None:
+        """The group's committed offset of the queue, None if it never committed one."""
+        request = svc.GetOffsetRequest(group=pb.Resource(name=self.group), message_queue=queue_pb(queue))
+
+        async def call(address: str) -> int | None:
+            try:
+                return (await self.unary(address, f"committed offset of {queue}", "GetOffset", request)).offset
+            except RocketraftError as exc:
+                if exc.code == Code.OFFSET_NOT_FOUND:
+                    return None
+                raise
+
+        return await self.on_replicas(queue.topic, queue.broker, f"committed offset of {queue}", call,
+                                      self.config.request_timeout_s)
+
+    async def update_offset(self, queue: QueueRef, offset: int) -> None:
+        request = svc.UpdateOffsetRequest(group=pb.Resource(name=self.group), message_queue=queue_pb(queue),
+                                          offset=offset)
+        what = f"commit of {queue}@{offset}"
+        await self.on_replicas(queue.topic, queue.broker, what,
+                               lambda a: self.unary(a, what, "UpdateOffset", request), HANDLE_RETRY_S_MAX)
+
+    async def readable_queues(self, topic: str) -> list[QueueRef]:
+        """Every readable queue of every broker group of the topic (as the route lists the masters' queues)."""
+        route = await self.routes.get(topic)
+        return [QueueRef(topic, name, q) for name, g in sorted(route.groups.items()) for q in g.read_queue_ids]
