@@ -10,6 +10,7 @@ Only a master's queues are writable in a route, so only masters are ever written
 from __future__ import annotations
 
 import itertools
+import random
 import time
 import zlib
 from collections.abc import Callable
@@ -55,7 +56,7 @@ class LatencyFaults:
 class QueueChooser:
     def __init__(self, faults: LatencyFaults):
         self.faults = faults
-        self._round_robin = itertools.count()
+        self._round_robin = itertools.count(random.randrange(1 << 16))  # short-lived producers spread too
 
     def choose(self, route: TopicRoute, message: Message, exclude: set[str],
                selector: Selector | None) -> tuple[GroupRoute | None, int | None]:
