@@ -93,3 +93,30 @@ def test_pull_consumers_of_one_group_split_the_queues_disjointly_and_the_survivo
                              "the remaining member owning every queue after the other closed")
 
     asyncio.run(scenario())
+
+
+def test_after_a_master_kill_a_consumer_resumes_from_the_committed_offset_never_an_older_one(make_cluster):
+    """RocketMQ consumers resumed from a slave's older offsets after a failover and consumed again what they
+    had committed. Here offsets are committed through Raft: the new master has exactly the committed ones."""
+    cluster = make_cluster()
+    cluster.create_topic("pull-failover")
+    topic, group = "pull-failover", "g-pull-failover"
+
+    async def scenario():
+        await produce(cluster, [Message(topic, f"a{i}".encode()) for i in range(40)])
+        async with PullConsumer(cluster.namesrv_address, group=group, auto_commit=False) as first:
+            first.assign(queues_of(topic))
+            assert len(await poll_until(first, 40)) == 40
+            await first.commit()
+        old = cluster.wait_master()
+        cluster.kill(old)
+        await asyncio.to_thread(cluster.wait_master, 15, old)
+        await produce(cluster, [Message(topic, f"b{i}".encode()) for i in range(10)])
+        async with PullConsumer(cluster.namesrv_address, group=group) as second:
+            second.assign(queues_of(topic))
+            resumed = await poll_until(second, 10)
+            assert sorted(m.body for m in resumed) == sorted(f"b{i}".encode() for i in range(10)), \
+                "the new master's offsets are older than what was committed"
+            assert await second.poll(timeout_s=0.5) == []
+
+    asyncio.run(scenario())
