@@ -49,7 +49,13 @@ def now_ms() -> int:
 
 
 def crc32_hex(body: bytes) -> str:
-    return f"{zlib.crc32(body) & 0xFFFFFFFF:08X}"
+    return "%08X" % zlib.crc32(body)  # noqa: UP031 - 0.1 us faster than an f-string, once per message
+
+
+def set_timestamp_ms(timestamp, ms: int) -> None:
+    """Timestamp.FromMilliseconds without its Python wrapper (0.1 us instead of 0.55 us)."""
+    timestamp.seconds = ms // 1000
+    timestamp.nanos = ms % 1000 * 1_000_000
 
 
 @dataclass(slots=True)
@@ -276,14 +282,15 @@ class Broker:
             raise RocketraftError(f"topic {topic.name} is not writable (perm={topic.perm})", Code.FORBIDDEN)
         self.disk.check()
         props = message.system_properties
-        deliver_at = self._deliver_at_ms(message, now)
+        deliver_at = self._deliver_at_ms(message, kind, now)
         props.message_type = kind
         if props.body_encoding == validation.ENCODING_UNSPECIFIED:
             props.body_encoding = validation.IDENTITY
-        props.store_timestamp.FromMilliseconds(now)
+        set_timestamp_ms(props.store_timestamp, now)
         props.store_host = self.config.advertised
-        props.body_digest.type = DIGEST_CRC32
-        props.body_digest.checksum = crc32_hex(message.body)
+        digest = props.body_digest
+        digest.type = DIGEST_CRC32
+        digest.checksum = crc32_hex(message.body)
         queue = self._requested_queue(message, topic)
         if queue is None:
             queue = self._choose_queue(props.message_group, topic.queue_nums)
@@ -296,6 +303,13 @@ class Broker:
         send.deliver_at_ms = deliver_at
         send.half = kind == validation.TRANSACTION
         send.producer_client_id = producer_client_id
+        send.topic = topic.name
+        send.message_id = props.message_id
+        tag, keys = props.tag, props.keys
+        if tag:
+            send.tag = tag
+        if keys:
+            send.keys.extend(keys)
         return command.SerializeToString()
 
     def _sent(self, message: pb.Message, result: SendResult | Exception) -> Sent | Exception:
@@ -309,22 +323,23 @@ class Broker:
             sent.recall_handle = f"{self.config.brokerName}:{props.message_id}"
         return sent
 
-    def _deliver_at_ms(self, message: pb.Message, now: int) -> int:
-        props = message.system_properties
+    def _deliver_at_ms(self, message: pb.Message, kind: int, now: int) -> int:
+        """0, or when a delayed message enters its queue (validation made `kind` DELAY iff it has a
+        delivery_timestamp)."""
         level = message.user_properties.get(DELAY_LEVEL_PROPERTY)
-        if level is not None:
-            levels = self.config.delay_levels_ms
-            if not level.isdigit() or not 1 <= int(level) <= len(levels):
-                raise RocketraftError(f"delay level {level!r}: use 1..{len(levels)} ({self.config.messageDelayLevel})",
-                                      Code.ILLEGAL_DELIVERY_TIME)
-            if props.message_type not in (validation.TYPE_UNSPECIFIED, validation.DELAY, validation.NORMAL):
-                raise RocketraftError("a delay level can only be set on a NORMAL or DELAY message",
-                                      Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)
-            props.delivery_timestamp.FromMilliseconds(now + levels[int(level) - 1])
-            props.message_type = validation.DELAY
-        if props.HasField("delivery_timestamp"):
-            return props.delivery_timestamp.ToMilliseconds()
-        return 0
+        if level is None:
+            return message.system_properties.delivery_timestamp.ToMilliseconds() if kind == validation.DELAY else 0
+        props = message.system_properties
+        levels = self.config.delay_levels_ms
+        if not level.isdigit() or not 1 <= int(level) <= len(levels):
+            raise RocketraftError(f"delay level {level!r}: use 1..{len(levels)} ({self.config.messageDelayLevel})",
+                                  Code.ILLEGAL_DELIVERY_TIME)
+        if props.message_type not in (validation.TYPE_UNSPECIFIED, validation.DELAY, validation.NORMAL):
+            raise RocketraftError("a delay level can only be set on a NORMAL or DELAY message",
+                                  Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)
+        props.delivery_timestamp.FromMilliseconds(now + levels[int(level) - 1])
+        props.message_type = validation.DELAY
+        return props.delivery_timestamp.ToMilliseconds()
 
     def _requested_queue(self, message: pb.Message, topic: ipb.TopicConfig) -> int | None:
         """The queue named by the QUEUE_ID property (removed from the message), or None if there is none."""

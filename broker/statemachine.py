@@ -12,6 +12,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from dledger import LogEntry, Store, read_payloads
 from rocketraft.proto import store_pb2 as spb
@@ -34,8 +35,9 @@ class ApplyError:
     message: str
 
 
-@dataclass(frozen=True)
-class SendResult:
+class SendResult(NamedTuple):
+    """A NamedTuple, not a frozen dataclass: made once per message on every replica, it costs 0.17 us
+    instead of 0.5 us."""
     queue: int
     offset: int  # t.NO_OFFSET while delayed or half
     deduplicated: bool
@@ -81,6 +83,14 @@ def tag_filter(filter_type: int, expression: str) -> frozenset[str] | None:
     return frozenset(tag.strip() for tag in expression.split("||") if tag.strip())
 
 
+def send_fields(send: spb.SendCommand) -> tuple[str, str, str]:
+    """(topic, message id, tag) of a stored send, from its copies or, in older logs, from its message."""
+    if send.topic:
+        return send.topic, send.message_id, send.tag
+    props = (message := pb.Message.FromString(send.message)).system_properties
+    return message.topic.name, props.message_id, props.tag
+
+
 class BrokerStateMachine:
     def __init__(self) -> None:
         self._store: Store | None = None
@@ -92,11 +102,17 @@ class BrokerStateMachine:
         # topic. Cleared before each entry and whenever a topic is written, so it only ever repeats what the
         # transaction holds (apply stays deterministic).
         self._queue_nums: dict[str, int | None] = {}
+        # Next offset of each queue written during the current entry (qmax key -> offset). Sends read and
+        # advance it here and it is written to the qmax table once per queue, at the end of the entry (or
+        # before a command that is not a send), in the same transaction: one LMDB get and put per queue per
+        # entry instead of per message.
+        self._qmax: dict[bytes, int] = {}
 
     # -- dledger hooks -----------------------------------------------------------------------------
     def attach(self, store: Store) -> None:
         self._store = store
         self.db = {name: store.db(name) for name in t.ALL}
+        self._msgid_db, self._cq_db, self._keys_db = self.db[t.MSGID], self.db[t.CQ], self.db[t.KEYS]
 
     def add_listener(self, callback: Callable[[set[str], bool], None]) -> None:
         """callback(topics, configs_changed) runs on the Raft thread after entries touching those topics are
@@ -116,20 +132,32 @@ class BrokerStateMachine:
 
     def apply(self, entry: LogEntry, txn) -> list:
         self._queue_nums.clear()
+        self._qmax.clear()
         results = []
+        index = entry.index
         for slot, payload in enumerate(entry.payloads):
             try:
                 command = spb.Command.FromString(payload)
-                results.append(self._apply_one(command, entry.index, slot, txn))
+                if command.WhichOneof("body") == "send":
+                    results.append(self._send(command.send, index, slot, txn))
+                else:
+                    self._flush_qmax(txn)  # other commands read the qmax table
+                    results.append(self._apply_other(command, index, txn))
             except Exception as exc:  # noqa: BLE001 - a bad payload must not stop the replica
-                log.exception("could not apply payload %d of entry %d", slot, entry.index)
+                log.exception("could not apply payload %d of entry %d", slot, index)
                 results.append(ApplyError(Code.INTERNAL_ERROR, f"could not apply: {type(exc).__name__}: {exc}"))
+        self._flush_qmax(txn)
         return results
 
-    def _apply_one(self, command: spb.Command, index: int, slot: int, txn):
+    def _flush_qmax(self, txn) -> None:
+        if self._qmax:
+            db = self.db[t.QMAX]
+            for qkey, next_offset in self._qmax.items():
+                txn.put(qkey, t.u64(next_offset), db=db)
+            self._qmax.clear()
+
+    def _apply_other(self, command: spb.Command, index: int, txn):
         kind = command.WhichOneof("body")
-        if kind == "send":
-            return self._send(command.send, index, slot, txn)
         if kind == "pop":
             return self._pop(command.pop, index, txn)
         if kind == "handle":
@@ -184,7 +212,7 @@ class BrokerStateMachine:
 
     def _topic_of_send(self, txn, index: int, slot: int) -> str | None:
         send = self.stored_send(txn, index, slot)
-        return pb.Message.FromString(send.message).topic.name if send is not None else None
+        return send_fields(send)[0] if send is not None else None
 
     def _group(self, command: spb.GroupCommand, txn):
         config = ipb.GroupConfig(name=command.group, fifo=command.fifo,
@@ -208,21 +236,29 @@ class BrokerStateMachine:
 
     # -- sending --------------------------------------------------------------------------------------
     def _send(self, command: spb.SendCommand, index: int, slot: int, txn):
-        message = pb.Message.FromString(command.message)
-        topic = message.topic.name
-        queue_nums = self._queue_nums_of(topic, txn)
+        topic = command.topic
+        if topic:
+            message_id, tag, keys = command.message_id, command.tag, command.keys
+        else:  # a SendCommand written before it carried copies of these fields
+            message = pb.Message.FromString(command.message)
+            topic, props = message.topic.name, message.system_properties
+            message_id, tag, keys = props.message_id, props.tag, props.keys
+        queue_nums = self._queue_nums.get(topic)
         if queue_nums is None:
-            return ApplyError(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist on this group")
-        if command.queue_id >= queue_nums:
-            return ApplyError(Code.BAD_REQUEST, f"queue {command.queue_id} does not exist in topic {topic}")
-        props = message.system_properties
-        id_key = t.msgid_key(topic, props.message_id)
-        seen = txn.get(id_key, db=self.db[t.MSGID])
+            queue_nums = self._queue_nums_of(topic, txn)
+            if queue_nums is None:
+                return ApplyError(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist on this group")
+        queue = command.queue_id
+        if queue >= queue_nums:
+            return ApplyError(Code.BAD_REQUEST, f"queue {queue} does not exist in topic {topic}")
+        id_key = t.msgid_key(topic, message_id)
+        seen = txn.get(id_key, db=self._msgid_db)
         if seen is not None:
             known = t.msgid_entry(seen)
-            return SendResult(known.queue, known.offset, deduplicated=True)
-        for key in props.keys:
-            txn.put(t.key_index_key(topic, key, index, slot), b"", db=self.db[t.KEYS])
+            return SendResult(known.queue, known.offset, True)
+        if keys:
+            for key in keys:
+                txn.put(t.key_index_key(topic, key, index, slot), b"", db=self._keys_db)
         if command.half:
             txn.put(t.position_key(index, slot), b"", db=self.db[t.HALF])
             offset = t.NO_OFFSET
@@ -230,17 +266,26 @@ class BrokerStateMachine:
             txn.put(t.timer_key(command.deliver_at_ms, index, slot), b"", db=self.db[t.TIMER])
             offset = t.NO_OFFSET
         else:
-            offset = self._enqueue(topic, command.queue_id, index, slot, command.store_ms, props.tag, txn)
-        txn.put(id_key, t.msgid_value(index, slot, command.queue_id, offset), db=self.db[t.MSGID])
-        return SendResult(command.queue_id, offset, deduplicated=False)
+            offset = self._enqueue(topic, queue, index, slot, command.store_ms, tag, txn)
+        txn.put(id_key, t.msgid_value(index, slot, queue, offset), db=self._msgid_db)
+        return SendResult(queue, offset, False)
 
     def _enqueue(self, topic: str, queue: int, index: int, slot: int, store_ms: int, tag: str, txn) -> int:
         qkey = t.queue_key(topic, queue)
-        raw = txn.get(qkey, db=self.db[t.QMAX])
-        offset = t.u64_of(raw) if raw else 0
-        txn.put(t.cq_key(topic, queue, offset), t.cq_value(index, slot, store_ms, tag), db=self.db[t.CQ])
-        txn.put(qkey, t.u64(offset + 1), db=self.db[t.QMAX])
-        self._touched.add(topic)
+        offset = self._qmax.get(qkey)
+        if offset is None:
+            offset = self._queue_end(qkey, txn)
+            self._touched.add(topic)
+        txn.put(t.cq_key(topic, queue, offset), t.cq_value(index, slot, store_ms, tag), db=self._cq_db)
+        self._qmax[qkey] = offset + 1
+        return offset
+
+    def _queue_end(self, qkey: bytes, txn) -> int:
+        """The queue's next offset (its qmax), including this entry's not yet written advances."""
+        offset = self._qmax.get(qkey)
+        if offset is None:
+            raw = txn.get(qkey, db=self.db[t.QMAX])
+            offset = t.u64_of(raw) if raw else 0
         return offset
 
     def stored_send(self, txn, index: int, slot: int) -> spb.SendCommand | None:
@@ -255,11 +300,10 @@ class BrokerStateMachine:
         send = self.stored_send(txn, index, slot)
         if send is None:
             return None
-        message = pb.Message.FromString(send.message)
-        topic = message.topic.name
-        offset = self._enqueue(topic, send.queue_id, index, slot, store_ms, message.system_properties.tag, txn)
-        txn.put(t.msgid_key(topic, message.system_properties.message_id),
-                t.msgid_value(index, slot, send.queue_id, offset), db=self.db[t.MSGID])
+        topic, message_id, tag = send_fields(send)
+        offset = self._enqueue(topic, send.queue_id, index, slot, store_ms, tag, txn)
+        txn.put(t.msgid_key(topic, message_id), t.msgid_value(index, slot, send.queue_id, offset),
+                db=self.db[t.MSGID])
         return topic, send.queue_id, offset
 
     # -- delayed messages ----------------------------------------------------------------------------
@@ -363,8 +407,7 @@ class BrokerStateMachine:
         popped_key = t.group_queue_key(group, topic, queue)
         raw = txn.get(popped_key, db=self.db[t.POPPED])
         next_offset = t.u64_of(raw) if raw else 0
-        raw_max = txn.get(t.queue_key(topic, queue), db=self.db[t.QMAX])
-        queue_end = t.u64_of(raw_max) if raw_max else 0
+        queue_end = self._queue_end(t.queue_key(topic, queue), txn)
         scan_end = min(queue_end, next_offset + max(command.scan_offsets_max, command.batch_size))
         while next_offset < scan_end and len(out) < command.batch_size:
             raw_cq = txn.get(t.cq_key(topic, queue, next_offset), db=self.db[t.CQ])

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 TOPICS = b"b_topics"
 GROUPS = b"b_groups"
@@ -88,8 +89,7 @@ def msgid_key(topic: str, message_id: str) -> bytes:
     return topic.encode() + SEP + message_id.encode()
 
 
-@dataclass(frozen=True)
-class MsgIdEntry:
+class MsgIdEntry(NamedTuple):  # read once per deduplicated send on every replica: cheaper than a dataclass
     index: int
     slot: int
     queue: int
@@ -101,7 +101,7 @@ def msgid_value(index: int, slot: int, queue: int, offset: int) -> bytes:
 
 
 def msgid_entry(value: bytes) -> MsgIdEntry:
-    return MsgIdEntry(*_MSGID_VALUE.unpack(value))
+    return MsgIdEntry._make(_MSGID_VALUE.unpack(value))
 
 
 def key_index_key(topic: str, key: str, index: int, slot: int) -> bytes:

@@ -36,55 +36,56 @@ def queue_nums(n: int, config: BrokerConfig) -> int:
     return n
 
 
-def _declared_type(props: pb.SystemProperties, delayed: bool) -> int:
-    if props.message_type != TYPE_UNSPECIFIED:
-        return props.message_type
-    if delayed:
-        return DELAY
-    if props.message_group:
-        return FIFO
-    return NORMAL
-
-
 def message(msg: pb.Message, config: BrokerConfig, now_ms: int) -> int:
-    """Validates one message to send; returns its message type."""
+    """Validates one message to send; returns its message type. Each protobuf field is read once (a read of
+    `body` copies it; each read costs 0.05-0.1 us, and this runs for every message on the master)."""
     topic_name(msg.topic.name)
     props = msg.system_properties
-    if not props.message_id:
+    message_id = props.message_id
+    if not message_id:
         raise RocketraftError("message has no system_properties.message_id; the client must set a unique id",
                               Code.ILLEGAL_MESSAGE_ID)
-    if len(props.message_id) > MESSAGE_ID_CHARS_MAX:
-        raise RocketraftError(f"message id of {len(props.message_id)} characters is longer than "
+    if len(message_id) > MESSAGE_ID_CHARS_MAX:
+        raise RocketraftError(f"message id of {len(message_id)} characters is longer than "
                               f"{MESSAGE_ID_CHARS_MAX}", Code.ILLEGAL_MESSAGE_ID)
-    if not msg.body:
+    body_bytes = len(msg.body)
+    if not body_bytes:
         raise RocketraftError("message body is empty; send at least one byte", Code.MESSAGE_BODY_EMPTY)
-    if len(msg.body) > config.maxMessageSize:
-        raise BodyTooLargeError(f"message body of {len(msg.body)} bytes is larger than maxMessageSize="
+    if body_bytes > config.maxMessageSize:
+        raise BodyTooLargeError(f"message body of {body_bytes} bytes is larger than maxMessageSize="
                                 f"{config.maxMessageSize} bytes; split it or store it elsewhere and send a reference")
     if props.body_encoding not in ENCODINGS:
         raise BadRequestError(f"body_encoding {props.body_encoding} is unknown; use IDENTITY or GZIP")
-    if len(props.tag) > TAG_CHARS_MAX or "|" in props.tag or (props.tag and not props.tag.strip()):
-        raise RocketraftError(f"tag {props.tag!r}: at most {TAG_CHARS_MAX} characters, no '|', not blank",
+    tag = props.tag
+    if tag and (len(tag) > TAG_CHARS_MAX or "|" in tag or not tag.strip()):
+        raise RocketraftError(f"tag {tag!r}: at most {TAG_CHARS_MAX} characters, no '|', not blank",
                               Code.ILLEGAL_MESSAGE_TAG)
-    if len(props.keys) > KEYS_MAX:
-        raise RocketraftError(f"{len(props.keys)} keys given; at most {KEYS_MAX}", Code.ILLEGAL_MESSAGE_KEY)
-    for key in props.keys:
-        if not key.strip() or len(key) > KEY_CHARS_MAX or "\x00" in key:
-            raise RocketraftError(f"key {key!r}: 1..{KEY_CHARS_MAX} characters, not blank", Code.ILLEGAL_MESSAGE_KEY)
-    if len(props.message_group) > MESSAGE_GROUP_CHARS_MAX:
-        raise RocketraftError(f"message group of {len(props.message_group)} characters is longer than "
+    keys = props.keys
+    if keys:
+        _keys(keys)
+    message_group = props.message_group
+    if len(message_group) > MESSAGE_GROUP_CHARS_MAX:
+        raise RocketraftError(f"message group of {len(message_group)} characters is longer than "
                               f"{MESSAGE_GROUP_CHARS_MAX}", Code.ILLEGAL_MESSAGE_GROUP)
     if msg.user_properties:
         _properties(msg, config)
     delayed = props.HasField("delivery_timestamp")
-    kind = _declared_type(props, delayed)
-    _type_matches_properties(kind, props, delayed)
+    kind = props.message_type or (DELAY if delayed else FIFO if message_group else NORMAL)
+    _type_matches_properties(kind, message_group, delayed)
     if delayed:
         deliver_at_ms = props.delivery_timestamp.ToMilliseconds()
         if deliver_at_ms > now_ms + config.timerMaxDelayMillis:
             raise RocketraftError(f"delivery time {deliver_at_ms} ms is more than timerMaxDelayMillis="
                                   f"{config.timerMaxDelayMillis} ms ahead", Code.ILLEGAL_DELIVERY_TIME)
     return kind
+
+
+def _keys(keys) -> None:
+    if len(keys) > KEYS_MAX:
+        raise RocketraftError(f"{len(keys)} keys given; at most {KEYS_MAX}", Code.ILLEGAL_MESSAGE_KEY)
+    for key in keys:
+        if not key.strip() or len(key) > KEY_CHARS_MAX or "\x00" in key:
+            raise RocketraftError(f"key {key!r}: 1..{KEY_CHARS_MAX} characters, not blank", Code.ILLEGAL_MESSAGE_KEY)
 
 
 def _properties(msg: pb.Message, config: BrokerConfig) -> None:
@@ -99,11 +100,11 @@ def _properties(msg: pb.Message, config: BrokerConfig) -> None:
                               "(messagePropertiesBytesMax)", Code.MESSAGE_PROPERTIES_TOO_LARGE)
 
 
-def _type_matches_properties(kind: int, props: pb.SystemProperties, delayed: bool) -> None:
+def _type_matches_properties(kind: int, message_group: str, delayed: bool) -> None:
     conflict = None
-    if kind == FIFO and not props.message_group:
+    if kind == FIFO and not message_group:
         conflict = "a FIFO message needs a message_group"
-    elif kind != FIFO and props.message_group:
+    elif kind != FIFO and message_group:
         conflict = f"only FIFO messages carry a message_group (this one is {MessageType.Name(kind)})"
     elif kind == DELAY and not delayed:
         conflict = "a DELAY message needs a delivery_timestamp"

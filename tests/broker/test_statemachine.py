@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.statemachine import ApplyError, BrokerStateMachine, SendResult
+from broker import tables as t
+from broker.statemachine import ApplyError, BrokerStateMachine, Popped, SendResult
 from dledger import LogEntry
 from dledger.store import Store
 from rocketraft.proto import store_pb2 as spb
@@ -19,12 +20,21 @@ def sm(tmp_path):
     machine.attach(store)
     machine.entries = iter(range(1, 1000))
     machine.apply_entry = lambda payloads: _apply(store, machine, payloads)
+    machine.log = {}  # index -> payloads: the Raft log that stored_send reads, without Raft
+    machine.stored_send = lambda _txn, index, slot: _stored_send(machine.log, index, slot)
     yield machine
     store.close()
 
 
+def _stored_send(log, index, slot):
+    command = spb.Command.FromString(log[index][slot])
+    return command.send if command.WhichOneof("body") == "send" else None
+
+
 def _apply(store, machine, payloads):
-    results = machine.apply(LogEntry(next(machine.entries), 1, payloads), store.write_txn())
+    index = next(machine.entries)
+    machine.log[index] = payloads
+    results = machine.apply(LogEntry(index, 1, payloads), store.write_txn())
     store.commit()
     return results
 
@@ -34,11 +44,27 @@ def topic(name: str, queue_nums: int) -> bytes:
     return spb.Command(topic=spb.TopicCommand(topic_config=config.SerializeToString())).SerializeToString()
 
 
-def send(topic_name: str, message_id: str, queue: int) -> bytes:
+def send(topic_name: str, message_id: str, queue: int, *, copies: bool = True, tag: str = "",
+         keys: tuple[str, ...] = (), deliver_at_ms: int = 0, half: bool = False) -> bytes:
+    """A SendCommand as the master writes it; copies=False: as written before it carried copies of the
+    message's topic, id, tag and keys (apply then reads them from the message)."""
     message = pb.Message(topic=pb.Resource(name=topic_name), body=b"x",
-                         system_properties=pb.SystemProperties(message_id=message_id))
-    return spb.Command(send=spb.SendCommand(message=message.SerializeToString(), queue_id=queue,
-                                            store_ms=1)).SerializeToString()
+                         system_properties=pb.SystemProperties(message_id=message_id, tag=tag, keys=keys))
+    command = spb.SendCommand(message=message.SerializeToString(), queue_id=queue, store_ms=1,
+                              deliver_at_ms=deliver_at_ms, half=half)
+    if copies:
+        command.topic, command.message_id, command.tag = topic_name, message_id, tag
+        command.keys.extend(keys)
+    return spb.Command(send=command).SerializeToString()
+
+
+def read(sm, table: bytes, key: bytes) -> bytes | None:
+    return sm._store.read(lambda txn: txn.get(key, db=sm.db[table]))
+
+
+def qmax(sm, topic_name: str, queue: int) -> int:
+    raw = read(sm, t.QMAX, t.queue_key(topic_name, queue))
+    return t.u64_of(raw) if raw else 0
 
 
 def test_a_topic_grown_within_an_entry_accepts_its_new_queues_in_the_same_entry(sm):
@@ -63,3 +89,62 @@ def test_a_message_id_sent_twice_in_one_entry_is_stored_once_with_one_result(sm)
     first, again = sm.apply_entry([send("T", "same", 1), send("T", "same", 1)])
     assert first == SendResult(1, 0, deduplicated=False) and again == SendResult(1, 0, deduplicated=True)
     assert sm.apply_entry([send("T", "next", 1)]) == [SendResult(1, 1, deduplicated=False)]
+
+
+def test_messages_to_one_queue_in_one_entry_get_consecutive_offsets_and_qmax_counts_them_all(sm):
+    sm.apply_entry([topic("T", 2)])
+    results = sm.apply_entry([send("T", f"m{i}", i % 2) for i in range(7)])
+    assert results == [SendResult(i % 2, i // 2, deduplicated=False) for i in range(7)]
+    assert (qmax(sm, "T", 0), qmax(sm, "T", 1)) == (4, 3)
+    assert sm.apply_entry([send("T", "next", 0)]) == [SendResult(0, 4, deduplicated=False)]
+    assert qmax(sm, "T", 0) == 5
+    cq = t.cq_entry(read(sm, t.CQ, t.cq_key("T", 0, 3)))
+    assert (cq.index, cq.slot) == (2, 6)
+
+
+def test_a_duplicate_id_within_one_entry_takes_no_offset_of_its_queue(sm):
+    sm.apply_entry([topic("T", 1)])
+    results = sm.apply_entry([send("T", "a", 0), send("T", "a", 0), send("T", "b", 0)])
+    assert results == [SendResult(0, 0, False), SendResult(0, 0, True), SendResult(0, 1, False)]
+    assert qmax(sm, "T", 0) == 2
+
+
+def test_delayed_and_half_messages_in_an_entry_of_normal_ones_wait_outside_the_queue(sm):
+    sm.apply_entry([topic("T", 1)])
+    results = sm.apply_entry([send("T", "n1", 0), send("T", "delayed", 0, deliver_at_ms=500),
+                              send("T", "half", 0, half=True), send("T", "n2", 0, keys=("k",))])
+    assert results == [SendResult(0, 0, False), SendResult(0, t.NO_OFFSET, False),
+                       SendResult(0, t.NO_OFFSET, False), SendResult(0, 1, False)]
+    assert qmax(sm, "T", 0) == 2
+    assert read(sm, t.TIMER, t.timer_key(500, 2, 1)) == b""
+    assert read(sm, t.HALF, t.position_key(2, 2)) == b""
+    assert read(sm, t.KEYS, t.key_index_key("T", "k", 2, 3)) == b""
+    commit = spb.Command(end_transaction=spb.EndTransactionCommand(topic="T", message_id="half", commit=True,
+                                                                     now_ms=2)).SerializeToString()
+    due = spb.Command(deliver_due=spb.DeliverDueCommand(now_ms=500, max_messages=10)).SerializeToString()
+    assert sm.apply_entry([send("T", "n3", 0), commit, send("T", "n4", 0), due]) == [
+        SendResult(0, 2, False), None, SendResult(0, 4, False), 1]
+    assert t.msgid_entry(read(sm, t.MSGID, t.msgid_key("T", "half"))).offset == 3
+    assert t.msgid_entry(read(sm, t.MSGID, t.msgid_key("T", "delayed"))).offset == 5
+    assert qmax(sm, "T", 0) == 6
+
+
+def test_a_pop_sees_the_sends_before_it_in_its_entry(sm):
+    sm.apply_entry([topic("T", 1)])
+    pop = spb.Command(pop=spb.PopCommand(group="G", topic="T", batch_size=10, invisible_ms=1000, now_ms=1,
+                                         only_queue=-1, scan_offsets_max=10)).SerializeToString()
+    *sent, popped, after = sm.apply_entry([send("T", "a", 0), send("T", "b", 0), pop, send("T", "c", 0)])
+    assert [p.offset for p in popped] == [0, 1] and all(isinstance(p, Popped) for p in popped)
+    assert after == SendResult(0, 2, False)
+    assert qmax(sm, "T", 0) == 3
+
+
+def test_a_send_command_without_copied_fields_is_applied_as_one_with_them(sm):
+    sm.apply_entry([topic("T", 1)])
+    old, new = (send("T", f"id-{copies}", 0, copies=copies, tag="A", keys=("k",)) for copies in (False, True))
+    assert sm.apply_entry([old, new]) == [SendResult(0, 0, False), SendResult(0, 1, False)]
+    for slot, copies in enumerate((False, True)):
+        assert t.cq_entry(read(sm, t.CQ, t.cq_key("T", 0, slot))).tag == "A"
+        assert read(sm, t.KEYS, t.key_index_key("T", "k", 2, slot)) == b""
+        assert t.msgid_entry(read(sm, t.MSGID, t.msgid_key("T", f"id-{copies}"))).offset == slot
+    assert sm.apply_entry([old]) == [SendResult(0, 0, True)]
