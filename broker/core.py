@@ -274,6 +274,9 @@ class Broker:
                       producer_client_id: str) -> bytes:
         """Checks the message against its topic and the disk, fills the broker's system properties, and encodes
         its SendCommand."""
+        deliver_at = self._deliver_at_ms(message, kind, now)
+        if deliver_at:  # a DELAY level property makes a NORMAL message a DELAY one (recall handle, type checks)
+            kind = validation.DELAY
         if topic.message_types and kind not in topic.message_types:
             accepted = ", ".join(MessageType.Name(m) for m in topic.message_types)
             raise RocketraftError(f"topic {topic.name} accepts {accepted} messages, not {MessageType.Name(kind)}",
@@ -282,7 +285,6 @@ class Broker:
             raise RocketraftError(f"topic {topic.name} is not writable (perm={topic.perm})", Code.FORBIDDEN)
         self.disk.check()
         props = message.system_properties
-        deliver_at = self._deliver_at_ms(message, kind, now)
         props.message_type = kind
         if props.body_encoding == validation.ENCODING_UNSPECIFIED:
             props.body_encoding = validation.IDENTITY

@@ -178,14 +178,19 @@ class ConsumerBase(AsyncClient):
 
     # -- one call on the replicas of one broker group ------------------------------------------------------------
     async def on_replicas(self, topic: str, broker: str, what: str, call: Callable[[str], Awaitable[T]],
-                          budget_s: float, rounds_max: int | None = None) -> T:
+                          budget_s: float, rounds_max: int | None = None, spread: int | None = None) -> T:
         """call(address) on the group's master, then its other replicas, refreshing the route between rounds,
-        until one succeeds, a failure is not retryable, or budget_s / rounds_max runs out."""
+        until one succeeds, a failure is not retryable, or budget_s / rounds_max runs out. `spread` starts at
+        replica `spread % n` instead (reads spread over every replica: RocketMQ's slaveReadEnable)."""
         deadline = time.monotonic() + budget_s
         last: BaseException | None = None
         rounds = 0
         while True:
-            for address in await self._replicas(topic, broker):
+            replicas = await self._replicas(topic, broker)
+            if spread is not None and replicas:
+                start = spread % len(replicas)
+                replicas = replicas[start:] + replicas[:start]
+            for address in replicas:
                 try:
                     return await call(address)
                 except RocketraftError as exc:
@@ -345,7 +350,7 @@ class ConsumerBase(AsyncClient):
             return messages, max(next_offset, offset)
 
         return await self.on_replicas(queue.topic, queue.broker, what, call, self.config.request_timeout_s,
-                                      rounds_max=1)
+                                      rounds_max=1, spread=queue.queue_id)
 
     async def query_offset(self, queue: QueueRef, consume_from: str) -> int:
         policy = pb.QueryOffsetPolicy.BEGINNING if consume_from == "first" else pb.QueryOffsetPolicy.END

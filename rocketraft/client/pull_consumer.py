@@ -30,6 +30,7 @@ PULLS_IN_FLIGHT_MAX = 64       # queues long-polled at once by one poll()
 POLL_TIMEOUT_S_MAX = 30.0      # the broker's long polling limit
 POLL_GRACE_S = 0.5             # a long poll's answer arrives this long after its polling time at worst
 FAILED_PULL_PAUSE_S = 0.5      # a queue whose pull failed is not asked again within one poll for this long
+PREFETCH_MESSAGES_MAX = 256    # per queue: pulls go on between polls until this many messages wait
 
 
 @dataclass(eq=False)
@@ -39,6 +40,7 @@ class _QueueState:
     committed: int | None          # the last offset committed for the group (by us, or found at start)
     buffer: collections.deque = field(default_factory=collections.deque)
     epoch: int = 0                 # bumped by seek(): a pull started before it is discarded
+    fetching: asyncio.Task | None = None  # the pull in flight for this queue (it outlives a poll: prefetch)
 
     @property
     def position(self) -> int:
@@ -80,6 +82,7 @@ class PullConsumer(ConsumerBase):
         """Stop rebalancing, commit (auto_commit) and leave the group."""
         if self._closed:
             return
+        self._cancel_fetches()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -172,33 +175,42 @@ class PullConsumer(ConsumerBase):
     # -- consuming ----------------------------------------------------------------------------------------
     async def poll(self, max_messages: int = 32, timeout_s: float = 1.0) -> list[ReceivedMessage]:
         """Up to max_messages messages from the assigned queues (in queue order within a queue), waiting up to
-        timeout_s for some to arrive; [] if none did."""
+        timeout_s for some to arrive; [] if none did. Pulls run ahead of poll() (up to PREFETCH_MESSAGES_MAX
+        per queue), one per queue at a time, so a caller that polls in a loop never waits for a round trip."""
         self._require_started()
         check_range("max_messages", max_messages, 1, 1024)
         check_range("timeout_s", timeout_s, 0, POLL_TIMEOUT_S_MAX)
         deadline = time.monotonic() + timeout_s
         await self._sync()
-        out = self._drain(max_messages)
-        if out:
-            return out
-        states = self._rotated()[:PULLS_IN_FLIGHT_MAX]
-        if not states:
-            await asyncio.sleep(max(0.0, deadline - time.monotonic()))
-            return []
         batch = min(max_messages, RECEIVE_BATCH_MAX)
-        tasks = [asyncio.ensure_future(self._fetch(s, batch, deadline)) for s in states]
-        try:
-            pending = set(tasks)
-            while pending and not any(s.buffer for s in states):
-                wait_s = max(0.0, deadline - time.monotonic()) + POLL_GRACE_S
-                done, pending = await asyncio.wait(pending, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
-                if not done:
-                    break
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        return self._drain(max_messages)
+        while True:
+            out = self._drain(max_messages)
+            in_flight = self._prefetch(batch, deadline)
+            if out or not in_flight or time.monotonic() >= deadline:
+                if not out and not in_flight:
+                    await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+                return out
+            wait_s = max(0.0, deadline - time.monotonic()) + POLL_GRACE_S
+            done, _ = await asyncio.wait(in_flight, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                return self._drain(max_messages)
+
+    def _prefetch(self, batch: int, deadline: float) -> list[asyncio.Task]:
+        """Start a pull on every assigned queue that has none in flight and room in its buffer; the pulls in
+        flight."""
+        in_flight = []
+        for state in self._rotated()[:PULLS_IN_FLIGHT_MAX]:
+            if state.fetching is None and len(state.buffer) < PREFETCH_MESSAGES_MAX:
+                state.fetching = asyncio.ensure_future(self._fetch(state, batch, deadline))
+                state.fetching.add_done_callback(lambda _t, s=state: setattr(s, "fetching", None))
+            if state.fetching is not None:
+                in_flight.append(state.fetching)
+        return in_flight
+
+    def _cancel_fetches(self) -> None:
+        for state in self._states.values():
+            if state.fetching is not None:
+                state.fetching.cancel()
 
     async def _fetch(self, state: _QueueState, batch: int, deadline: float) -> None:
         epoch, offset = state.epoch, state.fetch_offset

@@ -229,3 +229,13 @@ def test_pull_members_get_disjoint_contiguous_shares_and_a_survivor_gets_every_q
     stub.NotifyClientTermination(svc.NotifyClientTerminationRequest(group=pb.Resource(name="g-rebalance")),
                                  timeout=5, metadata=client_metadata("member-b"))
     assert assigned(cluster, "member-a", "rebalanced", "g-rebalance") == [("broker-a", q) for q in range(8)]
+
+
+def test_a_delay_level_property_makes_a_delayed_message_with_a_recall_handle(cluster):
+    cluster.create_topic("delay-level")
+    message = with_properties(raw_message("delay-level", b"later"), DELAY="3")  # level 3 = 10 s
+    response = send(cluster, message)
+    assert response.status.code == Code.OK, response.status
+    assert response.entries[0].recall_handle.endswith(message.system_properties.message_id)
+    _, found = query(cluster, topic="delay-level", message_id=message.system_properties.message_id)
+    assert [m.system_properties.message_type for m in found] == [MessageType.DELAY]
