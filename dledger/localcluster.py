@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -32,11 +33,31 @@ class NodeSpec:
         return f"{self.ip}:{self.raft_port}"
 
 
+LISTEN_PORT_MIN = 10_000
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
 def free_port(ip: str) -> int:
-    """A port free on ip right now."""
-    with socket.socket() as probe:
-        probe.bind((ip, 0))
-        return probe.getsockname()[1]
+    """A port to listen on, free on ip now and below the kernel's ephemeral range: a port from that range (what
+    binding port 0 gives) can be taken by any outgoing connection before the server binds it, which made
+    clusters fail to start with "Address already in use" under load."""
+    low = _ephemeral_low()
+    for _ in range(200):
+        port = random.randrange(LISTEN_PORT_MIN, low) if low > LISTEN_PORT_MIN + 100 else 0
+        with socket.socket() as probe:
+            try:
+                probe.bind((ip, port))
+            except OSError:
+                continue
+            return probe.getsockname()[1]
+    raise RuntimeError(f"no free port on {ip} between {LISTEN_PORT_MIN} and {low}")
 
 
 def free_port_pair(ips: list[str]) -> int:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import select
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,15 +26,14 @@ from dataclasses import dataclass, field
 import grpc
 
 from broker import config as broker_config
+from dledger.localcluster import free_port as dledger_free_port
 from rocketraft.wire import GRPC_OPTIONS, ipb, ipb_grpc, pb, svc, svc_grpc
 
 READY_TIMEOUT_S = 20.0
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    return dledger_free_port(host)
 
 
 @dataclass

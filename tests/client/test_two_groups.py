@@ -92,6 +92,8 @@ def test_the_admin_cli_verbs_work_against_the_cluster(groups):
     assert message_id in by_id.stdout
     progress = cli(namesrv, "admin", "consumerProgress", "-g", "cli-group", "-t", "cli-topic")
     assert progress.returncode == 0 and "total lag: 1" in progress.stdout
+    consumed = cli(namesrv, "consume", "-t", "cli-topic", "-g", "cli-consumer", "--count", "1", "--print")
+    assert consumed.returncode == 0 and consumed.stdout.startswith(message_id), consumed.stderr
     missing = cli(namesrv, "admin", "topicRoute")
     assert missing.returncode == 2 and "needs -t" in missing.stdout
 
