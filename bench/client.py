@@ -14,6 +14,8 @@ publish   each producer is its own process (python -m bench.client _produce) usi
           --batch messages per call and --window calls in flight; all start together; the figure is every
           acknowledged message over the time from the first start to the last end.
 latency   one Producer.send at a time, 1 KiB: 200 warm-up sends, then --messages timed sends.
+rpc       the floor under latency: a bare Heartbeat round trip (no Raft, no disk) to the NameServer and to
+          the master, 1,000 calls each.
 consume   --prefill 1 KiB messages are stored first (send_batch), then one PullConsumer drains them;
           msgs/s = prefill / drain time.
 failover  one Producer.send at a time, continuously; after 1 s of acks the master is killed with SIGKILL and
@@ -111,6 +113,23 @@ async def latency(namesrv: str, messages: int) -> dict:
             "p99_ms": round(percentile(samples, 0.99), 3), "max_ms": round(max(samples), 3)}
 
 
+async def rpc(cluster: DevCluster, calls: int) -> dict:
+    """The floor under any send: a bare Heartbeat round trip (no Raft, no disk) to the NameServer and the master."""
+    from rocketraft.wire import svc
+
+    out = {}
+    async with Producer(cluster.namesrv_address, topics=[TOPIC]) as producer:
+        targets = {"namesrv": cluster.namesrv_address, "master": cluster.address_of[cluster.wait_master()]}
+        for name, address in targets.items():
+            stub, samples = producer.transport.messaging(address), []
+            for _ in range(calls):
+                began = time.perf_counter()
+                await stub.Heartbeat(svc.HeartbeatRequest(), metadata=producer.transport.metadata, timeout=3)
+                samples.append((time.perf_counter() - began) * 1000)
+            out[name] = {"p50_ms": round(percentile(samples, 0.5), 3), "p99_ms": round(percentile(samples, 0.99), 3)}
+    return out
+
+
 # -- consume -------------------------------------------------------------------------------------------------
 async def consume(namesrv: str, prefill: int) -> dict:
     from rocketraft.client.pull_consumer import PullConsumer
@@ -188,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     parser = argparse.ArgumentParser(prog="python -m bench.client", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scenarios", nargs="*", default=["publish", "latency", "consume", "failover"])
+    parser.add_argument("scenarios", nargs="*", default=["publish", "latency", "rpc", "consume", "failover"])
     parser.add_argument("--flush", default="ASYNC_FLUSH", choices=["ASYNC_FLUSH", "SYNC_FLUSH"])
     parser.add_argument("--messages", type=int, default=0, help="per publish run (default 200,000) / latency run")
     parser.add_argument("--batch", type=int, default=256)
@@ -224,11 +243,13 @@ def run_scenario(scenario: str, cluster: DevCluster, args) -> object:
                 for size in (1024, 128) for producers in (1, 4)]
     if scenario == "latency":
         return asyncio.run(latency(cluster.namesrv_address, args.messages or (500 if quick else 3000)))
+    if scenario == "rpc":
+        return asyncio.run(rpc(cluster, 200 if quick else 1000))
     if scenario == "consume":
         return asyncio.run(consume(cluster.namesrv_address, 20_000 if quick else args.prefill))
     if scenario == "failover":
         return asyncio.run(failover(cluster, 2 if quick else args.trials))
-    raise SystemExit(f"unknown scenario {scenario!r}: use publish, latency, consume or failover")
+    raise SystemExit(f"unknown scenario {scenario!r}: use publish, latency, rpc, consume or failover")
 
 
 if __name__ == "__main__":
