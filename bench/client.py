@@ -216,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--dir", default=None)
+    parser.add_argument("--results", default=RESULTS_DIR, help="where the JSON results go")
     args = parser.parse_args(argv)
     base = args.dir or tempfile.mkdtemp(prefix="bench-client-")
     results: dict = {"date": str(date.today()), "machine": f"{os.cpu_count()} cores, {platform.python_version()}",
@@ -227,8 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             cluster.stop()
         print(json.dumps({scenario: results[scenario]}, indent=1), flush=True)
-    os.makedirs(RESULTS_DIR, exist_ok=True)
-    path = os.path.join(RESULTS_DIR, f"client-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    os.makedirs(args.results, exist_ok=True)
+    path = os.path.join(args.results, f"client-{time.strftime('%Y%m%d-%H%M%S')}.json")
     with open(path, "w") as f:
         json.dump(results, f, indent=1)
     print(f"results: {path}")
@@ -239,6 +240,8 @@ def run_scenario(scenario: str, cluster: DevCluster, args) -> object:
     quick = args.quick
     if scenario == "publish":
         messages = args.messages or (20_000 if quick else 200_000)
+        if quick:  # the smoke run: both sizes, one producer process
+            return [publish(cluster, size, 1, messages, args.batch, args.window) for size in (1024, 128)]
         return [publish(cluster, size, producers, messages, args.batch, args.window)
                 for size in (1024, 128) for producers in (1, 4)]
     if scenario == "latency":
@@ -246,7 +249,7 @@ def run_scenario(scenario: str, cluster: DevCluster, args) -> object:
     if scenario == "rpc":
         return asyncio.run(rpc(cluster, 200 if quick else 1000))
     if scenario == "consume":
-        return asyncio.run(consume(cluster.namesrv_address, 20_000 if quick else args.prefill))
+        return asyncio.run(consume(cluster.namesrv_address, min(args.prefill, 20_000) if quick else args.prefill))
     if scenario == "failover":
         return asyncio.run(failover(cluster, 2 if quick else args.trials))
     raise SystemExit(f"unknown scenario {scenario!r}: use publish, latency, rpc, consume or failover")
