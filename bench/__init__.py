@@ -1,1 +1,1 @@
-"""bench: see docs/architecture.md (not built yet)."""
+"""Benchmarks and reproductions: `python -m bench <scenario>` (bench/harness.py; figures in bench/README.md)."""

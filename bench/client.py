@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import os
 import platform
@@ -46,6 +47,18 @@ from rocketraft.devcluster import DevCluster
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
 TOPIC = "bench-client"
+
+
+SERIES_KEYS = ("per_second", "samples_ms", "acks_s", "kills_s")
+
+
+def without_series(result):
+    """A result without its time series (for printing; the JSON file keeps them for the plots)."""
+    if isinstance(result, list):
+        return [without_series(r) for r in result]
+    if isinstance(result, dict):
+        return {k: without_series(v) for k, v in result.items() if k not in SERIES_KEYS}
+    return result
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -69,20 +82,24 @@ async def produce(namesrv: str, size: int, messages: int, batch: int, window: in
         started = time.time()
         acked = failed = 0
         calls = messages // batch
+        per_second: collections.Counter = collections.Counter()  # whole seconds since start_at -> acks
 
         async def worker(share: int) -> None:
             nonlocal acked, failed
             for _ in range(share):
                 try:
                     await producer.send_batch([Message(TOPIC, body) for _ in range(batch)])
-                    acked += batch
+                    ok = batch
                 except Exception as exc:  # noqa: BLE001 - counted; a benchmark reports, it does not stop
                     results = getattr(exc, "results", [exc] * batch)
                     failed += sum(1 for r in results if isinstance(r, BaseException))
-                    acked += sum(1 for r in results if not isinstance(r, BaseException))
+                    ok = sum(1 for r in results if not isinstance(r, BaseException))
+                acked += ok
+                per_second[int(time.time() - start_at)] += ok
 
         await asyncio.gather(*(worker(calls // window + (i < calls % window)) for i in range(window)))
-        return {"acked": acked, "failed": failed, "started": started, "ended": time.time()}
+        return {"acked": acked, "failed": failed, "started": started, "ended": time.time(),
+                "per_second": [per_second.get(i, 0) for i in range(max(per_second, default=-1) + 1)]}
 
 
 def publish(cluster: DevCluster, size: int, producers: int, messages: int, batch: int, window: int) -> dict:
@@ -93,9 +110,12 @@ def publish(cluster: DevCluster, size: int, producers: int, messages: int, batch
     outcomes = [json.loads(p.communicate(timeout=600)[0]) for p in procs]
     acked = sum(o["acked"] for o in outcomes)
     elapsed = max(o["ended"] for o in outcomes) - min(o["started"] for o in outcomes)
+    seconds = max(len(o["per_second"]) for o in outcomes)
+    per_second = [sum(o["per_second"][i] for o in outcomes if i < len(o["per_second"])) for i in range(seconds)]
     return {"size": size, "producers": producers, "batch": batch, "window": window, "acked": acked,
             "failed": sum(o["failed"] for o in outcomes), "seconds": round(elapsed, 2),
-            "msgs_per_s": round(acked / elapsed), "mb_per_s": round(acked * size / elapsed / 1e6, 1)}
+            "msgs_per_s": round(acked / elapsed), "mb_per_s": round(acked * size / elapsed / 1e6, 1),
+            "per_second": per_second}
 
 
 # -- latency -------------------------------------------------------------------------------------------------
@@ -110,7 +130,8 @@ async def latency(namesrv: str, messages: int) -> dict:
             await producer.send(Message(TOPIC, body))
             samples.append((time.perf_counter() - began) * 1000)
     return {"messages": messages, "p50_ms": round(percentile(samples, 0.5), 3),
-            "p99_ms": round(percentile(samples, 0.99), 3), "max_ms": round(max(samples), 3)}
+            "p99_ms": round(percentile(samples, 0.99), 3), "max_ms": round(max(samples), 3),
+            "samples_ms": [round(x, 3) for x in samples]}
 
 
 async def rpc(cluster: DevCluster, calls: int) -> dict:
@@ -150,13 +171,17 @@ async def consume(namesrv: str, prefill: int) -> dict:
     try:
         began = time.perf_counter()
         received = 0
+        per_second: collections.Counter = collections.Counter()
         while received < stored:
-            received += len(await consumer.poll(max_messages=64, timeout_s=2.0))
+            got = len(await consumer.poll(max_messages=64, timeout_s=2.0))
+            received += got
+            per_second[int(time.perf_counter() - began)] += got
         drain_s = time.perf_counter() - began
     finally:
         await consumer.close()
     return {"stored": stored, "prefill_s": round(prefill_s, 1), "drain_s": round(drain_s, 2),
-            "msgs_per_s": round(received / drain_s)}
+            "msgs_per_s": round(received / drain_s),
+            "per_second": [per_second.get(i, 0) for i in range(max(per_second, default=-1) + 1)]}
 
 
 # -- failover ------------------------------------------------------------------------------------------------
@@ -164,6 +189,8 @@ async def failover(cluster: DevCluster, trials: int) -> dict:
     acks: list[tuple[float, str]] = []
     gaps: list[float] = []
     failures: list[str] = []
+    kills: list[float] = []
+    origin = time.monotonic()
     async with Producer(cluster.namesrv_address, topics=[TOPIC], send_timeout_s=10) as producer:
         stop = asyncio.Event()
 
@@ -182,6 +209,7 @@ async def failover(cluster: DevCluster, trials: int) -> dict:
             await asyncio.sleep(1.0)
             master = await asyncio.to_thread(cluster.wait_master)
             killed_at = time.monotonic()
+            kills.append(killed_at - origin)
             cluster.kill(master)
             restart = asyncio.ensure_future(asyncio.to_thread(cluster.start_replica, master))  # not on this loop
             while not acks or acks[-1][0] <= killed_at:
@@ -194,7 +222,8 @@ async def failover(cluster: DevCluster, trials: int) -> dict:
     acked_ids = {i for _, i in acks}
     return {"trials": trials, "gap_p50_s": round(statistics.median(gaps), 3), "gap_max_s": round(max(gaps), 3),
             "gaps_s": [round(g, 3) for g in gaps], "acked": len(acks), "failed_sends": len(failures),
-            "lost": len(acked_ids - set(stored)), "duplicated": len(stored) - len(set(stored))}
+            "lost": len(acked_ids - set(stored)), "duplicated": len(stored) - len(set(stored)),
+            "kills_s": [round(k, 3) for k in kills], "acks_s": [round(t - origin, 4) for t, _ in acks]}
 
 
 # -- driver ----------------------------------------------------------------------------------------------------
@@ -227,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
             results[scenario] = run_scenario(scenario, cluster, args)
         finally:
             cluster.stop()
-        print(json.dumps({scenario: results[scenario]}, indent=1), flush=True)
+        print(json.dumps({scenario: without_series(results[scenario])}, indent=1), flush=True)
     os.makedirs(args.results, exist_ok=True)
     path = os.path.join(args.results, f"client-{time.strftime('%Y%m%d-%H%M%S')}.json")
     with open(path, "w") as f:

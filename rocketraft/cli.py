@@ -45,9 +45,18 @@ def main(argv: list[str] | None = None) -> int:
                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     cli_client.add_consume_arguments(consume_parser)
     consume_parser.set_defaults(run=cli_client.run_consume)
+    bench_parser = sub.add_parser("bench", help="benchmarks and reproductions (python -m bench)", add_help=False)
+    bench_parser.add_argument("rest", nargs=argparse.REMAINDER)
+    bench_parser.set_defaults(run=lambda a: _bench(a.rest))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return args.run(args)
+
+
+def _bench(rest: list[str]) -> int:
+    from bench.harness import main as bench_main
+
+    return bench_main(rest or ["--help"])
 
 
 if __name__ == "__main__":
