@@ -237,14 +237,30 @@ def _not_master(exc: dledger.NotLeaderError) -> RocketraftError:
     return NotMasterError(f"not the master: {exc}", getattr(exc, "leader_address", None))
 
 
-def map_dledger_error(exc: BaseException) -> BaseException:
+MAP_FULL_MARKERS = ("STORE_MAP_FULL", "MDB_MAP_FULL", "MapFullError")
+
+
+def is_map_full(exc: BaseException) -> bool:
+    """LMDB's map (its reserved address space) is full: reported as such, never as a full disk. dledger raises
+    StoreFullError, or its replica stops on lmdb.MapFullError and later errors carry that failure's text."""
+    return getattr(exc, "code", "") == "STORE_MAP_FULL" or any(m in str(exc) for m in MAP_FULL_MARKERS)
+
+
+def map_dledger_error(exc: BaseException, map_size_bytes: int | None = None, store_path: str = "",
+                      disk_used_percent: float | None = None) -> BaseException:
     """The one mapping from dledger's errors to the protocol's."""
+    if is_map_full(exc):
+        size = f"storeMapSizeBytes={map_size_bytes} ({map_size_bytes / 2**20:.0f} MiB)" if map_size_bytes else \
+            "storeMapSizeBytes"
+        disk = f"; its filesystem is only {disk_used_percent:.1f}% used" if disk_used_percent is not None else ""
+        return StoreUnavailableError(
+            f"LMDB map full: the store {store_path} reached its LMDB map size, {size}; this is not a full disk"
+            f"{disk}. The replica stopped writing to protect committed data (reads of applied data go on): restart "
+            f"it with a larger storeMapSizeBytes; committed messages are kept. ({exc})")
     if isinstance(exc, dledger.AppendQueueFullError):
         return TooManyRequestsError(f"busy: {exc}")
     if isinstance(exc, dledger.ReplicaClosedError):
         return StoreUnavailableError(f"store unavailable: {exc}")
     if isinstance(exc, dledger.EntryTooLargeError):
         return RocketraftError(f"request too large for one Raft entry: {exc}", Code.PAYLOAD_TOO_LARGE)
-    if isinstance(exc, dledger.DledgerError) and getattr(exc, "code", "") == "STORE_MAP_FULL":
-        return StoreUnavailableError(f"LMDB map full (the store's map_size is reached, not the disk): {exc}")
     return exc

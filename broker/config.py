@@ -14,6 +14,10 @@ import re
 import tomllib
 from dataclasses import dataclass, fields
 
+from dledger.config import ReplicaConfig
+
+STORE_MAP_SIZE_BYTES_MIN = 16 * 1024 * 1024
+
 # RocketMQ's 18 delay levels (messageDelayLevel).
 DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -41,6 +45,10 @@ class BrokerConfig:
     advertisedAddress: str = ""  # what clients are told (brokerIP1:port); default listenAddress
     storePathRootDir: str = os.path.expanduser("~/rocketraft/store")
     flushDiskType: str = "ASYNC_FLUSH"  # or SYNC_FLUSH; see docs/architecture.md for what an ack means
+    # LMDB map of the replica's store: address space reserved, not disk used; the store cannot grow past it
+    storeMapSizeBytes: int = ReplicaConfig.map_size_bytes
+    # a slave (follower) forwards writes to the master through Raft; false: it refuses them, naming the master
+    slaveForwardEnable: bool = True
     # limits
     maxMessageSize: int = 4 * 1024 * 1024
     messagePropertiesBytesMax: int = 16 * 1024
@@ -122,6 +130,9 @@ class BrokerConfig:
             raise ValueError(f"brokerName {self.brokerName!r}: use 1-64 of [a-zA-Z0-9_-]")
         if self.flushDiskType not in ("SYNC_FLUSH", "ASYNC_FLUSH"):
             raise ValueError(f"flushDiskType {self.flushDiskType!r}: use SYNC_FLUSH or ASYNC_FLUSH")
+        if self.storeMapSizeBytes < STORE_MAP_SIZE_BYTES_MIN:
+            raise ValueError(f"storeMapSizeBytes {self.storeMapSizeBytes}: use at least {STORE_MAP_SIZE_BYTES_MIN} "
+                             "(16 MiB); it reserves address space, not disk, so the default (1 TiB) is fine")
         if not 1 <= self.diskMaxUsedSpaceRatio <= 99:
             raise ValueError(f"diskMaxUsedSpaceRatio {self.diskMaxUsedSpaceRatio}: use 1..99 (percent)")
         if not 1 <= self.defaultTopicQueueNums <= self.topicQueueNumsMax:

@@ -15,13 +15,14 @@ import logging
 import os
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import dledger
 from rocketraft.errors import (
     BadRequestError,
     DiskFullError,
+    NotMasterError,
     RocketraftError,
     TopicNotFoundError,
 )
@@ -110,13 +111,16 @@ class Broker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._role_listeners: list[Callable[[], None]] = []
         self._topic_listeners: list[Callable[[], None]] = []
+        # the client (gRPC) address of every replica of this group, as the NameServers know them; set by the
+        # server. Only a refused write (slaveForwardEnable=false) asks it, to name the master's address.
+        self.replica_addresses: Callable[[], Awaitable[dict[str, str]]] | None = None
 
     @staticmethod
     def _replica_config(config: BrokerConfig) -> dledger.ReplicaConfig:
         return dledger.ReplicaConfig(
             group_id=config.brokerName, self_id=config.dLegerSelfId, peers=config.peers,
             data_dir=os.path.join(config.data_dir, "dledger"),
-            flush_policy=dledger.FlushPolicy[config.flushDiskType])
+            flush_policy=dledger.FlushPolicy[config.flushDiskType], map_size_bytes=config.storeMapSizeBytes)
 
     # -- lifecycle ----------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -169,11 +173,48 @@ class Broker:
         return self.replica.status().role is dledger.Role.LEADER
 
     # -- writes through Raft --------------------------------------------------------------------------------
+    async def require_writable(self) -> None:
+        """With slaveForwardEnable=false, a replica that is not the master refuses writes (instead of forwarding
+        them through Raft) with an error naming the master, as a RocketMQ slave would."""
+        if self.config.slaveForwardEnable:
+            return
+        st = self.status
+        if st.role in (dledger.Role.LEADER, dledger.Role.LEADER_PENDING):
+            return
+        cfg = self.config
+        where = (f"replica {cfg.dLegerSelfId} of broker group {cfg.brokerName} is a slave ({st.role.value}) and "
+                 "slaveForwardEnable=false, so it does not forward writes")
+        if not st.leader_id:
+            raise NotMasterError(f"{where}; no master is known right now (election in progress): refresh the "
+                                 "topic route (QueryRoute) and retry shortly")
+        address = await self._client_address_of(st.leader_id)
+        at = address or "an address the NameServers do not know yet"
+        raise NotMasterError(f"{where}; the master is {st.leader_id} at {at}: refresh the topic route (QueryRoute) "
+                             "and send to the master", address)
+
+    async def _client_address_of(self, replica_id: str) -> str | None:
+        if self.replica_addresses is None:
+            return None
+        try:
+            return (await self.replica_addresses()).get(replica_id)
+        except Exception as exc:  # noqa: BLE001 - the refusal still names the master's id
+            log.warning("cannot look up the address of replica %s: %s", replica_id, exc)
+            return None
+
     async def _commit(self, command: spb.Command, repeatable: bool = False):
-        outcome = _outcome((await self.batcher.submit_many([command.SerializeToString()], repeatable))[0])
+        await self.require_writable()
+        outcome = self._outcome((await self.batcher.submit_many([command.SerializeToString()], repeatable))[0])
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
+
+    def _outcome(self, result):
+        """A batcher outcome as the broker reports it: a result, or a RocketraftError (or unexpected error)."""
+        if isinstance(result, dledger.DledgerError):
+            return map_dledger_error(result, self.config.storeMapSizeBytes, self.store.path, self.disk.used_percent())
+        if isinstance(result, ApplyError):
+            return RocketraftError(result.message, result.code)
+        return result
 
     # -- topics and groups ------------------------------------------------------------------------------------
     def read(self, fn):
@@ -242,6 +283,7 @@ class Broker:
         """One SendMessage request: each message's Sent, or the error that refused it (its own: one
         invalid message does not fail the others). The request's topics are looked up once, and its commands
         go to the batcher as one submission."""
+        await self.require_writable()
         now = now_ms()
         topics: dict[str, ipb.TopicConfig | Exception] = {}
         outcomes: list = [None] * len(messages)
@@ -261,7 +303,7 @@ class Broker:
         if payloads:
             results = await self.batcher.submit_many(payloads, repeatable=True)
             for i, result in zip(accepted, results, strict=True):
-                outcomes[i] = self._sent(messages[i], _outcome(result))
+                outcomes[i] = self._sent(messages[i], self._outcome(result))
         return outcomes
 
     async def _topic_or_error(self, name: str) -> ipb.TopicConfig | Exception:
@@ -617,15 +659,6 @@ class Broker:
             return out
 
         return self.read(read)
-
-
-def _outcome(result):
-    """A batcher outcome as the broker reports it: a result, or a RocketraftError (or unexpected error)."""
-    if isinstance(result, dledger.DledgerError):
-        return map_dledger_error(result)
-    if isinstance(result, ApplyError):
-        return RocketraftError(result.message, result.code)
-    return result
 
 
 def ok_status() -> pb.Status:

@@ -70,6 +70,21 @@ class NameServers:
             last = RocketraftError(response.status.message, response.status.code)
         raise last or RocketraftError("no NameServer configured", Code.INTERNAL_ERROR)
 
+    async def replica_addresses(self, cluster: str, group: str) -> dict[str, str]:
+        """replica id -> client (gRPC) address of every replica of `group`, from the first NameServer that
+        answers ({} if none does)."""
+        for address in self.addresses:
+            stub = ipb_grpc.NameServerStub(self._channels[address])
+            try:
+                info = await stub.GetClusterInfo(ipb.GetClusterInfoRequest(), timeout=ROUTE_TIMEOUT_S)
+            except grpc.aio.AioRpcError:
+                continue
+            for info_group in info.groups:
+                if info_group.cluster == cluster and info_group.group == group:
+                    return {r.replica_id: r.address for r in info_group.replicas}
+            return {}
+        return {}
+
     async def close(self) -> None:
         await asyncio.gather(*(c.close() for c in self._channels.values()))
 
@@ -80,6 +95,8 @@ class BrokerServer:
         self.broker = Broker(config)
         self.clients = ClientRegistry(config.clientExpiryMillis)
         self.namesrvs = NameServers(config.namesrv_addresses)
+        self.broker.replica_addresses = lambda: self.namesrvs.replica_addresses(config.brokerClusterName,
+                                                                                config.brokerName)
         self._register_now = asyncio.Event()
         self._stopping = asyncio.Event()
         self._server: grpc.aio.Server | None = None
