@@ -121,6 +121,14 @@ def run(name: str, args, namesrv: str, cluster: DevCluster | None, console: Cons
         from rocketraft.client.api import Admin
         with Admin(namesrv) as admin:
             admin.create_topic(cb.TOPIC)
+    if name == "scale-log":  # the long one: a progress bar
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        messages = _count(args, 1_000_000, 20_480)
+        with Progress(TextColumn("publishing"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                      console=console) as progress:
+            task = progress.add_task("log", total=messages)
+            return asyncio.run(log_scale(cluster, cb.TOPIC, messages, lambda n: progress.advance(task, n)))
     with console.status(f"running {name} ..."):
         if name == "publish":
             if cluster is None:
@@ -145,7 +153,7 @@ def run(name: str, args, namesrv: str, cluster: DevCluster | None, console: Cons
         if name == "scale-producers":
             return asyncio.run(producers_scale(namesrv, cb.TOPIC, levels or ([1, 4] if args.quick else [1, 4, 16, 64]),
                                                1.0 if args.quick else args.seconds))
-        return asyncio.run(log_scale(cluster, cb.TOPIC, _count(args, 1_000_000, 20_480)))
+        raise SystemExit(f"unknown scenario {name}")
 
 
 def report(name: str, args, result, console: Console) -> int:

@@ -54,6 +54,9 @@ class BrokerConfig:
     messagePropertiesBytesMax: int = 16 * 1024
     diskMaxUsedSpaceRatio: int = 75
     diskCheckIntervalMs: int = 1000
+    # sends are refused once this replica's LMDB map (storeMapSizeBytes) is more than this percent used, so
+    # the replicas (whose usage is nearly equal) never reach MDB_MAP_FULL, which stops their Raft engines
+    storeMapMaxUsedRatio: int = 90
     waitTimeMillsInSendQueue: int = 200
     sendQueueLengthMax: int = 20_000
     batchBytesMax: int = 1024 * 1024  # one Raft entry carries at most this many payload bytes
@@ -135,6 +138,9 @@ class BrokerConfig:
                              "(16 MiB); it reserves address space, not disk, so the default (1 TiB) is fine")
         if not 1 <= self.diskMaxUsedSpaceRatio <= 99:
             raise ValueError(f"diskMaxUsedSpaceRatio {self.diskMaxUsedSpaceRatio}: use 1..99 (percent)")
+        if not 1 <= self.storeMapMaxUsedRatio <= 99:
+            raise ValueError(f"storeMapMaxUsedRatio {self.storeMapMaxUsedRatio}: use 1..99 (percent of "
+                             "storeMapSizeBytes)")
         if not 1 <= self.defaultTopicQueueNums <= self.topicQueueNumsMax:
             raise ValueError(f"defaultTopicQueueNums {self.defaultTopicQueueNums}: use 1..{self.topicQueueNumsMax}")
         if not self.namesrv_addresses:

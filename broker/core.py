@@ -24,6 +24,7 @@ from rocketraft.errors import (
     DiskFullError,
     NotMasterError,
     RocketraftError,
+    StoreMapFullError,
     TopicNotFoundError,
 )
 from rocketraft.proto import store_pb2 as spb
@@ -97,6 +98,53 @@ class DiskGuard:
                 "on that filesystem or raise diskMaxUsedSpaceRatio")
 
 
+class MapGuard:
+    """Refuses writes that add data while this replica's LMDB map is fuller than storeMapMaxUsedRatio of
+    storeMapSizeBytes: the replicas hold the same data, so each stays below MDB_MAP_FULL (which would stop its
+    Raft engine) and the client is told the truth on the first refusal."""
+
+    def __init__(self, store, disk: DiskGuard, ratio_max_percent: int, check_interval_ms: int):
+        self.store = store  # dledger's Store: its LMDB environment may be replaced by a snapshot install
+        self.disk = disk
+        self.ratio_max_percent = ratio_max_percent
+        self._interval_s = check_interval_ms / 1000
+        self._checked_at = 0.0
+        self._used_bytes = 0
+        # bytes admitted since the last look: a small map fills faster than diskCheckIntervalMs, so the map is
+        # also looked at again whenever 1% of it may have been written since (the look costs about a microsecond)
+        self._admitted = 0
+        self._admitted_max = store.map_size_bytes // 100
+
+    def used_bytes(self) -> int:
+        """Pages in use up to LMDB's high-water mark (last_pgno), as LMDB counts them against the map."""
+        now = time.monotonic()
+        if now - self._checked_at >= self._interval_s or self._admitted >= self._admitted_max:
+            self._admitted = 0
+            try:
+                env = self.store.env
+                self._used_bytes = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+            except Exception as exc:  # noqa: BLE001 - the environment is being swapped: keep the last value
+                log.debug("cannot read the LMDB map usage of %s: %s", self.store.path, exc)
+            self._checked_at = now
+        return self._used_bytes
+
+    def used_percent(self) -> float:
+        """Used at the last look, plus what was admitted since (not yet committed, or counted twice)."""
+        return 100.0 * (self.used_bytes() + self._admitted) / self.store.map_size_bytes
+
+    def check(self, adding_bytes: int = 0) -> None:
+        used = self.used_percent()
+        if used > self.ratio_max_percent:
+            map_bytes = self.store.map_size_bytes
+            raise StoreMapFullError(
+                f"LMDB map nearly full: {self.store.path} uses {used * map_bytes / 100 / 2**20:.1f} MiB of its "
+                f"{map_bytes / 2**20:.0f} MiB map ({used:.1f}% > storeMapMaxUsedRatio={self.ratio_max_percent}%); "
+                f"this is not the disk (the filesystem is {self.disk.used_percent():.1f}% used): sends are refused "
+                "(reads, acks and consumption go on); restart the replicas with a larger storeMapSizeBytes "
+                f"(now {map_bytes})")
+        self._admitted += adding_bytes
+
+
 class Broker:
     def __init__(self, config: BrokerConfig):
         self.config = config
@@ -105,6 +153,7 @@ class Broker:
         self.store = self.replica.store
         self.batcher = Batcher(self.replica, config)
         self.disk = DiskGuard(config.data_dir, config.diskMaxUsedSpaceRatio, config.diskCheckIntervalMs)
+        self.map_guard = MapGuard(self.store, self.disk, config.storeMapMaxUsedRatio, config.diskCheckIntervalMs)
         self._round_robin = itertools.count()
         self._pop_start: dict[tuple[str, str], int] = collections.defaultdict(int)
         self._topic_events: dict[str, asyncio.Event] = {}
@@ -314,8 +363,8 @@ class Broker:
 
     def _send_command(self, message: pb.Message, kind: int, topic: ipb.TopicConfig, now: int,
                       producer_client_id: str) -> bytes:
-        """Checks the message against its topic and the disk, fills the broker's system properties, and encodes
-        its SendCommand."""
+        """Checks the message against its topic, the disk and the LMDB map, fills the broker's system properties,
+        and encodes its SendCommand."""
         deliver_at = self._deliver_at_ms(message, kind, now)
         if deliver_at:  # a DELAY level property makes a NORMAL message a DELAY one (recall handle, type checks)
             kind = validation.DELAY
@@ -326,6 +375,7 @@ class Broker:
         if not topic.perm & 4:
             raise RocketraftError(f"topic {topic.name} is not writable (perm={topic.perm})", Code.FORBIDDEN)
         self.disk.check()
+        self.map_guard.check(len(message.body))
         props = message.system_properties
         props.message_type = kind
         if props.body_encoding == validation.ENCODING_UNSPECIFIED:

@@ -68,6 +68,12 @@ class DiskFullError(RocketraftError):
     code = Code.INTERNAL_SERVER_ERROR
 
 
+class StoreMapFullError(RocketraftError):
+    """Sends refused because the replica's LMDB map is above storeMapMaxUsedRatio of storeMapSizeBytes (not the
+    disk; reads go on). Restart the replicas with a larger storeMapSizeBytes."""
+    code = Code.INTERNAL_SERVER_ERROR
+
+
 class StoreUnavailableError(RocketraftError):
     """The store is shut down or stopped after an error."""
     code = Code.INTERNAL_SERVER_ERROR

