@@ -90,10 +90,11 @@ async def _send_until(producer: Producer, topic: str, stop: float, samples: list
         samples.append((time.perf_counter() - began) * 1000)
 
 
-def rss_mib(pid: int) -> float:
+def rss_mib(pid: int, field: str = "VmRSS") -> float:
+    """VmRSS counts LMDB's memory-mapped file pages (file-backed, reclaimable); RssAnon is the heap alone."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return round(int(line.split()[1]) / 1024, 1)
     return float("nan")
 
@@ -109,6 +110,7 @@ def store_bytes(cluster: DevCluster) -> dict[str, int]:
 async def log_scale(cluster: DevCluster, topic: str, messages: int, progress=None) -> dict:
     rate, per_second = await _publish(cluster.namesrv_address, [topic], messages, progress=progress)
     rss = {r: rss_mib(cluster.brokers[r].process.pid) for r in cluster.ids}
+    anon = {r: rss_mib(cluster.brokers[r].process.pid, "RssAnon") for r in cluster.ids}
     sizes = store_bytes(cluster)
     for replica in cluster.ids:
         cluster.kill(replica)
@@ -118,7 +120,7 @@ async def log_scale(cluster: DevCluster, topic: str, messages: int, progress=Non
     async with Producer(cluster.namesrv_address, topics=[topic], send_timeout_s=30) as producer:
         await producer.send(Message(topic, BODY))
     restart_s = time.monotonic() - began
-    return {"messages": messages, "msgs_per_s": round(rate), "replica_rss_mib": rss,
+    return {"messages": messages, "msgs_per_s": round(rate), "replica_rss_mib": rss, "replica_anon_mib": anon,
             "bytes_per_message": round(statistics.mean(sizes.values()) / messages, 1),
             "store_mib": {r: round(b / 2**20) for r, b in sizes.items()},
             "restart_to_first_ack_s": round(restart_s, 2), "per_second": per_second}
