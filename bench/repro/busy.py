@@ -21,6 +21,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from rocketraft import aio
+from rocketraft.client.api import Admin
 from rocketraft.devcluster import DevCluster
 from rocketraft.wire import Code
 
@@ -49,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
             b.start()
             a.wait_master()
             b.wait_master()
-            a.create_topic("busy")  # the NameServer creates it on every group
+            with Admin(a.namesrv_address) as admin:  # asks again while broker-a only answers "busy"
+                admin.create_topic("busy")  # the NameServer creates it on every group
             overload(checks, a, count)
             produce(checks, a, b, count)
         except Exception as exc:  # noqa: BLE001 - reported as a failed check, cleanup still runs

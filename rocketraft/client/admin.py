@@ -22,6 +22,8 @@ from .routes import TopicRoute
 from .transport import rpc_error
 
 ADMIN_TIMEOUT_S = 10.0
+FAN_OUT_ATTEMPTS = 5           # while every refusal is TOO_MANY_REQUESTS
+FAN_OUT_BACKOFF_S = 0.05
 QUERY_MESSAGES_MAX = 1000
 
 
@@ -104,17 +106,15 @@ class Admin(AsyncClient):
         check_topic_name(name)
         request = ipb.CreateTopicRequest(cluster=cluster, topic=ipb.TopicConfig(
             name=name, queue_nums=queue_nums, perm=perm, message_types=list(message_types)))
-        response = await self._namesrv_call(f"create topic {name}", lambda ns: ns.CreateTopic(
-            request, timeout=ADMIN_TIMEOUT_S))
-        return _fan_out_result(f"topic {name}", response)
+        return await self._fan_out(f"topic {name}", lambda ns: ns.CreateTopic(request, timeout=ADMIN_TIMEOUT_S))
 
     update_topic = create_topic
 
     async def delete_topic(self, name: str, cluster: str = "") -> list[str]:
         check_topic_name(name)
-        response = await self._namesrv_call(f"delete topic {name}", lambda ns: ns.DeleteTopic(
-            ipb.DeleteTopicRequest(cluster=cluster, topic=name), timeout=ADMIN_TIMEOUT_S))
-        return _fan_out_result(f"deleting topic {name}", response)
+        request = ipb.DeleteTopicRequest(cluster=cluster, topic=name)
+        return await self._fan_out(f"deleting topic {name}",
+                                   lambda ns: ns.DeleteTopic(request, timeout=ADMIN_TIMEOUT_S), gone_ok=True)
 
     async def create_group(self, name: str, fifo: bool = False, max_delivery_attempts: int = 0,
                            cluster: str = "") -> list[str]:
@@ -122,9 +122,22 @@ class Admin(AsyncClient):
         check_group_name(name)
         request = ipb.CreateGroupRequest(cluster=cluster, group=ipb.GroupConfig(
             name=name, fifo=fifo, max_delivery_attempts=max_delivery_attempts))
-        response = await self._namesrv_call(f"create group {name}", lambda ns: ns.CreateGroup(
-            request, timeout=ADMIN_TIMEOUT_S))
-        return _fan_out_result(f"group {name}", response)
+        return await self._fan_out(f"group {name}", lambda ns: ns.CreateGroup(request, timeout=ADMIN_TIMEOUT_S))
+
+    async def _fan_out(self, what: str, call, gone_ok: bool = False) -> list[str]:
+        """A NameServer fan-out to every group, asked again (with backoff) while the only refusals are busy
+        ones (fast failure): creating a topic or group again is harmless, and a delete asked again finds the
+        topic already gone on the groups that did it the first time (gone_ok)."""
+        backoff_s = FAN_OUT_BACKOFF_S
+        for attempt in range(FAN_OUT_ATTEMPTS):
+            response = await self._namesrv_call(what, call)
+            ignore = {Code.TOPIC_NOT_FOUND} if gone_ok and attempt else set()
+            failed = [r for r in response.results if not r.ok and r.code not in ignore]
+            if not failed or any(r.code != Code.TOO_MANY_REQUESTS for r in failed) or attempt == FAN_OUT_ATTEMPTS - 1:
+                return _fan_out_result(what, response, ignore)
+            await asyncio.sleep(backoff_s)
+            backoff_s *= 2
+        raise AssertionError("unreachable: the last attempt returns")
 
     # -- broker calls (every group of a topic) --------------------------------------------------------------------
     async def _each_group(self, topic: str, what: str, call: Callable[[object], Awaitable]) -> list:
@@ -181,8 +194,8 @@ def _check(code: int, message: str) -> None:
         raise from_status(pb.Status(code=code, message=message))
 
 
-def _fan_out_result(what: str, response: ipb.CreateTopicResponse) -> list[str]:
-    failed = [r for r in response.results if not r.ok]
+def _fan_out_result(what: str, response: ipb.CreateTopicResponse, ignore: set[int] = frozenset()) -> list[str]:
+    failed = [r for r in response.results if not r.ok and r.code not in ignore]
     if not response.results:
         raise RocketraftError(f"{what}: no broker group answered (is any broker registered with the NameServer?)",
                               Code.HA_NOT_AVAILABLE)
