@@ -55,6 +55,19 @@ class NameServers:
                             exc.details() or exc.code().name)
             self._failing[address] = exc.code().name
 
+    async def unregister(self, cluster: str, group: str, replica_id: str) -> None:
+        request = ipb.UnregisterBrokerRequest(cluster=cluster, group=group, replica_id=replica_id)
+
+        async def one(address: str) -> None:
+            try:
+                await ipb_grpc.NameServerStub(self._channels[address]).UnregisterBroker(
+                    request, timeout=REGISTER_TIMEOUT_S)
+            except grpc.aio.AioRpcError as exc:
+                log.warning("cannot unregister from NameServer %s: %s (it drops this replica after the heartbeat "
+                            "timeout)", address, exc.details() or exc.code().name)
+
+        await asyncio.gather(*(one(a) for a in self.addresses))
+
     async def route(self, topic: str) -> list[pb.MessageQueue]:
         last = None
         for address in self.addresses:
@@ -144,6 +157,13 @@ class BrokerServer:
         interval_s = self.config.heartbeatIntervalMillis / 1000
         last_key = None
         while True:
+            failure = self.broker.status.failure
+            if failure is not None:  # a stopped replica must not stay in routes (it could even look like a master)
+                log.critical("replica %s of group %s stopped (%s): unregistering from the NameServers; it serves "
+                             "nothing until it is restarted", self.config.dLegerSelfId, self.config.brokerName, failure)
+                await self.namesrvs.unregister(self.config.brokerClusterName, self.config.brokerName,
+                                               self.config.dLegerSelfId)
+                return
             try:
                 registration = self.registration()
                 key = (registration.role, registration.term)

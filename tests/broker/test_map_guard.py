@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from brokerkit import messaging_stub, raw_message
+from brokerkit import messaging_stub, raw_message, wait_until
 
 from broker import config as broker_config
 from rocketraft.wire import Code, svc
@@ -50,3 +50,49 @@ def test_a_nearly_full_map_refuses_sends_by_name_and_every_replica_keeps_serving
     for replica_id in cluster.ids:
         log = open(cluster.brokers[replica_id].log_path, errors="replace").read()
         assert "MDB_MAP_FULL" not in log and "stopped:" not in log, replica_id
+
+
+def test_a_replica_that_stops_itself_leaves_the_routes_at_once(tmp_path):
+    """A follower whose own filesystem fills up stops (loudly). A stopped replica must not stay registered: it
+    kept reporting its last role (once even LEADER) and could have been routed to."""
+    import os
+
+    from bench.repro.disk_full import fill, mount_tmpfs, unmount
+    from rocketraft.devcluster import DevCluster
+
+    if os.geteuid() != 0:
+        if os.environ.get("CI"):
+            pytest.fail("this test mounts a tmpfs and needs root; CI runs as root")
+        pytest.skip("mounting a tmpfs needs root")
+    cluster = DevCluster(str(tmp_path / "c"), broker_settings={"diskMaxUsedSpaceRatio": 99})
+    mounts = [cluster.config_of(i).data_dir for i in cluster.ids]
+    try:
+        for mount in mounts:
+            mount_tmpfs(mount, 48)
+        cluster.start()
+        master = cluster.wait_master()
+        cluster.create_topic("overfull", queue_nums=1)
+        follower = next(i for i in cluster.ids if i != master)
+        fill(os.path.join(cluster.config_of(follower).data_dir, "ballast"), 97.0)
+        stub = messaging_stub(cluster, cluster.address_of[master])
+        for _ in range(64):  # 4 MiB more than the follower has room for
+            stub.SendMessage(svc.SendMessageRequest(
+                messages=[raw_message("overfull", b"m" * 16 * 1024) for _ in range(4)]), timeout=10)
+        wait_until(lambda: "stopped" in open(cluster.brokers[follower].log_path, errors="replace").read(), 10,
+                   f"{follower} to stop on its full filesystem")
+        wait_until(lambda: follower not in registered(cluster), 5, f"{follower} to leave the NameServer")
+        assert "unregistering from the NameServers" in open(cluster.brokers[follower].log_path,
+                                                             errors="replace").read()
+        assert master in registered(cluster)
+    finally:
+        cluster.stop()
+        for mount in mounts:
+            unmount(mount)
+
+
+def registered(cluster) -> set[str]:
+    from rocketraft.wire import ipb, ipb_grpc
+
+    info = ipb_grpc.NameServerStub(cluster.channel(cluster.namesrv_address)).GetClusterInfo(
+        ipb.GetClusterInfoRequest(), timeout=3)
+    return {r.replica_id for g in info.groups for r in g.replicas}
