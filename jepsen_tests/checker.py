@@ -1,0 +1,115 @@
+"""The queue checker: reads only a history (jepsen_tests/history.py) and says whether the system kept its
+promises, in the shape of Jepsen's queue checkers.
+
+- lost: acknowledged sends never consumed (a safety violation);
+- unexpected: consumed ids nobody tried to send (a safety violation);
+- duplicated: ids consumed more than once (at-least-once delivery allows it; counted and reported, a violation
+  only with duplicates_allowed=False);
+- recovered: sends whose outcome was unknown (info, or still in flight at the end) that were consumed;
+- order: within one message group, two sends that did not overlap (the first was acknowledged before the second
+  was invoked) must be consumed first-delivery in that order (a safety violation);
+- availability: the fraction of sends that failed or ended unknown, and the longest time without any
+  acknowledged send while sends were being attempted.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from .history import Op, pairs
+
+EXAMPLES_MAX = 20  # ids listed per anomaly in the result (counts are always complete)
+
+
+@dataclass
+class QueueResult:
+    valid: bool
+    attempted: int
+    acknowledged: int
+    failed: int
+    unknown: int
+    consumed: int
+    lost: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+    duplicated: dict[str, int] = field(default_factory=dict)  # id -> times consumed
+    recovered: list[str] = field(default_factory=list)
+    order_violations: list[str] = field(default_factory=list)
+    unavailable_fraction: float = 0.0
+    longest_unavailable_s: float = 0.0
+
+    def summary(self) -> dict:
+        def some(items):
+            return sorted(items)[:EXAMPLES_MAX]
+
+        return {"valid": self.valid, "attempted": self.attempted, "acknowledged": self.acknowledged,
+                "failed": self.failed, "unknown": self.unknown, "consumed": self.consumed,
+                "lost": len(self.lost), "lost_examples": some(self.lost),
+                "unexpected": len(self.unexpected), "unexpected_examples": some(self.unexpected),
+                "duplicated": len(self.duplicated), "duplicated_examples": some(self.duplicated),
+                "recovered": len(self.recovered), "order_violations": len(self.order_violations),
+                "order_examples": self.order_violations[:EXAMPLES_MAX],
+                "unavailable_fraction": round(self.unavailable_fraction, 4),
+                "longest_unavailable_s": round(self.longest_unavailable_s, 3)}
+
+
+def check(ops: Iterable[Op], duplicates_allowed: bool = True) -> QueueResult:
+    ops = list(ops)
+    sends = [(i, c) for i, c in pairs(ops) if i.f == "send"]
+    attempted = {i.value["id"] for i, _ in sends}
+    acked = {i.value["id"]: (i, c) for i, c in sends if c is not None and c.type == "ok"}
+    unknown = {i.value["id"] for i, c in sends if c is None or c.type == "info"}
+    failed = sum(1 for _, c in sends if c is not None and c.type == "fail")
+    deliveries = [d for op in ops if op.f == "consume" and op.type == "ok" for d in op.value]
+    times = collections.Counter(d["id"] for d in deliveries)
+    result = QueueResult(
+        valid=True, attempted=len(attempted), acknowledged=len(acked), failed=failed, unknown=len(unknown),
+        consumed=len(times), lost=[m for m in acked if m not in times],
+        unexpected=[m for m in times if m not in attempted],
+        duplicated={m: n for m, n in times.items() if n > 1},
+        recovered=[m for m in unknown if m in times])
+    result.order_violations = _order_violations(acked, deliveries)
+    result.unavailable_fraction, result.longest_unavailable_s = _availability(sends)
+    result.valid = not (result.lost or result.unexpected or result.order_violations
+                        or (result.duplicated and not duplicates_allowed))
+    return result
+
+
+def _order_violations(acked: dict[str, tuple[Op, Op]], deliveries: list[dict]) -> list[str]:
+    """For each message group: send B must not be first consumed before any send A of the same group that was
+    acknowledged before B was invoked. Sorted by acknowledgement, the sends acknowledged before B's invocation
+    are a prefix, so a prefix maximum of first-consumption positions answers each B at once."""
+    first_seen: dict[str, int] = {}
+    for position, delivery in enumerate(deliveries):
+        first_seen.setdefault(delivery["id"], position)
+    by_group: dict[str, list[tuple[Op, Op]]] = collections.defaultdict(list)
+    for invocation, completion in acked.values():
+        if invocation.value.get("group") and invocation.value["id"] in first_seen:  # lost ones are reported as lost
+            by_group[invocation.value["group"]].append((invocation, completion))
+    violations = []
+    for group, sends in by_group.items():
+        sends.sort(key=lambda pair: pair[1].time_ns)
+        ack_times = [completion.time_ns for _, completion in sends]
+        prefix_max: list[tuple[int, str]] = [(-1, "")]
+        for invocation, _ in sends:
+            seen = first_seen[invocation.value["id"]]
+            prefix_max.append(max(prefix_max[-1], (seen, invocation.value["id"])))
+        for invocation, _ in sends:
+            before = prefix_max[bisect.bisect_left(ack_times, invocation.time_ns)]
+            if before[0] > first_seen[invocation.value["id"]]:
+                violations.append(f"group {group}: {invocation.value['id']} was consumed before {before[1]}, "
+                                  "which was acknowledged before it was sent")
+    return violations
+
+
+def _availability(sends: list[tuple[Op, Op | None]]) -> tuple[float, float]:
+    if not sends:
+        return 0.0, 0.0
+    bad = sum(1 for _, c in sends if c is None or c.type != "ok")
+    oks = sorted(c.time_ns for _, c in sends if c is not None and c.type == "ok")
+    start, end = sends[0][0].time_ns, max(c.time_ns if c else i.time_ns for i, c in sends)
+    edges = [start, *oks, end]
+    longest = max((b - a for a, b in zip(edges, edges[1:], strict=False)), default=0)
+    return bad / len(sends), longest / 1e9
