@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import sys
 import time
 
@@ -62,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
     cluster = DevCluster(args.data_dir, flush=args.flush, namesrv_port=args.namesrv_port, broker_ports=ports)
     events: list[str] = []
     started = time.monotonic()
+    # SIGTERM (kill, a service manager, a CI timeout) stops the cluster like Ctrl-C: its processes run in their own
+    # sessions and would otherwise outlive this one.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         cluster.start()
         events.append(f"master is {cluster.wait_master(timeout_s=30)}")
@@ -92,6 +96,10 @@ def run(args: argparse.Namespace) -> int:
         cluster.stop()
     print(render(cluster, events, started).splitlines()[0].split(",")[0] + ": stopped")
     return 0
+
+
+def _interrupt(_signum, _frame) -> None:
+    raise KeyboardInterrupt
 
 
 def _kill_and_restart(cluster: DevCluster, events: list[str]) -> None:

@@ -20,3 +20,28 @@ def test_dev_cluster_serves_fails_over_and_stops_cleanly(tmp_path):
     logs = (tmp_path / "dev" / "logs")
     assert sorted(p.name for p in logs.iterdir()) == ["broker-a-n0.log", "broker-a-n1.log", "broker-a-n2.log",
                                                        "namesrv.log"]
+
+
+def test_sigterm_stops_every_process_of_the_dev_cluster(tmp_path):
+    import os
+    import signal
+    import time
+
+    namesrv_port, broker_port = free_port(), free_port()
+    dev = subprocess.Popen([sys.executable, "-m", "rocketraft.cli", "dev", "--fresh", "--data-dir", str(tmp_path / "d"),
+                            "--namesrv-port", str(namesrv_port), "--broker-port", str(broker_port), "--no-view"],
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        assert "master is n" in dev.stdout.readline()
+        children = subprocess.run(["pgrep", "-f", str(tmp_path / "d")], capture_output=True, text=True).stdout.split()
+        assert len(children) >= 4, children  # the NameServer and three replicas
+        dev.send_signal(signal.SIGTERM)
+        assert dev.wait(30) == 0
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(os.path.exists(f"/proc/{pid}") for pid in children):
+            time.sleep(0.1)
+        left = [pid for pid in children if os.path.exists(f"/proc/{pid}")
+                 and "zombie" not in open(f"/proc/{pid}/status").read().lower()]
+        assert not left, f"processes outlived `rocketraft dev`: {left}"
+    finally:
+        dev.kill()
