@@ -3,6 +3,7 @@ import os
 import pytest
 
 from jepsen_tests import netfault
+from rocketraft.devcluster import DevCluster
 
 
 @pytest.fixture
@@ -16,3 +17,21 @@ def netfaults():
     netfault.heal()
     yield netfault
     netfault.heal()
+
+
+@pytest.fixture
+def make_cluster(tmp_path):
+    """Real local clusters (a NameServer and a 3-replica broker group, real processes), stopped at teardown.
+    tests/dledger overrides this with its dledger-only LocalCluster fixture."""
+    clusters: list[DevCluster] = []
+
+    def make(**kwargs) -> DevCluster:
+        cluster = DevCluster(str(tmp_path / f"cluster{len(clusters)}"), **kwargs)
+        clusters.append(cluster)
+        cluster.start()
+        cluster.wait_master()
+        return cluster
+
+    yield make
+    for cluster in reversed(clusters):
+        cluster.stop()

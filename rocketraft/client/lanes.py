@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from rocketraft.errors import RocketraftError, from_status
+from rocketraft.errors import BadRequestError, RocketraftError, from_status
 from rocketraft.wire import Code, pb, svc
 
 from .transport import Transport, encode_send_request, rpc_error
@@ -39,7 +39,6 @@ class BatchLimits:
                   (1 <= self.requests_in_flight_max <= 256, "requests_in_flight_max must be 1..256"))
         for ok, text in checks:
             if not ok:
-                from rocketraft.errors import BadRequestError
                 raise BadRequestError(text)
 
 

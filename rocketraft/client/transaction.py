@@ -93,9 +93,7 @@ class TransactionProducer(Producer):
         route = await self.routes.get(topic)
         addresses = route.groups[group].replicas if group in route.groups else []
         last: RocketraftError | None = None
-        for address in addresses or [None]:
-            if address is None:
-                break
+        for address in addresses:
             try:
                 response = await self.transport.messaging(address).EndTransaction(
                     request, metadata=self.transport.metadata, timeout=self.config.request_timeout_s)

@@ -18,12 +18,6 @@ async def eventually(predicate, timeout_s: float, what: str, interval_s: float =
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
-def read_all(cluster, topic: str, address: str | None = None) -> list:
-    """Every message of `topic` on one replica (the master by default), read with raw PullMessage calls: what
-    the group stored, independent of the client library under test."""
-    return cluster.read_messages(topic, address)
-
-
 async def produce(cluster, messages) -> list:
     """Send each Message in order with a fresh Producer; the SendReceipts, in order."""
     from rocketraft.client.producer import Producer

@@ -1,5 +1,4 @@
-"""Fixtures for the client library's tests: real local clusters (NameServer + 3-replica broker groups, real
-processes), as in tests/broker."""
+"""Fixtures for the client library's tests (make_cluster is the root conftest's)."""
 
 from __future__ import annotations
 
@@ -10,22 +9,6 @@ import pytest
 from rocketraft.devcluster import DevCluster
 
 logging.getLogger("rocketmq-python-client").setLevel(logging.CRITICAL)
-
-
-@pytest.fixture
-def make_cluster(tmp_path):
-    clusters: list[DevCluster] = []
-
-    def make(**kwargs) -> DevCluster:
-        cluster = DevCluster(str(tmp_path / f"cluster{len(clusters)}"), **kwargs)
-        clusters.append(cluster)
-        cluster.start()
-        cluster.wait_master()
-        return cluster
-
-    yield make
-    for cluster in reversed(clusters):
-        cluster.stop()
 
 
 @pytest.fixture(scope="module")

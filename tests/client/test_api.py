@@ -7,7 +7,6 @@ import inspect
 import threading
 
 import pytest
-from clientkit import read_all
 
 import rocketraft
 from rocketraft import aio
@@ -61,4 +60,4 @@ def test_blocking_simple_and_push_consumers_receive_what_was_sent(shared_cluster
             if simple_got >= sent:
                 break
     assert simple_got == sent
-    assert {m.system_properties.message_id for m in read_all(shared_cluster, "api-topic")} == sent
+    assert {m.system_properties.message_id for m in shared_cluster.read_messages("api-topic")} == sent

@@ -9,7 +9,7 @@ import sys
 import textwrap
 import time
 
-from clientkit import eventually, read_all
+from clientkit import eventually
 
 from rocketraft import aio
 from rocketraft.aio import TransactionResolution
@@ -53,7 +53,7 @@ def test_the_outbox_survives_a_producer_kill_9_and_resends_in_order_with_the_sam
             await eventually(lambda: revived.outbox.pending() == 0, 30, "the outbox to drain")
 
     asyncio.run(drain())
-    stored = read_all(cluster, "o-topic")
+    stored = cluster.read_messages("o-topic")
     assert [m.body for m in stored] == [b"%d" % i for i in range(20)], "not stored once each, in order"
     assert len({m.system_properties.message_id for m in stored}) == 20
 
@@ -77,11 +77,11 @@ def test_transactions_commit_roll_back_and_are_resolved_by_the_check_back(make_c
                 aio.Message("tx-topic", b"orphan"), lambda m, r: TransactionResolution.UNKNOWN)
             assert resolution is TransactionResolution.UNKNOWN
             await eventually(lambda: orphan.message_id in checked, 15, "the check-back of the orphan")
-            await eventually(lambda: len(read_all(cluster, "tx-topic")) == 2, 10, "the orphan's commit")
+            await eventually(lambda: len(cluster.read_messages("tx-topic")) == 2, 10, "the orphan's commit")
             return committed, orphan
 
     started = time.monotonic()
     committed, orphan = asyncio.run(run())
     assert checked == [orphan.message_id], "only the orphan is checked back"
-    assert sorted(m.body for m in read_all(cluster, "tx-topic")) == [b"commit", b"orphan"]
+    assert sorted(m.body for m in cluster.read_messages("tx-topic")) == [b"commit", b"orphan"]
     assert time.monotonic() - started < 60

@@ -10,7 +10,6 @@ import signal
 import time
 
 import pytest
-from clientkit import read_all
 
 import rocketraft
 from rocketraft import aio
@@ -20,7 +19,7 @@ from rocketraft.errors import BadRequestError, BodyTooLargeError, OutcomeUnknown
 
 
 def stored(cluster, topic):
-    return {m.system_properties.message_id: m for m in read_all(cluster, topic)}
+    return {m.system_properties.message_id: m for m in cluster.read_messages(topic)}
 
 
 def test_sync_send_stores_tag_keys_properties_and_returns_the_queue_and_offset(shared_cluster):
@@ -144,7 +143,7 @@ def test_a_send_whose_outcome_cannot_be_known_says_so_and_a_resend_with_its_id_i
                 os.kill(pid, signal.SIGCONT)
         cluster.wait_master()
         producer.send(message)  # the same Message object: same id
-    bodies = [m.body for m in read_all(cluster, "p-unknown")]
+    bodies = [m.body for m in cluster.read_messages("p-unknown")]
     assert bodies.count(b"in doubt") == 1
 
 
@@ -177,6 +176,6 @@ def test_kill_9_of_the_master_loses_no_acknowledged_message_and_writes_only_go_t
     assert written <= masters, f"the producer wrote to {written - masters}, which never was master"
     gaps = [b[0] - a[0] for a, b in zip(acked, acked[1:], strict=False)]
     assert max(gaps) <= failover_s + 1.0, f"acks stopped for {max(gaps):.2f}s; the failover took {failover_s:.2f}s"
-    ids = [m.system_properties.message_id for m in read_all(cluster, "p-failover")]
+    ids = [m.system_properties.message_id for m in cluster.read_messages("p-failover")]
     assert {i for _, i in acked} <= set(ids), "an acknowledged message is missing"
     assert len(ids) == len(set(ids)), "a message was stored twice"

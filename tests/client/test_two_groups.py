@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-from clientkit import read_all
 
 import rocketraft
 from rocketraft import aio
@@ -42,7 +41,7 @@ def groups(tmp_path_factory):
 
 
 def stored(a, b, topic):
-    return read_all(a, topic) + read_all(b, topic)
+    return a.read_messages(topic) + b.read_messages(topic)
 
 
 def cli(namesrv, *args) -> subprocess.CompletedProcess:
