@@ -14,6 +14,8 @@ may or may not be stored). A process has at most one operation in flight.
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -75,3 +77,36 @@ def pairs(ops: Iterable[Op]) -> Iterator[tuple[Op, Op | None]]:
                 done[i] = (invocation, op)
                 break
     yield from done
+
+
+class Recorder:
+    """Records a live run's history: thread-safe, each operation appended to the JSONL file as it happens (a run
+    that dies still leaves its history), times in nanoseconds since the recorder was made."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._file = open(path, "w")  # noqa: SIM115 - closed by close()
+        self._lock = threading.Lock()
+        self._start_ns = time.monotonic_ns()
+        self._next_index = 0
+        self.ops: list[Op] = []
+
+    def now_ns(self) -> int:
+        return time.monotonic_ns() - self._start_ns
+
+    def record(self, process: int, type_: str, f: str, value: Any, error: str = "") -> Op:
+        with self._lock:
+            op = Op(self._next_index, process, type_, f, value, self.now_ns(), error)
+            self._next_index += 1
+            self.ops.append(op)
+            self._file.write(json.dumps(asdict(op), separators=(",", ":")) + "\n")
+            return op
+
+    def flush(self) -> None:
+        with self._lock:
+            self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._file.closed:
+                self._file.close()

@@ -1,9 +1,10 @@
-"""Real network faults between local replicas, with nftables (a nemesis building block).
+"""Real network faults between local replicas (a nemesis building block).
 
 Every replica has its own loopback address (127.0.0.x) and binds its outgoing sockets to it, so
-dropping packets by source/destination address cuts exactly the links we name. All rules live in one
-nftables table of our own (`inet rocketraft_test`); `heal()` deletes the table, leaving the host's
-ruleset as it was. Only addresses in 127.0.0.0/8 are ever named.
+dropping packets by source/destination address cuts exactly the links we name. Cuts and random packet loss
+are nftables rules in one table of our own (`inet rocketraft_test`); delay is tc netem on `lo`, where the
+kernel has sch_netem (many container kernels do not: `delay_available()` says). `heal()` deletes the table
+and our qdisc, leaving the host as it was. Only addresses in 127.0.0.0/8 are ever named.
 """
 
 from __future__ import annotations
@@ -46,8 +47,10 @@ def available() -> str | None:
 
 
 def heal() -> None:
-    """Remove every rule this module made."""
+    """Remove every rule and qdisc this module made."""
     subprocess.run(["nft", "delete", "table", "inet", TABLE], capture_output=True)
+    if _our_qdisc_on_lo():
+        subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], capture_output=True)
 
 
 def _ensure_table() -> None:
@@ -78,3 +81,60 @@ def partition(groups: list[list[str]]) -> None:
     for i, g in enumerate(groups):
         for h in groups[i + 1:]:
             cut(g, h)
+
+
+def lose(ip: str, percent: int) -> None:
+    """Drop `percent` % of the packets from and to `ip`, at random (nftables numgen). Only in the output hook:
+    on loopback every packet passes it exactly once, so the loss per packet is exactly `percent`."""
+    [ip] = _check_loopback([ip])
+    if not 0 < percent <= 100:
+        raise ValueError(f"loss must be 1..100 %, not {percent}")
+    _ensure_table()
+    for direction in ("saddr", "daddr"):
+        _nft("add", "rule", "inet", TABLE, "output", "ip", direction, ip,
+             "numgen", "random", "mod", "100", "<", str(percent), "drop")
+
+
+# -- delay: tc netem on lo (a prio qdisc whose extra band is netem, selected by u32 filters on our addresses) --
+QDISC_HANDLE = "1:"
+NETEM_BAND = "1:4"
+
+
+def _tc(*args: str) -> None:
+    result = subprocess.run(["tc", *args], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise NetFaultUnavailable(f"tc {' '.join(args)} failed: {result.stderr.strip()}")
+
+
+def _our_qdisc_on_lo() -> bool:
+    if shutil.which("tc") is None:
+        return False
+    shown = subprocess.run(["tc", "qdisc", "show", "dev", "lo"], capture_output=True, text=True).stdout
+    return "qdisc prio 1:" in shown
+
+
+def delay_available() -> str | None:
+    """None if `delay()` works here, else why not (tc missing, or a kernel without the prio/netem qdiscs)."""
+    if shutil.which("tc") is None:
+        return "tc is not installed: apt-get install -y iproute2"
+    if _our_qdisc_on_lo():
+        return None
+    probe = subprocess.run(["tc", "qdisc", "add", "dev", "lo", "root", "handle", QDISC_HANDLE, "netem",
+                            "delay", "0ms"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"this kernel cannot add a netem qdisc ({probe.stderr.strip()}): it lacks sch_netem"
+    subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], capture_output=True)
+    return None
+
+
+def delay(ips: Iterable[str], delay_ms: int, jitter_ms: int = 0) -> None:
+    """Delay every packet sent from `ips` by delay_ms (± jitter_ms), with tc netem on lo."""
+    ips = _check_loopback(ips)
+    if not _our_qdisc_on_lo():
+        _tc("qdisc", "add", "dev", "lo", "root", "handle", QDISC_HANDLE, "prio", "bands", "4",
+            "priomap", *["0"] + ["1"] * 15)
+        _tc("qdisc", "add", "dev", "lo", "parent", NETEM_BAND, "handle", "40:", "netem", "delay",
+            f"{delay_ms}ms", f"{jitter_ms}ms")
+    for ip in ips:
+        _tc("filter", "add", "dev", "lo", "parent", QDISC_HANDLE, "protocol", "ip", "prio", "1", "u32",
+            "match", "ip", "src", f"{ip}/32", "flowid", NETEM_BAND)

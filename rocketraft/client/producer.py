@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 RETRIES_MAX = 16
 BACKOFF_MS_MIN = 10
 BACKOFF_MS_MAX = 1000
+# After an unknown outcome, how long to wait for the route to name another master before sending the retry to
+# whichever master it names (the old one may only have been slow). Elections here take 0.3-1 s.
+NEW_MASTER_WAIT_S = 1.0
 
 # Refusals that say the message was not stored and another group (or this one, later) can take it.
 RETRY_ELSEWHERE_CODES = frozenset({Code.TOO_MANY_REQUESTS, Code.HA_NOT_AVAILABLE, Code.INTERNAL_SERVER_ERROR,
@@ -97,17 +100,19 @@ class Producer(AsyncClient):
                  linger_ms: float = 0.0, batch_messages_max: int = 256, batch_bytes_max: int = 4 * 1024 * 1024,
                  requests_in_flight_max: int = 4, selector: Selector | None = None,
                  latency_fault_enable: bool = False, outbox_dir: str | None = None,
-                 config: ClientConfig | None = None):
+                 attempt_timeout_s: float = 1.0, config: ClientConfig | None = None):
         super().__init__(config or ClientConfig(namesrv=namesrv))
         if not 0 <= retries <= RETRIES_MAX:
             raise BadRequestError(f"retries must be 0..{RETRIES_MAX}, not {retries}")
         if send_timeout_s <= 0:
             raise BadRequestError(f"send_timeout_s must be positive, not {send_timeout_s}")
+        if attempt_timeout_s <= 0:
+            raise BadRequestError(f"attempt_timeout_s must be positive, not {attempt_timeout_s}")
         self.topics = tuple(topics)
         self.retries = retries
         self.send_timeout_s = send_timeout_s
         self.limits = BatchLimits(linger_ms, batch_messages_max, batch_bytes_max, requests_in_flight_max,
-                                  self.config.request_timeout_s)
+                                  min(self.config.request_timeout_s, attempt_timeout_s))
         self.selector = selector
         self.faults = LatencyFaults(latency_fault_enable)
         self._chooser = QueueChooser(self.faults)
@@ -210,6 +215,13 @@ class Producer(AsyncClient):
         future = self.send_async(message)
         future.add_done_callback(lambda f: f.exception() and log.debug("oneway send failed: %s", f.exception()))
 
+    def _refresh_soon(self, topic: str) -> None:
+        """Refresh the route in the background: a master that stopped answering (paused, cut off) may still be
+        named by the cached route, and every send would wait out its timeout on it until the next refresh."""
+        refresh = asyncio.ensure_future(self.routes.refresh(topic))
+        refresh.add_done_callback(lambda f: f.cancelled() or f.exception())  # failures only mean "try later"
+        self._track(refresh)
+
     def _track(self, future: asyncio.Future) -> None:
         self._background.add(future)
         future.add_done_callback(self._background.discard)
@@ -273,11 +285,13 @@ class Producer(AsyncClient):
             raise exc
         if kind == "unknown":
             attempts.pinned_group = group.name
+            self._refresh_soon(message.topic)  # even if this send is out of time, the next must not go back blind
         if attempts.time_left() <= 0:
             raise attempts.final_error() from exc
         log.debug("send of %s to %s failed (%s): %s", message.message_id, group.name, kind, exc)
         if kind == "unknown":
-            await self._wait_for_master(message.topic, group.name, group.master, attempts)
+            await self.routes.wait_master(message.topic, group.name, group.master,
+                                          min(attempts.deadline, time.monotonic() + NEW_MASTER_WAIT_S))
             return
         if isinstance(exc, TopicNotFoundError) or isinstance(exc, BrokerUnreachableError):
             await self.routes.refresh(message.topic)

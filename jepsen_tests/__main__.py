@@ -1,0 +1,129 @@
+"""python -m jepsen_tests run --workload queue --nemesis kill,partition --time-limit 120 --rate 200 --concurrency 8
+python -m jepsen_tests check history.jsonl        (re-check a recorded history)
+python -m jepsen_tests matrix                     (the documented fault matrix; see jepsen_tests/README.md)
+
+Exit codes: 0 every check passed; 1 a safety violation (lost, unexpected or reordered messages, or an audit
+divergence); 2 bad arguments; 3 the harness itself failed (the cluster did not start, ...); 130 interrupted
+(Ctrl-C or SIGTERM; the cleanup ran)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from . import checker, history, nemesis, runner, workloads
+
+MATRIX = [  # (nemesis, extra flags): every fault family alone, then combined
+    ("none", []), ("kill", []), ("pause", []), ("partition", []), ("netem", []), ("disk", []),
+    ("kill,pause,partition,netem,disk", ["--combine"]),
+]
+
+
+def _run_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("run", help="one chaos run")
+    d = runner.RunConfig()
+    p.add_argument("--workload", default=d.workload, choices=workloads.WORKLOADS,
+                   help="queue: rocketraft's client; sdk: the official RocketMQ 5 SDK")
+    p.add_argument("--nemesis", default="kill", help=f"comma list of {', '.join(nemesis.FAMILIES)}, 'all' or 'none'")
+    p.add_argument("--time-limit", type=float, default=d.time_limit_s, help="seconds of chaos (default 120)")
+    p.add_argument("--rate", type=float, default=d.rate, help="sends per second over all processes (default 200)")
+    p.add_argument("--concurrency", type=int, default=d.concurrency, help="sender processes (default 8)")
+    p.add_argument("--consumers", type=int, default=d.consumers, help="consumer processes (default 2)")
+    p.add_argument("--replicas", type=int, default=d.replicas, help="replicas in the group: 1, 3, 5 or 7")
+    p.add_argument("--groups", type=int, default=d.message_groups, help="message groups (FIFO order is per group)")
+    p.add_argument("--interval", type=float, default=d.interval_s, help="mean quiet seconds between faults")
+    p.add_argument("--fault", type=float, default=d.fault_s, help="seconds each fault lasts")
+    p.add_argument("--combine", action="store_true", help="sometimes inject two fault families at once")
+    p.add_argument("--drain", type=float, default=d.drain_s, help="at most this long to consume everything")
+    p.add_argument("--seed", type=int, default=None, help="random seed (default: from the clock; printed)")
+    p.add_argument("--out", default=d.out_dir, help="results directory (default jepsen_tests/store)")
+    p.add_argument("--audit", action="store_true", help="run the Spark audit over the stores at the end")
+    p.add_argument("--spark-master", default=d.audit_master, help="Spark master for --audit (default local[2])")
+    p.add_argument("--disk-mib", type=int, default=0, help="tmpfs per replica (default 256 with the disk nemesis)")
+    return p
+
+
+def _config(args) -> runner.RunConfig:
+    import time
+    return runner.RunConfig(
+        workload=args.workload, nemesis=nemesis.parse(args.nemesis), time_limit_s=args.time_limit, rate=args.rate,
+        concurrency=args.concurrency, consumers=args.consumers, replicas=args.replicas,
+        message_groups=args.groups, interval_s=args.interval, fault_s=args.fault, combine=args.combine,
+        drain_s=args.drain, seed=args.seed if args.seed is not None else int(time.time()) % 100_000,
+        out_dir=args.out, audit=args.audit, audit_master=args.spark_master, disk_mib=args.disk_mib)
+
+
+def _print(results: dict) -> None:
+    c = results["checker"]
+    print(f"{'VALID' if results['valid'] else 'INVALID'}: {c['attempted']} sends ({c['acknowledged']} ok, "
+          f"{c['failed']} failed, {c['unknown']} unknown), {c['consumed']} consumed; lost {c['lost']}, "
+          f"unexpected {c['unexpected']}, duplicated {c['duplicated']}, recovered {c['recovered']}, "
+          f"order violations {c['order_violations']}; {len(results['faults'])} faults; unavailable "
+          f"{c['unavailable_fraction']:.1%}, longest gap {c['longest_unavailable_s']} s")
+    if results["audit"] is not None:
+        print(f"audit: {'valid' if results['audit'].get('valid') else 'INVALID'} "
+              f"{results['audit'].get('error', '')}")
+    for note in results["notes"]:
+        print(f"note: {note}")
+    if results["error"]:
+        print(f"error: {results['error']}")
+    print(f"report: {results['directory']}/report.html")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jepsen_tests", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run_parser = _run_parser(sub)
+    check_parser = sub.add_parser("check", help="check a recorded history again")
+    check_parser.add_argument("history")
+    matrix_parser = sub.add_parser("matrix", help="every fault family in turn (see jepsen_tests/README.md)")
+    matrix_parser.add_argument("--time-limit", type=float, default=120.0)
+    matrix_parser.add_argument("--workload", default="queue", choices=workloads.WORKLOADS)
+    matrix_parser.add_argument("--audit", action="store_true")
+    matrix_parser.add_argument("--out", default=runner.RunConfig().out_dir)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    for noisy in ("rocketraft", "grpc", "asyncio"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    if args.command == "check":
+        try:
+            result = checker.check(history.read(args.history))
+        except (OSError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return runner.EXIT_USAGE
+        print(json.dumps(result.summary(), indent=2))
+        return runner.EXIT_VALID if result.valid else runner.EXIT_INVALID
+    if args.command == "matrix":
+        return _matrix(args, run_parser)
+    try:
+        cfg = _config(args)
+        cfg.validate()
+    except ValueError as exc:
+        run_parser.error(str(exc))
+    try:
+        code, results = runner.run(cfg)
+    except KeyboardInterrupt:
+        print("interrupted: every fault healed, every process stopped, every mount removed", file=sys.stderr)
+        return 130
+    _print(results)
+    return code
+
+
+def _matrix(args, run_parser) -> int:
+    worst = 0
+    for spec, extra in MATRIX:
+        flags = ["--workload", args.workload, "--nemesis", spec, "--time-limit", str(args.time_limit),
+                 "--out", args.out, *extra, *(["--audit"] if args.audit else [])]
+        print(f"== matrix: {' '.join(flags)}", flush=True)
+        cfg = _config(run_parser.parse_args(flags))
+        code, results = runner.run(cfg)
+        _print(results)
+        worst = max(worst, code)
+    return worst
+
+
+if __name__ == "__main__":
+    sys.exit(main())

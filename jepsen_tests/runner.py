@@ -1,0 +1,369 @@
+"""One chaos run: start a cluster, run the clients and the nemesis schedule for the time limit, heal, drain,
+check the history (and optionally audit the replicas' stores), write the results. Cleanup always runs.
+
+Phases, all timed on the history's clock:
+  1. setup      cluster (own 127.0.0.x per replica; a tmpfs per replica when disk faults are on), topic, group
+  2. chaos      senders at --rate over --concurrency processes, consumers, and the nemesis: quiet for about
+                --interval seconds, then a fault (one family, or two at once with --combine) for --fault
+                seconds, healed, and again, until --time-limit
+  3. drain      senders stop, every fault is healed, consumers go on until every acknowledged message was
+                consumed and nothing came for --quiet seconds, or --drain seconds pass
+  4. check      the queue checker over the history; with --audit, the Spark audit over the stopped replicas
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+import signal
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+from . import checker, nemesis, report
+from .cluster import ChaosCluster
+from .history import Recorder
+from .workloads import CONSUMER_GROUP, RECEIVE_WAIT_S, TOPIC, Workload
+from .workloads import make as make_workload
+
+log = logging.getLogger("jepsen_tests")
+
+SEND_OP_TIMEOUT_S = 10.0  # the harness's own guard; a send ends (ok, fail or info) within send_timeout first
+RECEIVE_OP_TIMEOUT_S = RECEIVE_WAIT_S + 8.0
+EXIT_VALID, EXIT_INVALID, EXIT_USAGE, EXIT_HARNESS = 0, 1, 2, 3
+
+
+@dataclass
+class RunConfig:
+    workload: str = "queue"
+    nemesis: list[str] = field(default_factory=lambda: ["kill"])
+    time_limit_s: float = 120.0
+    rate: float = 200.0            # sends per second, over all sender processes
+    concurrency: int = 8           # sender processes (each has at most one send in flight)
+    consumers: int = 2             # consumer processes
+    replicas: int = 3
+    message_groups: int = 16
+    interval_s: float = 10.0       # quiet time between faults (± 50 %)
+    fault_s: float = 10.0          # how long a fault lasts
+    combine: bool = False          # now and then, two faults of different families at once
+    drain_s: float = 60.0
+    quiet_s: float = 3.0
+    seed: int = 0
+    out_dir: str = "jepsen_tests/store"
+    audit: bool = False
+    audit_master: str = "local[2]"
+    disk_mib: int = 0              # tmpfs per replica (0: 256 when the disk nemesis is on, else none)
+
+    def validate(self) -> None:
+        checks = [(self.time_limit_s > 0, "--time-limit must be positive"), (self.rate > 0, "--rate must be positive"),
+                  (1 <= self.concurrency <= 256, "--concurrency must be 1..256"),
+                  (1 <= self.consumers <= 64, "--consumers must be 1..64"),
+                  (self.replicas in (1, 3, 5, 7), "--replicas must be 1, 3, 5 or 7"),
+                  (1 <= self.message_groups <= 10_000, "--groups must be 1..10000"),
+                  (self.interval_s > 0 and self.fault_s > 0, "--interval and --fault must be positive")]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        if "disk" in self.nemesis and self.disk_mib == 0:
+            self.disk_mib = 256
+        if self.disk_mib and not 64 <= self.disk_mib <= 65536:
+            raise ValueError("--disk-mib must be 64..65536")
+        root = nemesis.needs_root(self.nemesis) + (["disk"] if self.disk_mib else [])
+        if root and os.geteuid() != 0:
+            raise ValueError(f"the {', '.join(sorted(set(root)))} nemesis needs root (nftables, tc, tmpfs mounts)")
+
+
+@dataclass
+class FaultWindow:
+    families: list[str]
+    description: str
+    start_s: float
+    end_s: float | None = None
+    error: str = ""
+
+
+class Clients:
+    """The client processes, run on an asyncio loop in a thread of their own; the main thread drives phases."""
+
+    def __init__(self, cfg: RunConfig, workload: Workload, recorder: Recorder, namesrv: str):
+        self.cfg, self.workload, self.recorder, self.namesrv = cfg, workload, recorder, namesrv
+        self.sending = threading.Event()
+        self.consuming = threading.Event()
+        self.acked: set[str] = set()
+        self.consumed: set[str] = set()
+        self.last_delivery_s = 0.0
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="clients", daemon=True)
+        self.done: asyncio.Future | None = None
+        self.ready = threading.Event()
+        self.error: BaseException | None = None
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        self.sending.set()
+        self.consuming.set()
+        self.thread.start()
+        self.done = asyncio.run_coroutine_threadsafe(self._main(), self.loop)
+        if not self.ready.wait(timeout_s) or self.error:
+            raise RuntimeError(f"the clients did not start: {self.error or f'not within {timeout_s:.0f}s'}")
+
+    def stop_sending(self) -> None:
+        self.sending.clear()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        self.sending.clear()
+        self.consuming.clear()
+        if self.done is not None:
+            try:
+                self.done.result(timeout_s)
+            except Exception as exc:  # noqa: BLE001 - reported, and the run goes on to its checks
+                log.warning("clients ended with %s: %s", type(exc).__name__, exc)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+    def complete(self) -> bool:
+        return self.acked <= self.consumed
+
+    async def _main(self) -> None:
+        cfg = self.cfg
+        senders, receivers = [], []
+        try:
+            senders = [await self.workload.sender(self.namesrv) for _ in range(cfg.concurrency)]
+            receivers = [await self.workload.consumer(self.namesrv) for _ in range(cfg.consumers)]
+        except BaseException as exc:
+            self.error = exc
+            self.ready.set()
+            raise
+        self.ready.set()
+        tasks = [self._send_loop(p, c) for p, c in enumerate(senders)]
+        tasks += [self._consume_loop(cfg.concurrency + p, c) for p, c in enumerate(receivers)]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for client in [*senders, *receivers]:
+                try:
+                    await asyncio.wait_for(client.close(), 10)
+                except Exception as exc:  # noqa: BLE001
+                    log.debug("closing a client: %s", exc)
+            await self.workload.close()
+
+    async def _send_loop(self, process: int, client) -> None:
+        rng = random.Random(self.cfg.seed * 1000 + process)
+        loop = asyncio.get_running_loop()
+        interval = self.cfg.concurrency / self.cfg.rate
+        next_at = loop.time() + rng.random() * interval
+        n = 0
+        while self.sending.is_set():
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
+            next_at = max(next_at + interval, loop.time())  # a process that fell behind does not burst
+            if not self.sending.is_set():
+                break
+            value = {"id": f"p{process}-{n}", "group": f"g{rng.randrange(self.cfg.message_groups)}", "topic": TOPIC}
+            n += 1
+            await self._send_one(process, client, value)
+
+    async def _send_one(self, process: int, client, value: dict) -> None:
+        self.recorder.record(process, "invoke", "send", value)
+        try:
+            extra = await asyncio.wait_for(client.send(value), SEND_OP_TIMEOUT_S)
+        except TimeoutError:
+            self.recorder.record(process, "info", "send", value, f"no answer within {SEND_OP_TIMEOUT_S:.0f}s")
+        except Exception as exc:  # noqa: BLE001 - every failure is recorded as fail or info
+            self.recorder.record(process, client.outcome(exc), "send", value, f"{type(exc).__name__}: {exc}")
+        else:
+            self.recorder.record(process, "ok", "send", {**value, **extra})
+            self.acked.add(value["id"])
+
+    async def _consume_loop(self, process: int, client) -> None:
+        while self.consuming.is_set():
+            self.recorder.record(process, "invoke", "consume", None)
+            try:
+                deliveries = await asyncio.wait_for(client.receive(), RECEIVE_OP_TIMEOUT_S)
+            except Exception as exc:  # noqa: BLE001 - nothing was handed to this client: a certain failure
+                self.recorder.record(process, "fail", "consume", None, f"{type(exc).__name__}: {exc}")
+                await asyncio.sleep(0.1)
+                continue
+            self.recorder.record(process, "ok", "consume", deliveries)  # recorded before the ack: FIFO order
+            if deliveries:
+                self.consumed.update(d["id"] for d in deliveries)
+                self.last_delivery_s = time.monotonic()
+            await client.ack()
+
+
+class Run:
+    def __init__(self, cfg: RunConfig):
+        cfg.validate()
+        self.cfg = cfg
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        self.dir = os.path.abspath(os.path.join(
+            cfg.out_dir, f"{cfg.workload}-{'+'.join(cfg.nemesis) or 'none'}-{stamp}-{cfg.seed}"))
+        os.makedirs(self.dir, exist_ok=True)
+        self.history_path = os.path.join(self.dir, "history.jsonl")
+        self.rng = random.Random(cfg.seed)
+        self.faults: list[FaultWindow] = []
+        self.nemeses = {family: nemesis.CLASSES[family]() for family in cfg.nemesis}
+        self.cluster = ChaosCluster(os.path.join(self.dir, "cluster"), cfg.replicas, cfg.disk_mib)
+        self.recorder = Recorder(self.history_path)
+        self.notes: list[str] = []
+        netem = self.nemeses.get("netem")
+        if netem is not None and netem.delay_unavailable:
+            self.notes.append(f"netem: packet loss only; delay unavailable: {netem.delay_unavailable}")
+
+    def execute(self) -> dict:
+        clients = None
+        audit_result = None
+        error = ""
+        try:
+            log.info("run directory %s", self.dir)
+            self.cluster.start()
+            self.cluster.dev.create_topic(TOPIC, message_types=(_fifo_type(),))
+            self.cluster.dev.create_group(CONSUMER_GROUP, fifo=True)
+            clients = Clients(self.cfg, make_workload(self.cfg.workload, self.cfg.concurrency + self.cfg.consumers
+                                                      + 4), self.recorder, self.cluster.namesrv)
+            clients.start()
+            self._chaos()
+            self._drain(clients)
+            clients.stop()
+            clients = None
+            self.cluster.stop()
+            if self.cfg.audit:
+                audit_result = self._audit()
+        except KeyboardInterrupt:
+            error = "interrupted"
+            raise
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            log.exception("the run failed")
+        finally:
+            if clients is not None:
+                clients.stop(10)
+            self.cluster.close()
+            self.recorder.close()
+            self._close_windows()
+        return self._results(audit_result, error)
+
+    # -- phases -----------------------------------------------------------------------------------------------
+    def _chaos(self) -> None:
+        deadline = time.monotonic() + self.cfg.time_limit_s
+        log.info("chaos for %.0fs: nemesis %s", self.cfg.time_limit_s, ", ".join(self.cfg.nemesis) or "none")
+        while time.monotonic() < deadline:
+            _sleep_until(min(deadline, time.monotonic() + self.cfg.interval_s * self.rng.uniform(0.5, 1.5)))
+            if time.monotonic() >= deadline or not self.nemeses:
+                continue
+            window, active = self._inject()
+            _sleep_until(min(deadline, time.monotonic() + self.cfg.fault_s))
+            self._heal(window, active)
+
+    def _inject(self) -> tuple[FaultWindow, list[nemesis.ActiveFault]]:
+        families = list(self.nemeses)
+        count = 2 if self.cfg.combine and len(families) > 1 and self.rng.random() < 1 / 3 else 1
+        chosen = self.rng.sample(families, count)
+        window = FaultWindow(chosen, "", self.recorder.now_ns() / 1e9)
+        active = []
+        for family in chosen:
+            try:
+                active.append(self.nemeses[family].inject(self.cluster, self.rng))
+            except Exception as exc:  # noqa: BLE001 - a fault that could not be injected is reported, not fatal
+                window.error += f"{family}: {type(exc).__name__}: {exc}; "
+                log.warning("could not inject %s: %s", family, exc)
+        window.description = "; ".join(f.description for f in active) or "(nothing injected)"
+        self.faults.append(window)
+        log.info("%7.1fs  fault: %s", window.start_s, window.description)
+        return window, active
+
+    def _heal(self, window: FaultWindow, active: list[nemesis.ActiveFault]) -> None:
+        for fault in active:
+            try:
+                fault.heal()
+            except Exception as exc:  # noqa: BLE001
+                window.error += f"heal {fault.family}: {type(exc).__name__}: {exc}; "
+                log.warning("healing %s failed (%s); healing everything", fault.family, exc)
+                self.cluster.heal_everything()
+        window.end_s = self.recorder.now_ns() / 1e9
+        log.info("%7.1fs  healed", window.end_s)
+
+    def _drain(self, clients: Clients) -> None:
+        clients.stop_sending()
+        self.cluster.heal_everything()
+        for replica in self.cluster.ids:
+            self.cluster.restart(replica)  # a killed replica whose restart failed gets another chance
+        deadline = time.monotonic() + self.cfg.drain_s
+        log.info("drain: waiting for %d acknowledged messages to be consumed (at most %.0fs)",
+                 len(clients.acked), self.cfg.drain_s)
+        while time.monotonic() < deadline:
+            quiet = time.monotonic() - clients.last_delivery_s >= self.cfg.quiet_s
+            if clients.complete() and quiet:
+                break
+            time.sleep(0.2)
+        missing = len(clients.acked - clients.consumed)
+        log.info("drain done: %d acknowledged, %d consumed, %d not (yet) consumed", len(clients.acked),
+                 len(clients.consumed), missing)
+
+    def _audit(self) -> dict:
+        try:
+            from audit.job import run as audit_run
+        except ImportError as exc:
+            return {"valid": False, "error": f"the audit needs pyspark ({exc}): pip install -e '.[audit]'"}
+        log.info("audit: Spark over the replicas' stores")
+        return audit_run([self.cluster.dev.base_dir], self.history_path, os.path.join(self.dir, "audit"),
+                         self.cfg.audit_master)
+
+    def _close_windows(self) -> None:
+        for window in self.faults:
+            if window.end_s is None:
+                window.end_s = self.recorder.now_ns() / 1e9
+
+    # -- results -----------------------------------------------------------------------------------------------
+    def _results(self, audit_result: dict | None, error: str) -> dict:
+        result = checker.check(self.recorder.ops)
+        valid = result.valid and not error and (audit_result is None or bool(audit_result.get("valid")))
+        results = {
+            "valid": valid, "error": error, "config": asdict(self.cfg), "directory": self.dir,
+            "history": self.history_path, "operations": len(self.recorder.ops),
+            "duration_s": round(self.recorder.now_ns() / 1e9, 3), "notes": self.notes,
+            "faults": [asdict(w) for w in self.faults], "checker": result.summary(),
+            "audit": _audit_summary(audit_result)}
+        with open(os.path.join(self.dir, "results.json"), "w") as f:
+            json.dump(results, f, indent=2)
+        report.write_html(os.path.join(self.dir, "report.html"), results, self.recorder.ops)
+        return results
+
+
+def _audit_summary(audit_result: dict | None) -> dict | None:
+    if audit_result is None:
+        return None
+    return {k: v for k, v in audit_result.items() if k in ("valid", "error", "checks", "groups", "elapsed_s",
+                                                             "report_json", "report_txt")}
+
+
+def _fifo_type() -> int:
+    from rocketraft.wire import MessageType
+    return MessageType.FIFO
+
+
+def _sleep_until(when: float) -> None:
+    while (left := when - time.monotonic()) > 0:
+        time.sleep(min(left, 0.5))
+
+
+def run(cfg: RunConfig) -> tuple[int, dict]:
+    """Run once; (exit code, results). SIGTERM is turned into KeyboardInterrupt so the cleanup still runs."""
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt) if threading.current_thread() is \
+        threading.main_thread() else None
+    try:
+        results = Run(cfg).execute()
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    audit = results["audit"] or {}
+    if not results["checker"]["valid"] or (audit and not audit.get("valid") and not audit.get("error")):
+        return EXIT_INVALID, results  # a violation outranks a harness failure
+    if results["error"] or audit.get("error"):
+        return EXIT_HARNESS, results
+    return EXIT_VALID, results
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")

@@ -1,0 +1,102 @@
+"""The partition nemesis cuts exactly the links its shape names: checked with real TCP connections between
+127.0.0.x addresses through the real nftables rules, and healed completely afterwards."""
+
+from __future__ import annotations
+
+import random
+import socket
+import threading
+
+import pytest
+
+from jepsen_tests import nemesis
+from jepsen_tests.cluster import ChaosCluster
+
+
+def reachable(hosts: dict[str, str]) -> set[frozenset[str]]:
+    """The pairs of replicas whose addresses can open a TCP connection to each other (both directions)."""
+    servers = {}
+    for name, ip in hosts.items():
+        server = socket.create_server((ip, 0))
+        server.settimeout(0.1)
+        servers[name] = server
+    ok: dict[tuple[str, str], bool] = {}
+
+    def attempt(a: str, b: str) -> None:
+        with socket.socket() as client:
+            client.settimeout(0.5)
+            client.bind((hosts[a], 0))
+            try:
+                client.connect(servers[b].getsockname())
+                ok[(a, b)] = True
+            except OSError:
+                ok[(a, b)] = False
+
+    threads = [threading.Thread(target=attempt, args=(a, b)) for a in hosts for b in hosts if a != b]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for server in servers.values():
+        server.close()
+    return {frozenset((a, b)) for (a, b), good in ok.items() if good and ok[(b, a)]}
+
+
+def all_pairs(names) -> set[frozenset[str]]:
+    return {frozenset((a, b)) for a in names for b in names if a < b}
+
+
+@pytest.mark.parametrize("kind", ["isolate-master", "minority", "bridge", "ring"])
+def test_each_partition_shape_cuts_exactly_its_links_and_heal_restores_all(netfaults, tmp_path, kind):
+    cluster = ChaosCluster(str(tmp_path), replicas=5)  # never started: only its addresses are used
+    cluster.master_id = lambda: "n2"
+    assert reachable(cluster.host_of) == all_pairs(cluster.ids)
+    fault = nemesis.Partition().inject(cluster, random.Random(4), kind=kind)
+    links = reachable(cluster.host_of)
+    if kind == "isolate-master":
+        assert links == all_pairs(set(cluster.ids) - {"n2"}), fault.description
+    elif kind == "minority":
+        assert len(fault.targets) == 2
+        assert links == all_pairs(fault.targets) | all_pairs(set(cluster.ids) - set(fault.targets))
+    elif kind == "bridge":
+        [bridge] = set(cluster.ids) - set(fault.targets)
+        for a in fault.targets:
+            assert frozenset((a, bridge)) in links, fault.description
+        sides = [r for r in fault.targets if frozenset((r, fault.targets[0])) in links or r == fault.targets[0]]
+        assert 0 < len(sides) < len(fault.targets)  # two sides that do not see each other
+    else:
+        degree = {r: sum(1 for link in links if r in link) for r in cluster.ids}
+        assert set(degree.values()) == {2}, (fault.description, links)  # self + 2 = a majority of 5
+        assert len({frozenset(link_set) for link_set in
+                    ({r} | {o for link in links if r in link for o in link} for r in cluster.ids)}) == 5
+    fault.heal()
+    assert reachable(cluster.host_of) == all_pairs(cluster.ids)
+
+
+def test_packet_loss_drops_some_but_not_all_connections_and_heals(netfaults, tmp_path):
+    cluster = ChaosCluster(str(tmp_path), replicas=3)
+    netfaults.lose(cluster.host_of["n0"], 50)
+    server = socket.create_server((cluster.host_of["n0"], 0))
+    results = []
+    for _ in range(60):  # a connect needs SYN and SYN-ACK through: 25 % succeed; all or none: < 1e-7
+        with socket.socket() as client:
+            client.settimeout(0.05)  # loopback answers in microseconds
+            client.bind((cluster.host_of["n1"], 0))
+            try:
+                client.connect(server.getsockname())
+                results.append(True)
+            except OSError:
+                results.append(False)
+    netfaults.heal()
+    with socket.create_connection(server.getsockname(), timeout=1):
+        pass
+    server.close()
+    assert 0 < sum(results) < len(results), results
+
+
+def test_an_unknown_nemesis_or_partition_is_refused_by_name():
+    with pytest.raises(ValueError, match="unknown nemesis bogus"):
+        nemesis.parse("kill,bogus")
+    assert nemesis.parse("all") == list(nemesis.FAMILIES)
+    with pytest.raises(ValueError, match="needs 5 or more"):
+        nemesis.partition_shape("ring", ["n0", "n1", "n2"], None, random.Random(0))

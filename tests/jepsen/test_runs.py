@@ -1,0 +1,116 @@
+"""Short chaos runs: a real 3-replica group on 127.0.0.11-13, real clients, real faults. The full matrix is a
+command (jepsen_tests/README.md); these are its smoke versions, and they prove the harness cleans up."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from jepsen_tests import history, netfault, runner
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def short(tmp_path, **overrides) -> runner.RunConfig:
+    settings = dict(time_limit_s=16, rate=100, concurrency=4, consumers=2, interval_s=3, fault_s=4, drain_s=40,
+                    seed=11, out_dir=str(tmp_path))
+    settings.update(overrides)
+    return runner.RunConfig(**settings)
+
+
+def leftover_processes(directory: str) -> list[str]:
+    found = subprocess.run(["pgrep", "-af", directory], capture_output=True, text=True).stdout.splitlines()
+    return [line for line in found if "pgrep" not in line]
+
+
+def assert_clean(results: dict) -> None:
+    assert leftover_processes(results["directory"]) == []
+    assert "rocketraft_test" not in subprocess.run(["nft", "list", "tables"], capture_output=True,
+                                                   text=True).stdout
+    with open("/proc/mounts") as f:
+        assert results["directory"] not in f.read()
+
+
+def assert_valid(code: int, results: dict) -> None:
+    checked = results["checker"]
+    assert code == runner.EXIT_VALID and results["valid"], json.dumps(results, indent=1)[:4000]
+    assert checked["lost"] == 0 and checked["unexpected"] == 0 and checked["order_violations"] == 0
+    assert checked["acknowledged"] > 500, checked  # the clients really worked through the faults
+    for name in ("history.jsonl", "results.json", "report.html"):
+        assert os.path.getsize(os.path.join(results["directory"], name)) > 0
+
+
+def test_a_short_kill_and_pause_run_loses_nothing_and_cleans_up(tmp_path):
+    code, results = runner.run(short(tmp_path, nemesis=["kill", "pause"]))
+    assert_valid(code, results)
+    injected = [w["description"] for w in results["faults"]]
+    assert len(injected) >= 2 and any("kill -9" in d for d in injected) and any("SIGSTOP" in d for d in injected)
+    assert all(w["error"] == "" for w in results["faults"]), results["faults"]
+    assert_clean(results)
+
+
+@pytest.mark.netfault
+def test_a_short_partition_packet_loss_and_disk_full_run_loses_nothing_and_removes_every_rule_and_mount(
+        tmp_path, netfaults):
+    code, results = runner.run(short(tmp_path, nemesis=["partition", "netem", "disk"], combine=True, seed=5))
+    assert_valid(code, results)
+    families = {f for w in results["faults"] for f in w["families"]}
+    assert len(families) >= 2, results["faults"]
+    assert_clean(results)
+
+
+@pytest.mark.netfault
+def test_sigterm_in_the_middle_of_a_partition_heals_it_and_stops_every_process(tmp_path, netfaults):
+    command = [sys.executable, "-m", "jepsen_tests", "run", "--nemesis", "partition", "--interval", "1",
+               "--fault", "60", "--time-limit", "120", "--rate", "50", "--out", str(tmp_path)]
+    proc = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    seen = []
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        seen.append(line)
+        if "fault: " in line:
+            break
+    else:
+        proc.kill()
+        pytest.fail(f"no fault within 60 s: {''.join(seen)}")
+    assert "rocketraft_test" in subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    [run_dir] = os.listdir(tmp_path)
+    assert_clean({"directory": str(tmp_path / run_dir)})
+
+
+def test_the_cli_refuses_bad_arguments_by_name_and_check_fails_on_a_lost_message(tmp_path):
+    bad = subprocess.run([sys.executable, "-m", "jepsen_tests", "run", "--nemesis", "kill,bogus"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert bad.returncode == runner.EXIT_USAGE and "unknown nemesis bogus" in bad.stderr
+    path = str(tmp_path / "history.jsonl")
+    recorder = history.Recorder(path)
+    for i in range(3):
+        value = {"id": f"m{i}", "group": "g0", "topic": "jepsen"}
+        recorder.record(0, "invoke", "send", value)
+        recorder.record(0, "ok", "send", value)
+    recorder.record(1, "invoke", "consume", None)
+    recorder.record(1, "ok", "consume", [{"id": "m0", "group": "g0"}, {"id": "m2", "group": "g0"}])
+    recorder.close()
+    checked = subprocess.run([sys.executable, "-m", "jepsen_tests", "check", path], cwd=ROOT, capture_output=True,
+                             text=True)
+    assert checked.returncode == runner.EXIT_INVALID, checked.stdout
+    summary = json.loads(checked.stdout)
+    assert summary["lost_examples"] == ["m1"] and summary["order_violations"] == 0
+
+
+def test_partitions_are_refused_without_root_with_a_clear_message(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(ValueError, match="partition nemesis needs root"):
+        short(tmp_path, nemesis=["partition"]).validate()
+    assert netfault.TABLE == "rocketraft_test"
