@@ -126,6 +126,9 @@ class SdkWorkload:
     def __init__(self, threads: int):
         self.pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="sdk")
         logging.getLogger("rocketmq-python-client").setLevel(logging.CRITICAL)  # it logs each retry at ERROR
+        # its heartbeat callback re-raises a failed heartbeat (a dead replica) and concurrent.futures prints
+        # the traceback for every one: noise, not a finding
+        logging.getLogger("concurrent.futures").setLevel(logging.CRITICAL)
 
     async def call(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)

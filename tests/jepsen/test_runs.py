@@ -55,6 +55,13 @@ def test_a_short_kill_and_pause_run_loses_nothing_and_cleans_up(tmp_path):
     assert_clean(results)
 
 
+def test_the_official_sdk_workload_through_kills_loses_nothing(tmp_path):
+    code, results = runner.run(short(tmp_path, workload="sdk", nemesis=["kill"], time_limit_s=12, seed=2))
+    assert_valid(code, results)
+    assert any("kill -9" in w["description"] for w in results["faults"])
+    assert_clean(results)
+
+
 @pytest.mark.netfault
 def test_a_short_partition_packet_loss_and_disk_full_run_loses_nothing_and_removes_every_rule_and_mount(
         tmp_path, netfaults):
