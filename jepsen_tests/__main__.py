@@ -79,10 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     run_parser = _run_parser(sub)
     check_parser = sub.add_parser("check", help="check a recorded history again")
     check_parser.add_argument("history")
+    check_parser.add_argument("--no-queue-order", action="store_true",
+                              help="the history's consumers were not a FIFO group: skip the per-queue offset order")
     matrix_parser = sub.add_parser("matrix", help="every fault family in turn (see jepsen_tests/README.md)")
     matrix_parser.add_argument("--time-limit", type=float, default=120.0)
     matrix_parser.add_argument("--workload", default="queue", choices=workloads.WORKLOADS)
     matrix_parser.add_argument("--audit", action="store_true")
+    matrix_parser.add_argument("--runs", type=int, default=1, help="runs of each entry, with different seeds")
     matrix_parser.add_argument("--out", default=runner.RunConfig().out_dir)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -90,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if args.command == "check":
         try:
-            result = checker.check(history.read(args.history))
+            result = checker.check(history.read(args.history), queue_order=not args.no_queue_order)
         except (OSError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return runner.EXIT_USAGE
@@ -114,15 +117,29 @@ def main(argv: list[str] | None = None) -> int:
 
 def _matrix(args, run_parser) -> int:
     worst = 0
+    rows = []
     for spec, extra in MATRIX:
-        flags = ["--workload", args.workload, "--nemesis", spec, "--time-limit", str(args.time_limit),
-                 "--out", args.out, *extra, *(["--audit"] if args.audit else [])]
-        print(f"== matrix: {' '.join(flags)}", flush=True)
-        cfg = _config(run_parser.parse_args(flags))
-        code, results = runner.run(cfg)
-        _print(results)
-        worst = max(worst, code)
+        for run_number in range(args.runs):
+            flags = ["--workload", args.workload, "--nemesis", spec, "--time-limit", str(args.time_limit),
+                     "--out", args.out, "--seed", str(1000 + run_number), *extra, *(["--audit"] if args.audit else [])]
+            print(f"== matrix: {' '.join(flags)}", flush=True)
+            code, results = runner.run(_config(run_parser.parse_args(flags)))
+            _print(results)
+            rows.append(_matrix_row(spec, code, results))
+            worst = max(worst, code)
+    print("\n".join(["| nemesis | verdict | faults | sends | ok | unknown | failed | consumed | lost | dup | order "
+                     "| unavailable | longest gap s | audit |", "|" + " --- |" * 14, *rows]))
     return worst
+
+
+def _matrix_row(spec: str, code: int, results: dict) -> str:
+    c = results["checker"]
+    audit = results["audit"]
+    audit_text = "-" if audit is None else ("valid" if audit.get("valid") else "INVALID")
+    return (f"| {spec} | {'valid' if code == 0 else f'exit {code}'} | {len(results['faults'])} | {c['attempted']} "
+            f"| {c['acknowledged']} | {c['unknown']} | {c['failed']} | {c['consumed']} | {c['lost']} "
+            f"| {c['duplicated']} | {c['order_violations']} | {c['unavailable_fraction']:.1%} "
+            f"| {c['longest_unavailable_s']} | {audit_text} |")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ promises, in the shape of Jepsen's queue checkers.
 - recovered: sends whose outcome was unknown (info, or still in flight at the end) that were consumed;
 - order: within one message group, two sends that did not overlap (the first was acknowledged before the second
   was invoked) must be consumed first-delivery in that order (a safety violation);
+- queue order (with queue_order=True, for FIFO consumer groups, which hand out a queue strictly in offset
+  order): within one queue, first deliveries must come in increasing offset order (a safety violation);
 - availability: the fraction of sends that failed or ended unknown, and the longest time without any
   acknowledged send while sends were being attempted.
 """
@@ -55,7 +57,7 @@ class QueueResult:
                 "longest_unavailable_s": round(self.longest_unavailable_s, 3)}
 
 
-def check(ops: Iterable[Op], duplicates_allowed: bool = True) -> QueueResult:
+def check(ops: Iterable[Op], duplicates_allowed: bool = True, queue_order: bool = False) -> QueueResult:
     ops = list(ops)
     sends = [(i, c) for i, c in pairs(ops) if i.f == "send"]
     attempted = {i.value["id"] for i, _ in sends}
@@ -71,6 +73,8 @@ def check(ops: Iterable[Op], duplicates_allowed: bool = True) -> QueueResult:
         duplicated={m: n for m, n in times.items() if n > 1},
         recovered=[m for m in unknown if m in times])
     result.order_violations = _order_violations(acked, deliveries)
+    if queue_order:
+        result.order_violations += _queue_order_violations(deliveries)
     result.unavailable_fraction, result.longest_unavailable_s = _availability(sends)
     result.valid = not (result.lost or result.unexpected or result.order_violations
                         or (result.duplicated and not duplicates_allowed))
@@ -101,6 +105,26 @@ def _order_violations(acked: dict[str, tuple[Op, Op]], deliveries: list[dict]) -
             if before[0] > first_seen[invocation.value["id"]]:
                 violations.append(f"group {group}: {invocation.value['id']} was consumed before {before[1]}, "
                                   "which was acknowledged before it was sent")
+    return violations
+
+
+def _queue_order_violations(deliveries: list[dict]) -> list[str]:
+    """Per queue, the offsets in first-delivery order must increase (deliveries without queue and offset, e.g.
+    from the official SDK, which does not expose them, are skipped)."""
+    seen: set[tuple[str, int]] = set()
+    highest: dict[str, tuple[int, str]] = {}
+    violations = []
+    for delivery in deliveries:
+        queue, offset = delivery.get("queue"), delivery.get("offset")
+        if queue is None or offset is None or (queue, offset) in seen:
+            continue
+        seen.add((queue, offset))
+        before = highest.get(queue)
+        if before is not None and before[0] > offset:
+            violations.append(f"queue {queue}: offset {offset} ({delivery['id']}) was first delivered after offset "
+                              f"{before[0]} ({before[1]})")
+        else:
+            highest[queue] = (offset, delivery["id"])
     return violations
 
 

@@ -317,7 +317,7 @@ class Run:
 
     # -- results -----------------------------------------------------------------------------------------------
     def _results(self, audit_result: dict | None, error: str) -> dict:
-        result = checker.check(self.recorder.ops)
+        result = checker.check(self.recorder.ops, queue_order=True)  # the workloads' consumer group is FIFO
         valid = result.valid and not error and (audit_result is None or bool(audit_result.get("valid")))
         results = {
             "valid": valid, "error": error, "config": asdict(self.cfg), "directory": self.dir,

@@ -101,6 +101,22 @@ def test_order_within_a_message_group_is_checked_only_between_sends_that_did_not
     assert check(concurrent.ops).valid
 
 
+def test_queue_order_catches_a_lower_offset_first_delivered_after_a_higher_one_and_ignores_redeliveries():
+    def history(*offsets):
+        r = Recorder()
+        for offset in sorted(set(offsets)):
+            r.send(1, f"m{offset}")
+        r.op(2, "invoke", "consume", None)
+        r.op(2, "ok", "consume", [{"id": f"m{o}", "queue": "broker-a/1", "offset": o} for o in offsets])
+        return r.ops
+
+    assert check(history(0, 1, 2, 1, 3), queue_order=True).valid  # 1 again: a redelivery, not a reordering
+    result = check(history(0, 2, 1, 3), queue_order=True)
+    assert not result.valid and result.order_violations == [
+        "queue broker-a/1: offset 1 (m1) was first delivered after offset 2 (m2)"]
+    assert check(history(0, 2, 1, 3)).valid  # not asked for (a consumer group that is not FIFO)
+
+
 def test_availability_reports_the_unavailable_fraction_and_the_longest_window_without_acks():
     r = Recorder()
     r.send(1, "m0")
