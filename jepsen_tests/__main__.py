@@ -59,7 +59,8 @@ def _print(results: dict) -> None:
     c = results["checker"]
     print(f"{'VALID' if results['valid'] else 'INVALID'}: {c['attempted']} sends ({c['acknowledged']} ok, "
           f"{c['failed']} failed, {c['unknown']} unknown), {c['consumed']} consumed; lost {c['lost']}, "
-          f"unexpected {c['unexpected']}, duplicated {c['duplicated']}, recovered {c['recovered']}, "
+          f"unexpected {c['unexpected']}, failed but consumed {c['failed_but_consumed']}, "
+          f"duplicated {c['duplicated']}, recovered {c['recovered']}, "
           f"order violations {c['order_violations']}; {len(results['faults'])} faults; unavailable "
           f"{c['unavailable_fraction']:.1%}, longest gap {c['longest_unavailable_s']} s")
     if results["audit"] is not None:
@@ -127,8 +128,8 @@ def _matrix(args, run_parser) -> int:
             _print(results)
             rows.append(_matrix_row(spec, code, results))
             worst = max(worst, code)
-    print("\n".join(["| nemesis | verdict | faults | sends | ok | unknown | failed | consumed | lost | dup | order "
-                     "| unavailable | longest gap s | audit |", "|" + " --- |" * 14, *rows]))
+    print("\n".join(["| nemesis | verdict | faults | sends | ok | unknown | failed | consumed | lost | failed but "
+                     "consumed | dup | order | unavailable | longest gap s | audit |", "|" + " --- |" * 15, *rows]))
     return worst
 
 
@@ -138,6 +139,7 @@ def _matrix_row(spec: str, code: int, results: dict) -> str:
     audit_text = "-" if audit is None else ("valid" if audit.get("valid") else "INVALID")
     return (f"| {spec} | {'valid' if code == 0 else f'exit {code}'} | {len(results['faults'])} | {c['attempted']} "
             f"| {c['acknowledged']} | {c['unknown']} | {c['failed']} | {c['consumed']} | {c['lost']} "
+            f"| {c['failed_but_consumed']} "
             f"| {c['duplicated']} | {c['order_violations']} | {c['unavailable_fraction']:.1%} "
             f"| {c['longest_unavailable_s']} | {audit_text} |")
 

@@ -3,6 +3,8 @@ promises, in the shape of Jepsen's queue checkers.
 
 - lost: acknowledged sends never consumed (a safety violation);
 - unexpected: consumed ids nobody tried to send (a safety violation);
+- failed but consumed: sends the client was told certainly failed, consumed anyway (a safety violation: the
+  client was lied to, and would resend a message that exists);
 - duplicated: ids consumed more than once (at-least-once delivery allows it; counted and reported, a violation
   only with duplicates_allowed=False);
 - recovered: sends whose outcome was unknown (info, or still in flight at the end) that were consumed;
@@ -38,6 +40,7 @@ class QueueResult:
     unexpected: list[str] = field(default_factory=list)
     duplicated: dict[str, int] = field(default_factory=dict)  # id -> times consumed
     recovered: list[str] = field(default_factory=list)
+    failed_but_consumed: list[str] = field(default_factory=list)
     order_violations: list[str] = field(default_factory=list)
     unavailable_fraction: float = 0.0
     longest_unavailable_s: float = 0.0
@@ -51,7 +54,9 @@ class QueueResult:
                 "lost": len(self.lost), "lost_examples": some(self.lost),
                 "unexpected": len(self.unexpected), "unexpected_examples": some(self.unexpected),
                 "duplicated": len(self.duplicated), "duplicated_examples": some(self.duplicated),
-                "recovered": len(self.recovered), "order_violations": len(self.order_violations),
+                "recovered": len(self.recovered), "failed_but_consumed": len(self.failed_but_consumed),
+                "failed_but_consumed_examples": some(self.failed_but_consumed),
+                "order_violations": len(self.order_violations),
                 "order_examples": self.order_violations[:EXAMPLES_MAX],
                 "unavailable_fraction": round(self.unavailable_fraction, 4),
                 "longest_unavailable_s": round(self.longest_unavailable_s, 3)}
@@ -63,20 +68,20 @@ def check(ops: Iterable[Op], duplicates_allowed: bool = True, queue_order: bool 
     attempted = {i.value["id"] for i, _ in sends}
     acked = {i.value["id"]: (i, c) for i, c in sends if c is not None and c.type == "ok"}
     unknown = {i.value["id"] for i, c in sends if c is None or c.type == "info"}
-    failed = sum(1 for _, c in sends if c is not None and c.type == "fail")
+    failed_ids = {i.value["id"] for i, c in sends if c is not None and c.type == "fail"}
     deliveries = [d for op in ops if op.f == "consume" and op.type == "ok" for d in op.value]
     times = collections.Counter(d["id"] for d in deliveries)
     result = QueueResult(
-        valid=True, attempted=len(attempted), acknowledged=len(acked), failed=failed, unknown=len(unknown),
+        valid=True, attempted=len(attempted), acknowledged=len(acked), failed=len(failed_ids), unknown=len(unknown),
         consumed=len(times), lost=[m for m in acked if m not in times],
         unexpected=[m for m in times if m not in attempted],
         duplicated={m: n for m, n in times.items() if n > 1},
-        recovered=[m for m in unknown if m in times])
+        recovered=[m for m in unknown if m in times], failed_but_consumed=[m for m in failed_ids if m in times])
     result.order_violations = _order_violations(acked, deliveries)
     if queue_order:
         result.order_violations += _queue_order_violations(deliveries)
     result.unavailable_fraction, result.longest_unavailable_s = _availability(sends)
-    result.valid = not (result.lost or result.unexpected or result.order_violations
+    result.valid = not (result.lost or result.unexpected or result.order_violations or result.failed_but_consumed
                         or (result.duplicated and not duplicates_allowed))
     return result
 

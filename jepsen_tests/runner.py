@@ -304,11 +304,18 @@ class Run:
     def _audit(self) -> dict:
         try:
             from audit.job import run as audit_run
+            from audit.stores import AuditInputError
         except ImportError as exc:
             return {"valid": False, "error": f"the audit needs pyspark ({exc}): pip install -e '.[audit]'"}
-        log.info("audit: Spark over the replicas' stores")
-        return audit_run([self.cluster.dev.base_dir], self.history_path, os.path.join(self.dir, "audit"),
-                         self.cfg.audit_master)
+        log.info("audit: Spark (%s) over the replicas' stores", self.cfg.audit_master)
+        self.recorder.flush()
+        try:
+            report = audit_run([self.cluster.dev.base_dir], self.history_path, os.path.join(self.dir, "audit"),
+                               self.cfg.audit_master)
+        except AuditInputError as exc:
+            return {"valid": False, "error": f"the audit could not read its input: {exc}"}
+        log.info("audit: %s in %.1f s", "valid" if report["valid"] else "INVALID", report["spark"]["wall_s"])
+        return report
 
     def _close_windows(self) -> None:
         for window in self.faults:
@@ -334,8 +341,7 @@ class Run:
 def _audit_summary(audit_result: dict | None) -> dict | None:
     if audit_result is None:
         return None
-    return {k: v for k, v in audit_result.items() if k in ("valid", "error", "checks", "groups", "elapsed_s",
-                                                             "report_json", "report_txt")}
+    return {k: v for k, v in audit_result.items() if k in ("valid", "error", "checks", "groups", "totals", "spark")}
 
 
 def _fifo_type() -> int:

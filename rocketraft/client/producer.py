@@ -262,6 +262,8 @@ class Producer(AsyncClient):
             name = attempts.pinned_group or (group.name if group else None)
             if await self._wait_for_master(message.topic, name, None, attempts) is None:
                 break
+        if attempts.pinned_group is not None:  # an earlier attempt may still be committed (by a later leader)
+            raise attempts.final_error()
         raise NotMasterError(f"no master for {message.topic} on {name or 'any broker group'} within "
                              f"{self.send_timeout_s}s (an election that did not finish?); nothing was stored")
 
@@ -282,6 +284,8 @@ class Producer(AsyncClient):
         attempts.last_error = exc
         message = attempts.message
         if kind == "fatal":
+            if attempts.pinned_group is not None:  # refused now, but an earlier attempt may be stored
+                raise attempts.final_error() from exc
             raise exc
         if kind == "unknown":
             attempts.pinned_group = group.name

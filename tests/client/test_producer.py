@@ -208,3 +208,26 @@ def test_a_paused_master_is_replaced_in_the_producers_route_while_it_is_still_pa
     assert len(acked_during_pause) >= 19, f"only {len(acked_during_pause)} of 20 sends acknowledged by {new}"
     stored_ids = set(stored(cluster, "p-paused"))
     assert set(acked_during_pause) <= stored_ids
+
+
+def test_a_send_whose_master_lost_its_quorum_mid_send_is_unknown_never_not_stored(make_cluster):
+    """The chaos matrix found this: the master took the send but could not commit it (both followers gone), then
+    stepped down, so the route named no master until the send timed out. The producer said "no master ...
+    nothing was stored", yet Raft may commit that entry later (a leader commits its predecessors' entries), and
+    the message was consumed. Once an attempt's outcome is unknown, the send must end unknown."""
+    cluster = make_cluster()
+    cluster.create_topic("p-quorum")
+    with rocketraft.Producer(cluster.namesrv_address, topics=["p-quorum"], send_timeout_s=8) as producer:
+        producer.send(rocketraft.Message("p-quorum", b"warm-up"))
+        master = cluster.wait_master()
+        followers = [i for i in cluster.ids if i != master]
+        for follower in followers:
+            cluster.brokers[follower].signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(OutcomeUnknownError, match="outcome unknown"):
+                producer.send(rocketraft.Message("p-quorum", b"in doubt"))
+            no_master_seen = cluster.master() is None
+        finally:
+            for follower in followers:
+                cluster.brokers[follower].signal(signal.SIGCONT)
+    assert no_master_seen, "the master never stepped down: the test did not reach the no-master path"

@@ -62,6 +62,16 @@ def test_a_consumed_message_nobody_sent_is_unexpected():
     assert not result.valid and result.unexpected == ["ghost"]
 
 
+def test_a_send_reported_as_failed_that_is_consumed_anyway_is_a_violation():
+    r = Recorder()
+    r.send(1, "a")
+    r.send(1, "b", outcome="fail")
+    r.consume(2, "a", "b")
+    result = check(r.ops)
+    assert not result.valid and result.failed_but_consumed == ["b"], result.summary()
+    assert result.summary()["failed_but_consumed"] == 1
+
+
 def test_duplicates_are_counted_and_only_fail_when_they_are_not_allowed():
     r = Recorder()
     r.send(1, "m0")
