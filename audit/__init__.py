@@ -1,1 +1,1 @@
-"""audit: see docs/architecture.md (not built yet)."""
+"""audit: Spark checks of replica stores (Raft log and broker tables); see audit/README.md."""

@@ -46,9 +46,14 @@ def assert_valid(code: int, results: dict) -> None:
         assert os.path.getsize(os.path.join(results["directory"], name)) > 0
 
 
-def test_a_short_kill_and_pause_run_loses_nothing_and_cleans_up(tmp_path):
-    code, results = runner.run(short(tmp_path, nemesis=["kill", "pause"]))
+def test_a_short_kill_and_pause_run_loses_nothing_its_replicas_agree_and_it_cleans_up(tmp_path):
+    code, results = runner.run(short(tmp_path, nemesis=["kill", "pause"], audit=True))
     assert_valid(code, results)
+    audit = results["audit"]
+    assert audit["valid"] and audit["checks"]["divergence"]["indexes_compared"] > 0, audit
+    assert audit["checks"]["history"]["found"] == audit["checks"]["history"]["acknowledged"] == \
+        results["checker"]["acknowledged"]
+    assert os.path.exists(os.path.join(results["directory"], "audit", "audit.json"))
     injected = [w["description"] for w in results["faults"]]
     assert len(injected) >= 2 and any("kill -9" in d for d in injected) and any("SIGSTOP" in d for d in injected)
     assert all(w["error"] == "" for w in results["faults"]), results["faults"]
