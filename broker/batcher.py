@@ -27,9 +27,11 @@ from dataclasses import dataclass, field
 
 import dledger
 from rocketraft.errors import (
+    DiskFullError,
     NotMasterError,
     OutcomeUnknownError,
     RocketraftError,
+    StoreMapFullError,
     StoreUnavailableError,
     TooManyRequestsError,
 )
@@ -257,6 +259,10 @@ def map_dledger_error(exc: BaseException, map_size_bytes: int | None = None, sto
             f"LMDB map full: the store {store_path} reached its LMDB map size, {size}; this is not a full disk"
             f"{disk}. The replica stopped writing to protect committed data (reads of applied data go on): restart "
             f"it with a larger storeMapSizeBytes; committed messages are kept. ({exc})")
+    if isinstance(exc, dledger.AppendRefusedError):  # the master's guards refused a write this replica forwarded
+        refused = {"DISK_FULL": DiskFullError, "STORE_MAP_FULL": StoreMapFullError}.get(exc.refusal,
+                                                                                      StoreUnavailableError)
+        return refused(str(exc))
     if isinstance(exc, dledger.AppendQueueFullError):
         return TooManyRequestsError(f"busy: {exc}")
     if isinstance(exc, dledger.ReplicaClosedError):

@@ -145,6 +145,16 @@ class MapGuard:
         self._admitted += adding_bytes
 
 
+def _adds_messages(payloads: list[bytes]) -> bool:
+    for payload in payloads:
+        try:
+            if spb.Command.FromString(payload).WhichOneof("body") == "send":
+                return True
+        except Exception:  # noqa: BLE001 - not a command: apply skips it, it adds nothing
+            continue
+    return False
+
+
 class Broker:
     def __init__(self, config: BrokerConfig):
         self.config = config
@@ -154,6 +164,7 @@ class Broker:
         self.batcher = Batcher(self.replica, config)
         self.disk = DiskGuard(config.data_dir, config.diskMaxUsedSpaceRatio, config.diskCheckIntervalMs)
         self.map_guard = MapGuard(self.store, self.disk, config.storeMapMaxUsedRatio, config.diskCheckIntervalMs)
+        self.replica.set_append_admission(self._admit_forwarded)
         self._round_robin = itertools.count()
         self._pop_start: dict[tuple[str, str], int] = collections.defaultdict(int)
         self._topic_events: dict[str, asyncio.Event] = {}
@@ -163,6 +174,18 @@ class Broker:
         # the client (gRPC) address of every replica of this group, as the NameServers know them; set by the
         # server. Only a refused write (slaveForwardEnable=false) asks it, to name the master's address.
         self.replica_addresses: Callable[[], Awaitable[dict[str, str]]] | None = None
+
+    def _admit_forwarded(self, payloads: list[bytes]) -> tuple[str, str] | None:
+        """On the master, a send a follower forwarded (slaveForwardEnable) passes the same disk and map guards as
+        one sent here: the follower's own disk may have room while the master's has none."""
+        try:
+            self.disk.check()
+            self.map_guard.check()
+        except (DiskFullError, StoreMapFullError) as exc:
+            if _adds_messages(payloads):
+                code = "DISK_FULL" if isinstance(exc, DiskFullError) else "STORE_MAP_FULL"
+                return code, f"the master {self.config.advertised} refused the forwarded write: {exc}"
+        return None
 
     @staticmethod
     def _replica_config(config: BrokerConfig) -> dledger.ReplicaConfig:

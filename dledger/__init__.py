@@ -7,6 +7,7 @@ from .codec import decode_batch, encode_batch
 from .config import FlushPolicy, ReplicaConfig
 from .errors import (
     AppendQueueFullError,
+    AppendRefusedError,
     DledgerError,
     EntryTooLargeError,
     NoLeaderError,
@@ -19,6 +20,7 @@ from .replica import AppendResult, LogEntry, Replica, ReplicaStatus, Role, State
 from .store import Store
 
 __all__ = [
+    "AppendRefusedError",
     "AppendQueueFullError", "AppendResult", "DledgerError", "EntryTooLargeError", "FlushPolicy", "LogEntry",
     "NoLeaderError", "NotLeaderError", "OutcomeUnknownError", "Replica", "ReplicaClosedError", "ReplicaConfig",
     "ReplicaStatus", "Role", "StateMachine", "Store", "StoreUntrustedError", "decode_batch", "encode_batch",

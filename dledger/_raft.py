@@ -57,6 +57,7 @@ from pysyncobj.pipe_notifier import PipeNotifier
 from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.transport import TCPTransport
 
+from .codec import decode_batch
 from .config import FlushPolicy, ReplicaConfig
 from .journal import LmdbJournal
 from .store import Store
@@ -65,6 +66,10 @@ log = logging.getLogger(__name__)
 
 PYSYNCOBJ_VERSION_RANGE = ("0.3.17", "0.4")
 REGULAR_COMMAND = b"\x00"  # pysyncobj _COMMAND_TYPE.REGULAR
+# The `error` of an apply_command_response by which a leader refuses a forwarded append: (REFUSED, code, text).
+# pysyncobj hands any `error` to the follower's callback as its fail reason; Replica turns this one into
+# AppendRefusedError.
+REFUSED = "dl_refused"
 NO_OP_COMMAND = 1
 
 # -- seam 1: the journal --------------------------------------------------------------------------------
@@ -296,6 +301,13 @@ class _Transport(TCPTransport):
             return
         if kind == "dl_snapshot_progress":
             return  # only there so the leader's connection sees traffic during a long transfer
+        if kind == "apply_command" and self._syncObj._isLeader():
+            refusal = engine.refusal_of_forwarded(message.get("command"))
+            if refusal is not None:
+                if "request_id" in message:
+                    super().send(node, {"type": "apply_command_response", "request_id": message["request_id"],
+                                        "error": (REFUSED, *refusal)})
+                return
         if kind == "append_entries":
             engine.on_leader_contact(node, message["term"])
             message = engine.trim_known_entries(message)
@@ -374,6 +386,8 @@ class RaftEngine:
         self.config = config
         self._on_failure = on_failure
         self.store = store
+        # (payloads) -> None to admit, or (code, reason) to refuse an append forwarded to this leader
+        self.admission: Callable[[list[bytes]], tuple[str, str] | None] | None = None
         self.journal = journal
         self._apply_fn = apply_fn
         self._after_tick = after_tick
@@ -513,6 +527,19 @@ class RaftEngine:
                 self.store.abort()
 
     # -- submitting ----------------------------------------------------------------------------------
+    def refusal_of_forwarded(self, command) -> tuple[str, str] | None:
+        """On the leader, for an append a follower forwarded: (code, reason) if the admission check refuses
+        it, else None. Local appends are not asked (their caller checked before appending)."""
+        admission = self.admission
+        if admission is None or not isinstance(command, bytes):
+            return None
+        try:
+            blob = decode_command(command)
+            return None if blob is None else admission(decode_batch(blob))
+        except Exception:  # noqa: BLE001 - a broken check must not stop the leader: admit, and say so
+            log.exception("the append admission check failed; admitting the forwarded append")
+            return None
+
     def submit(self, blob: bytes, callback: Callable[[object, int], None]) -> None:
         """Append one Raft entry carrying blob; callback(result, fail_reason) runs on the tick thread."""
         command = pickle.dumps((self._func_id, (blob,)), protocol=pickle.HIGHEST_PROTOCOL)

@@ -46,6 +46,17 @@ class AppendQueueFullError(DledgerError):
     code = "APPEND_QUEUE_FULL"
 
 
+class AppendRefusedError(DledgerError):
+    """Definite failure: the leader refused an append this follower forwarded (its admission check, e.g. the
+    leader's disk is full). `refusal` is the admission's own short code; the message is the leader's reason."""
+
+    code = "APPEND_REFUSED"
+
+    def __init__(self, message: str, refusal: str = ""):
+        super().__init__(message)
+        self.refusal = refusal
+
+
 class ReplicaClosedError(DledgerError):
     code = "REPLICA_CLOSED"
 

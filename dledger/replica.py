@@ -33,6 +33,7 @@ from .codec import decode_batch, encode_batch, encoded_size
 from .config import FlushPolicy, ReplicaConfig
 from .errors import (
     AppendQueueFullError,
+    AppendRefusedError,
     DledgerError,
     EntryTooLargeError,
     NoLeaderError,
@@ -226,7 +227,16 @@ class Replica:
         else:
             self._completions.put((future, None, self._error_for(reason)))
 
-    def _error_for(self, reason: int) -> DledgerError:
+    def set_append_admission(self, admission: Callable[[list[bytes]], tuple[str, str] | None] | None) -> None:
+        """While this replica leads, `admission(payloads)` is asked, on the Raft thread, about every append a
+        follower forwards to it: None admits it, (code, reason) refuses it and the follower's append fails with
+        AppendRefusedError(reason, refusal=code). It must be cheap and must not block. Appends made on the
+        leader itself are not asked: their caller applies the same check before appending."""
+        self._engine.admission = admission
+
+    def _error_for(self, reason) -> DledgerError:
+        if isinstance(reason, tuple) and reason[:1] == (_raft.REFUSED,) and len(reason) == 3:
+            return AppendRefusedError(f"not appended: the leader refused it: {reason[2]}", reason[1])
         st = self._status
         where = f"leader is {st.leader_id} at {st.leader_address}" if st.leader_id else "no leader is known"
         reasons = _raft.FAIL_REASON

@@ -96,3 +96,49 @@ def registered(cluster) -> set[str]:
     info = ipb_grpc.NameServerStub(cluster.channel(cluster.namesrv_address)).GetClusterInfo(
         ipb.GetClusterInfoRequest(), timeout=3)
     return {r.replica_id for g in info.groups for r in g.replicas}
+
+
+def test_a_write_forwarded_by_a_follower_is_refused_when_the_masters_disk_is_full(tmp_path):
+    """A follower with room forwards a send (slaveForwardEnable) to a master whose disk is over
+    diskMaxUsedSpaceRatio. The master's guards must refuse it as they refuse a send made to it directly: before,
+    it appended it, and a stale client could fill the master's disk through a follower."""
+    import os
+
+    from bench.repro.disk_full import fill, mount_tmpfs, unmount
+    from rocketraft.devcluster import DevCluster
+
+    if os.geteuid() != 0:
+        if os.environ.get("CI"):
+            pytest.fail("this test mounts a tmpfs and needs root; CI runs as root")
+        pytest.skip("mounting a tmpfs needs root")
+    cluster = DevCluster(str(tmp_path / "c"), broker_settings={"diskCheckIntervalMs": 50})
+    mounts = [cluster.config_of(i).data_dir for i in cluster.ids]
+    try:
+        for mount in mounts:
+            mount_tmpfs(mount, 48)
+        cluster.start()
+        master = cluster.wait_master()
+        cluster.create_topic("forwarded", queue_nums=1)
+        follower = next(i for i in cluster.ids if i != master)
+        stub = messaging_stub(cluster, cluster.address_of[follower])
+
+        def send_via_follower():
+            return stub.SendMessage(svc.SendMessageRequest(messages=[raw_message("forwarded", b"f")]),
+                                    timeout=10).entries[0].status
+
+        assert send_via_follower().code == Code.OK
+        ballast = os.path.join(cluster.config_of(master).data_dir, "ballast")
+        fill(ballast, 92.0)
+        refusal = wait_until(lambda: (s := send_via_follower()).code != Code.OK and s, 5,
+                             "the forwarded send to be refused")
+        master_dir = cluster.config_of(master).data_dir
+        assert "the leader refused it" in refusal.message and "refused the forwarded write" in refusal.message
+        assert f"disk full: {master_dir}" in refusal.message, refusal.message  # the master's disk, named
+        assert cluster.address_of[master] in refusal.message, refusal.message
+        os.remove(ballast)
+        wait_until(lambda: send_via_follower().code == Code.OK, 5, "forwarded sends to be accepted again")
+        assert all(cluster.brokers[i].alive for i in cluster.ids)
+    finally:
+        cluster.stop()
+        for mount in mounts:
+            unmount(mount)
