@@ -18,6 +18,7 @@ import time
 
 import grpc
 
+from rocketraft import parentwatch
 from rocketraft.errors import RocketraftError
 from rocketraft.wire import GRPC_OPTIONS, Code, ipb, ipb_grpc, pb, svc, svc_grpc
 
@@ -247,7 +248,10 @@ async def serve(config: config_mod.BrokerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    watch = parentwatch.start(stop)
     await stop.wait()
+    if watch is not None:
+        watch.cancel()
     log.info("stopping")
     await server.stop()
 

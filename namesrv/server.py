@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from rocketraft import parentwatch
 from rocketraft.errors import (
     BadRequestError,
     OutcomeUnknownError,
@@ -562,10 +563,13 @@ async def _serve_until_signal(listen: str) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    watch = parentwatch.start(stop)
     # The one line a supervisor or test waits for; it carries the real port when --listen used port 0.
     print(f"namesrv listening on {address}", flush=True)
     await stop.wait()
-    log.info("namesrv on %s stopping (signal)", address)
+    if watch is not None:
+        watch.cancel()
+    log.info("namesrv on %s stopping", address)
     await ns.stop()
     return 0
 

@@ -27,6 +27,7 @@ import grpc
 
 from broker import config as broker_config
 from dledger.localcluster import free_port as dledger_free_port
+from rocketraft import parentwatch
 from rocketraft.wire import GRPC_OPTIONS, ipb, ipb_grpc, pb, svc, svc_grpc
 
 READY_TIMEOUT_S = 20.0
@@ -145,6 +146,7 @@ class DevCluster:
     def env(self) -> dict:
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
+        env[parentwatch.ENV] = str(os.getpid())  # the servers stop if this process dies, even by SIGKILL
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         return env
