@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# Creates .venv with rocketraft and its test dependencies, and the system tools the tests use.
+# Creates .venv with rocketraft and its test dependencies, and the system tools the tests use (nftables for
+# partitions, Java for Spark).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v nft >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "installing nftables (network-partition tests) ..."
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables >/dev/null) \
     || echo "warning: could not install nftables; partition tests will be skipped (failed under CI)"
+fi
+if ! command -v java >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "installing a Java runtime (the Spark audit, audit/) ..."
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null) \
+    || echo "warning: could not install Java 17; the audit tests will fail"
 fi
 if [ ! -x .venv/bin/python ]; then
   python3.11 -m venv .venv 2>/dev/null || python3 -m venv .venv
