@@ -185,6 +185,7 @@ class ConsumerBase(AsyncClient):
         deadline = time.monotonic() + budget_s
         last: BaseException | None = None
         rounds = 0
+        refreshing = False
         while True:
             replicas = await self._replicas(topic, broker)
             if spread is not None and replicas:
@@ -199,6 +200,9 @@ class ConsumerBase(AsyncClient):
                     last = exc
                     level = logging.INFO if isinstance(exc, OutcomeUnknownError) else logging.DEBUG
                     log.log(level, "%s on %s failed: %s", what, address, exc)
+                    if not refreshing:  # the next replica may answer, but later calls should not try this one first
+                        self.routes.refresh_soon(topic)
+                        refreshing = True
             rounds += 1
             try:  # the master may have moved: the next call (or round) should go to the new one
                 await self.routes.refresh(topic)

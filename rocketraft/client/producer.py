@@ -215,13 +215,6 @@ class Producer(AsyncClient):
         future = self.send_async(message)
         future.add_done_callback(lambda f: f.exception() and log.debug("oneway send failed: %s", f.exception()))
 
-    def _refresh_soon(self, topic: str) -> None:
-        """Refresh the route in the background: a master that stopped answering (paused, cut off) may still be
-        named by the cached route, and every send would wait out its timeout on it until the next refresh."""
-        refresh = asyncio.ensure_future(self.routes.refresh(topic))
-        refresh.add_done_callback(lambda f: f.cancelled() or f.exception())  # failures only mean "try later"
-        self._track(refresh)
-
     def _track(self, future: asyncio.Future) -> None:
         self._background.add(future)
         future.add_done_callback(self._background.discard)
@@ -289,7 +282,7 @@ class Producer(AsyncClient):
             raise exc
         if kind == "unknown":
             attempts.pinned_group = group.name
-            self._refresh_soon(message.topic)  # even if this send is out of time, the next must not go back blind
+            self.routes.refresh_soon(message.topic)  # even if this send is out of time, the next must not go back blind
         if attempts.time_left() <= 0:
             raise attempts.final_error() from exc
         log.debug("send of %s to %s failed (%s): %s", message.message_id, group.name, kind, exc)

@@ -86,6 +86,7 @@ class Routes:
         self._inflight: dict[str, asyncio.Future] = {}
         self._task: asyncio.Task | None = None
         self.listeners: list = []  # callables(route) told of every fetched route (heartbeats, telemetry)
+        self._background: set[asyncio.Future] = set()
 
     def start(self) -> None:
         if self._task is None:
@@ -107,6 +108,14 @@ class Routes:
     async def get(self, topic: str) -> TopicRoute:
         route = self._routes.get(topic)
         return route if route is not None else await self.refresh(topic)
+
+    def refresh_soon(self, topic: str) -> None:
+        """Refresh in the background after a replica failed: the cached route may still name a master that is
+        dead, paused or cut off, and every call would try it first until the next periodic refresh."""
+        task = asyncio.ensure_future(self.refresh(topic))
+        task.add_done_callback(lambda f: f.cancelled() or f.exception())  # a failure only means "try later"
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def refresh(self, topic: str) -> TopicRoute:
         """Fetch the route now; concurrent callers share one query."""
