@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     matrix_parser.add_argument("--workload", default="queue", choices=workloads.WORKLOADS)
     matrix_parser.add_argument("--audit", action="store_true")
     matrix_parser.add_argument("--runs", type=int, default=1, help="runs of each entry, with different seeds")
+    matrix_parser.add_argument("--seed", type=int, default=1000, help="seed of the first run of each entry")
     matrix_parser.add_argument("--out", default=runner.RunConfig().out_dir)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -122,7 +123,8 @@ def _matrix(args, run_parser) -> int:
     for spec, extra in MATRIX:
         for run_number in range(args.runs):
             flags = ["--workload", args.workload, "--nemesis", spec, "--time-limit", str(args.time_limit),
-                     "--out", args.out, "--seed", str(1000 + run_number), *extra, *(["--audit"] if args.audit else [])]
+                     "--out", args.out, "--seed", str(args.seed + run_number), *extra,
+                     *(["--audit"] if args.audit else [])]
             print(f"== matrix: {' '.join(flags)}", flush=True)
             code, results = runner.run(_config(run_parser.parse_args(flags)))
             _print(results)
