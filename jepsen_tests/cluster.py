@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import subprocess
 import time
 
+from bench.repro.disk_full import fill, mount_tmpfs, unmount, used_percent
 from rocketraft.devcluster import DevCluster
 
 from . import netfault
@@ -46,9 +46,7 @@ class ChaosCluster:
 
     def _mount(self, replica: str) -> None:
         path = self.dev.config_of(replica).data_dir
-        os.makedirs(path, exist_ok=True)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.disk_mib}m", "tmpfs", path], check=True,
-                       capture_output=True)
+        mount_tmpfs(path, self.disk_mib)
         self.mounts[replica] = path
 
     def heal_everything(self) -> None:
@@ -69,7 +67,7 @@ class ChaosCluster:
             self.stop()
         finally:
             for path in self.mounts.values():
-                subprocess.run(["umount", "-l", path], capture_output=True)
+                unmount(path)
             self.mounts.clear()
 
     # -- what the nemesis does ------------------------------------------------------------------------------
@@ -84,7 +82,6 @@ class ChaosCluster:
         return self.dev.brokers[replica].alive
 
     def kill(self, replica: str) -> None:
-        self.signal(replica, signal.SIGCONT)  # a paused process dies just the same, but keep it simple to read
         self.dev.kill(replica)
 
     def restart(self, replica: str) -> None:
@@ -107,17 +104,8 @@ class ChaosCluster:
         """Write a ballast file until the replica's filesystem is `percent` used; returns the use reached."""
         if replica not in self.mounts:
             raise RuntimeError("disk faults need a tmpfs per replica: start the run with --disk-mib (root)")
-        path = self.mounts[replica]
-        stat = os.statvfs(path)
-        total, free = stat.f_blocks * stat.f_frsize, stat.f_bavail * stat.f_frsize
-        ballast_bytes = max(0, int(free - total * (1 - percent / 100)))
-        chunk = b"\0" * (1 << 20)
-        with open(os.path.join(path, BALLAST), "ab") as f:
-            while ballast_bytes > 0:
-                f.write(chunk[:min(len(chunk), ballast_bytes)])
-                ballast_bytes -= len(chunk)
-        stat = os.statvfs(path)
-        return 100.0 * (1 - stat.f_bavail / stat.f_blocks)
+        fill(os.path.join(self.mounts[replica], BALLAST), percent)
+        return used_percent(self.mounts[replica])
 
     def free_disk(self, replica: str) -> None:
         try:

@@ -23,6 +23,8 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
+from rocketraft.wire import MessageType
+
 from . import checker, nemesis, report
 from .cluster import ChaosCluster
 from .history import Recorder
@@ -218,7 +220,7 @@ class Run:
         try:
             log.info("run directory %s", self.dir)
             self.cluster.start()
-            self.cluster.dev.create_topic(TOPIC, message_types=(_fifo_type(),))
+            self.cluster.dev.create_topic(TOPIC, message_types=(MessageType.FIFO,))
             self.cluster.dev.create_group(CONSUMER_GROUP, fifo=True)
             clients = Clients(self.cfg, make_workload(self.cfg.workload, self.cfg.concurrency + self.cfg.consumers
                                                       + 4), self.recorder, self.cluster.namesrv)
@@ -342,11 +344,6 @@ def _audit_summary(audit_result: dict | None) -> dict | None:
     if audit_result is None:
         return None
     return {k: v for k, v in audit_result.items() if k in ("valid", "error", "checks", "groups", "totals", "spark")}
-
-
-def _fifo_type() -> int:
-    from rocketraft.wire import MessageType
-    return MessageType.FIFO
 
 
 def _sleep_until(when: float) -> None:
