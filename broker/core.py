@@ -175,14 +175,14 @@ class Broker:
         # server. Only a refused write (slaveForwardEnable=false) asks it, to name the master's address.
         self.replica_addresses: Callable[[], Awaitable[dict[str, str]]] | None = None
 
-    def _admit_forwarded(self, payloads: list[bytes]) -> tuple[str, str] | None:
+    def _admit_forwarded(self, payloads: Callable[[], list[bytes]]) -> tuple[str, str] | None:
         """On the master, a send a follower forwarded (slaveForwardEnable) passes the same disk and map guards as
         one sent here: the follower's own disk may have room while the master's has none."""
         try:
             self.disk.check()
             self.map_guard.check()
         except (DiskFullError, StoreMapFullError) as exc:
-            if _adds_messages(payloads):
+            if _adds_messages(payloads()):
                 code = "DISK_FULL" if isinstance(exc, DiskFullError) else "STORE_MAP_FULL"
                 return code, f"the master {self.config.advertised} refused the forwarded write: {exc}"
         return None

@@ -386,8 +386,8 @@ class RaftEngine:
         self.config = config
         self._on_failure = on_failure
         self.store = store
-        # (payloads) -> None to admit, or (code, reason) to refuse an append forwarded to this leader
-        self.admission: Callable[[list[bytes]], tuple[str, str] | None] | None = None
+        # (payloads getter) -> None to admit, or (code, reason) to refuse an append forwarded to this leader
+        self.admission: Callable[[Callable[[], list[bytes]]], tuple[str, str] | None] | None = None
         self.journal = journal
         self._apply_fn = apply_fn
         self._after_tick = after_tick
@@ -533,9 +533,13 @@ class RaftEngine:
         admission = self.admission
         if admission is None or not isinstance(command, bytes):
             return None
-        try:
+
+        def payloads() -> list[bytes]:  # decoded only if the admission needs to look (it usually admits at once)
             blob = decode_command(command)
-            return None if blob is None else admission(decode_batch(blob))
+            return [] if blob is None else decode_batch(blob)
+
+        try:
+            return admission(payloads)
         except Exception:  # noqa: BLE001 - a broken check must not stop the leader: admit, and say so
             log.exception("the append admission check failed; admitting the forwarded append")
             return None

@@ -227,11 +227,13 @@ class Replica:
         else:
             self._completions.put((future, None, self._error_for(reason)))
 
-    def set_append_admission(self, admission: Callable[[list[bytes]], tuple[str, str] | None] | None) -> None:
+    def set_append_admission(
+            self, admission: Callable[[Callable[[], list[bytes]]], tuple[str, str] | None] | None) -> None:
         """While this replica leads, `admission(payloads)` is asked, on the Raft thread, about every append a
-        follower forwards to it: None admits it, (code, reason) refuses it and the follower's append fails with
-        AppendRefusedError(reason, refusal=code). It must be cheap and must not block. Appends made on the
-        leader itself are not asked: their caller applies the same check before appending."""
+        follower forwards to it; `payloads()` decodes the append's payloads, so call it only when needed. None
+        admits it, (code, reason) refuses it and the follower's append fails with AppendRefusedError(reason,
+        refusal=code). It must be cheap and must not block. Appends made on the leader itself are not asked:
+        their caller applies the same check before appending."""
         self._engine.admission = admission
 
     def _error_for(self, reason) -> DledgerError:
