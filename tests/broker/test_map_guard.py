@@ -2,13 +2,42 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from brokerkit import messaging_stub, raw_message, wait_until
 
+from bench.repro.disk_full import fill, mount_tmpfs, unmount
 from broker import config as broker_config
+from rocketraft.devcluster import DevCluster
 from rocketraft.wire import Code, svc
 
 MiB = 1024 * 1024
+
+
+@pytest.fixture
+def tmpfs_cluster(tmp_path):
+    """A started 3-replica cluster whose replicas each store on a 48 MiB tmpfs of their own (needs root)."""
+    if os.geteuid() != 0:
+        if os.environ.get("CI"):
+            pytest.fail("this test mounts a tmpfs and needs root; CI runs as root")
+        pytest.skip("mounting a tmpfs needs root")
+    made: list[tuple[DevCluster, list[str]]] = []
+
+    def make(**broker_settings) -> DevCluster:
+        cluster = DevCluster(str(tmp_path / f"c{len(made)}"), broker_settings=broker_settings)
+        mounts = [cluster.config_of(i).data_dir for i in cluster.ids]
+        made.append((cluster, mounts))
+        for mount in mounts:
+            mount_tmpfs(mount, 48)
+        cluster.start()
+        return cluster
+
+    yield make
+    for cluster, mounts in made:
+        cluster.stop()
+        for mount in mounts:
+            unmount(mount)
 
 
 def test_the_map_ratio_defaults_to_90_and_a_bad_value_is_refused_by_name():
@@ -52,42 +81,24 @@ def test_a_nearly_full_map_refuses_sends_by_name_and_every_replica_keeps_serving
         assert "MDB_MAP_FULL" not in log and "stopped:" not in log, replica_id
 
 
-def test_a_replica_that_stops_itself_leaves_the_routes_at_once(tmp_path):
+def test_a_replica_that_stops_itself_leaves_the_routes_at_once(tmpfs_cluster):
     """A follower whose own filesystem fills up stops (loudly). A stopped replica must not stay registered: it
     kept reporting its last role (once even LEADER) and could have been routed to."""
-    import os
-
-    from bench.repro.disk_full import fill, mount_tmpfs, unmount
-    from rocketraft.devcluster import DevCluster
-
-    if os.geteuid() != 0:
-        if os.environ.get("CI"):
-            pytest.fail("this test mounts a tmpfs and needs root; CI runs as root")
-        pytest.skip("mounting a tmpfs needs root")
-    cluster = DevCluster(str(tmp_path / "c"), broker_settings={"diskMaxUsedSpaceRatio": 99})
-    mounts = [cluster.config_of(i).data_dir for i in cluster.ids]
-    try:
-        for mount in mounts:
-            mount_tmpfs(mount, 48)
-        cluster.start()
-        master = cluster.wait_master()
-        cluster.create_topic("overfull", queue_nums=1)
-        follower = next(i for i in cluster.ids if i != master)
-        fill(os.path.join(cluster.config_of(follower).data_dir, "ballast"), 97.0)
-        stub = messaging_stub(cluster, cluster.address_of[master])
-        for _ in range(64):  # 4 MiB more than the follower has room for
-            stub.SendMessage(svc.SendMessageRequest(
-                messages=[raw_message("overfull", b"m" * 16 * 1024) for _ in range(4)]), timeout=10)
-        wait_until(lambda: "stopped" in open(cluster.brokers[follower].log_path, errors="replace").read(), 10,
-                   f"{follower} to stop on its full filesystem")
-        wait_until(lambda: follower not in registered(cluster), 5, f"{follower} to leave the NameServer")
-        assert "unregistering from the NameServers" in open(cluster.brokers[follower].log_path,
-                                                             errors="replace").read()
-        assert master in registered(cluster)
-    finally:
-        cluster.stop()
-        for mount in mounts:
-            unmount(mount)
+    cluster = tmpfs_cluster(diskMaxUsedSpaceRatio=99)
+    master = cluster.wait_master()
+    cluster.create_topic("overfull", queue_nums=1)
+    follower = next(i for i in cluster.ids if i != master)
+    fill(os.path.join(cluster.config_of(follower).data_dir, "ballast"), 97.0)
+    stub = messaging_stub(cluster, cluster.address_of[master])
+    for _ in range(64):  # 4 MiB more than the follower has room for
+        stub.SendMessage(svc.SendMessageRequest(
+            messages=[raw_message("overfull", b"m" * 16 * 1024) for _ in range(4)]), timeout=10)
+    wait_until(lambda: "stopped" in open(cluster.brokers[follower].log_path, errors="replace").read(), 10,
+               f"{follower} to stop on its full filesystem")
+    wait_until(lambda: follower not in registered(cluster), 5, f"{follower} to leave the NameServer")
+    assert "unregistering from the NameServers" in open(cluster.brokers[follower].log_path,
+                                                         errors="replace").read()
+    assert master in registered(cluster)
 
 
 def registered(cluster) -> set[str]:
@@ -98,47 +109,29 @@ def registered(cluster) -> set[str]:
     return {r.replica_id for g in info.groups for r in g.replicas}
 
 
-def test_a_write_forwarded_by_a_follower_is_refused_when_the_masters_disk_is_full(tmp_path):
+def test_a_write_forwarded_by_a_follower_is_refused_when_the_masters_disk_is_full(tmpfs_cluster):
     """A follower with room forwards a send (slaveForwardEnable) to a master whose disk is over
     diskMaxUsedSpaceRatio. The master's guards must refuse it as they refuse a send made to it directly: before,
     it appended it, and a stale client could fill the master's disk through a follower."""
-    import os
+    cluster = tmpfs_cluster(diskCheckIntervalMs=50)
+    master = cluster.wait_master()
+    cluster.create_topic("forwarded", queue_nums=1)
+    follower = next(i for i in cluster.ids if i != master)
+    stub = messaging_stub(cluster, cluster.address_of[follower])
 
-    from bench.repro.disk_full import fill, mount_tmpfs, unmount
-    from rocketraft.devcluster import DevCluster
+    def send_via_follower():
+        return stub.SendMessage(svc.SendMessageRequest(messages=[raw_message("forwarded", b"f")]),
+                                timeout=10).entries[0].status
 
-    if os.geteuid() != 0:
-        if os.environ.get("CI"):
-            pytest.fail("this test mounts a tmpfs and needs root; CI runs as root")
-        pytest.skip("mounting a tmpfs needs root")
-    cluster = DevCluster(str(tmp_path / "c"), broker_settings={"diskCheckIntervalMs": 50})
-    mounts = [cluster.config_of(i).data_dir for i in cluster.ids]
-    try:
-        for mount in mounts:
-            mount_tmpfs(mount, 48)
-        cluster.start()
-        master = cluster.wait_master()
-        cluster.create_topic("forwarded", queue_nums=1)
-        follower = next(i for i in cluster.ids if i != master)
-        stub = messaging_stub(cluster, cluster.address_of[follower])
-
-        def send_via_follower():
-            return stub.SendMessage(svc.SendMessageRequest(messages=[raw_message("forwarded", b"f")]),
-                                    timeout=10).entries[0].status
-
-        assert send_via_follower().code == Code.OK
-        ballast = os.path.join(cluster.config_of(master).data_dir, "ballast")
-        fill(ballast, 92.0)
-        refusal = wait_until(lambda: (s := send_via_follower()).code != Code.OK and s, 5,
-                             "the forwarded send to be refused")
-        master_dir = cluster.config_of(master).data_dir
-        assert "the leader refused it" in refusal.message and "refused the forwarded write" in refusal.message
-        assert f"disk full: {master_dir}" in refusal.message, refusal.message  # the master's disk, named
-        assert cluster.address_of[master] in refusal.message, refusal.message
-        os.remove(ballast)
-        wait_until(lambda: send_via_follower().code == Code.OK, 5, "forwarded sends to be accepted again")
-        assert all(cluster.brokers[i].alive for i in cluster.ids)
-    finally:
-        cluster.stop()
-        for mount in mounts:
-            unmount(mount)
+    assert send_via_follower().code == Code.OK
+    ballast = os.path.join(cluster.config_of(master).data_dir, "ballast")
+    fill(ballast, 92.0)
+    refusal = wait_until(lambda: (s := send_via_follower()).code != Code.OK and s, 5,
+                         "the forwarded send to be refused")
+    master_dir = cluster.config_of(master).data_dir
+    assert "the leader refused it" in refusal.message and "refused the forwarded write" in refusal.message
+    assert f"disk full: {master_dir}" in refusal.message, refusal.message  # the master's disk, named
+    assert cluster.address_of[master] in refusal.message, refusal.message
+    os.remove(ballast)
+    wait_until(lambda: send_via_follower().code == Code.OK, 5, "forwarded sends to be accepted again")
+    assert all(cluster.brokers[i].alive for i in cluster.ids)
