@@ -20,6 +20,11 @@ def test_hand_framed_send_request_equals_protobufs_encoding_and_parses_back(item
     framed = encode_send_request(wires)
     parsed = svc.SendMessageRequest.FromString(framed)
     assert [pb.Message.FromString(w) for w in wires] == list(parsed.messages)
-    assert framed == svc.SendMessageRequest(messages=list(parsed.messages)).SerializeToString()
+    rebuilt = svc.SendMessageRequest(messages=list(parsed.messages))
+    assert parsed == rebuilt and len(framed) == rebuilt.ByteSize()  # the framing adds exactly protobuf's bytes
+    # Byte for byte only where protobuf's own bytes are fixed: it writes map entries (user_properties) in no
+    # guaranteed order, so two encodings of one message with 2+ properties may differ in their order alone.
+    if all(len(m.user_properties) <= 1 for m in parsed.messages):
+        assert framed == rebuilt.SerializeToString()
     assert list(parsed.messages)[0].body == messages[0].body
     assert to_pb(messages[0]).system_properties.message_id == "id0"
