@@ -259,7 +259,7 @@ def _send_fields(send, bodies: bool) -> tuple[str, str, list[str], str | None]:
     """topic, message id, keys, body text: from the send's copies, or its message in older logs (or for bodies)."""
     message = None
     if bodies or not send.topic:
-        from rocketraft.wire import pb
+        from rocketraft.protocol.wire import pb
 
         message = pb.Message.FromString(send.message)
     if send.topic:

@@ -136,7 +136,7 @@ async def latency(namesrv: str, messages: int) -> dict:
 
 async def rpc(cluster: DevCluster, calls: int) -> dict:
     """The floor under any send: a bare Heartbeat round trip (no Raft, no disk) to the NameServer and the master."""
-    from rocketraft.wire import svc
+    from rocketraft.protocol.wire import svc
 
     out = {}
     async with Producer(cluster.namesrv_address, topics=[TOPIC]) as producer:

@@ -26,16 +26,15 @@ import time
 from dataclasses import dataclass, field
 
 import dledger
-from rocketraft.errors import (
-    DiskFullError,
+from rocketraft.protocol.errors import (
     NotMasterError,
     OutcomeUnknownError,
     RocketraftError,
-    StoreMapFullError,
     StoreUnavailableError,
     TooManyRequestsError,
+    refusal_error,
 )
-from rocketraft.wire import Code
+from rocketraft.protocol.wire import Code
 
 from .config import BrokerConfig
 
@@ -239,13 +238,13 @@ def _not_master(exc: dledger.NotLeaderError) -> RocketraftError:
     return NotMasterError(f"not the master: {exc}", getattr(exc, "leader_address", None))
 
 
-MAP_FULL_MARKERS = ("STORE_MAP_FULL", "MDB_MAP_FULL", "MapFullError")
+MAP_FULL_MARKERS = ("MDB_MAP_FULL", "MapFullError")
 
 
 def is_map_full(exc: BaseException) -> bool:
     """LMDB's map (its reserved address space) is full: reported as such, never as a full disk. dledger raises
     StoreFullError, or its replica stops on lmdb.MapFullError and later errors carry that failure's text."""
-    return getattr(exc, "code", "") == "STORE_MAP_FULL" or any(m in str(exc) for m in MAP_FULL_MARKERS)
+    return any(m in str(exc) for m in MAP_FULL_MARKERS)
 
 
 def map_dledger_error(exc: BaseException, map_size_bytes: int | None = None, store_path: str = "",
@@ -260,9 +259,7 @@ def map_dledger_error(exc: BaseException, map_size_bytes: int | None = None, sto
             f"{disk}. The replica stopped writing to protect committed data (reads of applied data go on): restart "
             f"it with a larger storeMapSizeBytes; committed messages are kept. ({exc})")
     if isinstance(exc, dledger.AppendRefusedError):  # the master's guards refused a write this replica forwarded
-        refused = {"DISK_FULL": DiskFullError, "STORE_MAP_FULL": StoreMapFullError}.get(exc.refusal,
-                                                                                      StoreUnavailableError)
-        return refused(str(exc))
+        return refusal_error(exc.refusal, str(exc))
     if isinstance(exc, dledger.AppendQueueFullError):
         return TooManyRequestsError(f"busy: {exc}")
     if isinstance(exc, dledger.ReplicaClosedError):

@@ -14,8 +14,8 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from rocketraft.errors import RocketraftError
-from rocketraft.wire import Code, pb
+from rocketraft.protocol.errors import RocketraftError
+from rocketraft.protocol.wire import Code, pb
 
 log = logging.getLogger(__name__)
 

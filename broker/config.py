@@ -15,11 +15,11 @@ import tomllib
 from dataclasses import dataclass, fields
 
 from dledger.config import ReplicaConfig
+from rocketraft.protocol import limits
+from rocketraft.protocol.limits import DELAY_LEVELS
 
 STORE_MAP_SIZE_BYTES_MIN = 16 * 1024 * 1024
 
-# RocketMQ's 18 delay levels (messageDelayLevel).
-DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
@@ -50,8 +50,8 @@ class BrokerConfig:
     # a slave (follower) forwards writes to the master through Raft; false: it refuses them, naming the master
     slaveForwardEnable: bool = True
     # limits
-    maxMessageSize: int = 4 * 1024 * 1024
-    messagePropertiesBytesMax: int = 16 * 1024
+    maxMessageSize: int = limits.BODY_BYTES_MAX
+    messagePropertiesBytesMax: int = limits.PROPERTIES_BYTES_MAX
     diskMaxUsedSpaceRatio: int = 75
     diskCheckIntervalMs: int = 1000
     # sends are refused once this replica's LMDB map (storeMapSizeBytes) is more than this percent used, so
@@ -65,19 +65,19 @@ class BrokerConfig:
     # topics and groups
     autoCreateTopicEnable: bool = False
     autoCreateSubscriptionGroup: bool = True
-    defaultTopicQueueNums: int = 8
-    topicQueueNumsMax: int = 1024
-    maxReconsumeTimes: int = 16  # max delivery attempts = maxReconsumeTimes + 1, then %DLQ%<group>
+    defaultTopicQueueNums: int = limits.QUEUES_PER_TOPIC_DEFAULT
+    topicQueueNumsMax: int = limits.QUEUE_NUMS_MAX
+    maxReconsumeTimes: int = limits.MAX_RECONSUME_TIMES  # delivery attempts = maxReconsumeTimes + 1, then %DLQ%<group>
     # consumption
     defaultInvisibleTimeMillis: int = 60_000  # push consumers (auto_renew) get this invisibility
-    invisibleTimeMillisMin: int = 1_000
-    invisibleTimeMillisMax: int = 12 * 3_600_000
-    longPollingTimeoutMillisMax: int = 30_000
-    receiveBatchSizeMax: int = 64
+    invisibleTimeMillisMin: int = limits.INVISIBLE_MS_MIN
+    invisibleTimeMillisMax: int = limits.INVISIBLE_MS_MAX
+    longPollingTimeoutMillisMax: int = limits.LONG_POLLING_MS_MAX
+    receiveBatchSizeMax: int = limits.RECEIVE_BATCH_SIZE_MAX
     popScanOffsetsMax: int = 2048  # offsets one pop looks at per queue (filtered-out messages count)
     # delayed and transactional messages
     messageDelayLevel: str = DELAY_LEVELS
-    timerMaxDelayMillis: int = 40 * 86_400_000
+    timerMaxDelayMillis: int = limits.DELIVERY_DELAY_MS_MAX
     timerCheckIntervalMillis: int = 100
     transactionTimeOut: int = 6_000  # a half message older than this is checked back
     transactionCheckInterval: int = 30_000

@@ -19,7 +19,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import dledger
-from rocketraft.errors import (
+from rocketraft.proto import store_pb2 as spb
+from rocketraft.protocol.errors import (
     BadRequestError,
     DiskFullError,
     NotMasterError,
@@ -27,19 +28,19 @@ from rocketraft.errors import (
     StoreMapFullError,
     TopicNotFoundError,
 )
-from rocketraft.proto import store_pb2 as spb
-from rocketraft.wire import Code, MessageType, ipb, pb
+from rocketraft.protocol.limits import DELAY_LEVEL_PROPERTY, QUEUE_ID_PROPERTY
+from rocketraft.protocol.routing import message_group_slot
+from rocketraft.protocol.rules import tag_filter
+from rocketraft.protocol.wire import Code, MessageType, ipb, pb
 
 from . import tables as t
 from . import validation
 from .batcher import Batcher, map_dledger_error
 from .config import BrokerConfig
-from .statemachine import ApplyError, BrokerStateMachine, HandleResult, Popped, SendResult, tag_filter
+from .statemachine import ApplyError, BrokerStateMachine, HandleResult, Popped, SendResult
 
 log = logging.getLogger(__name__)
 
-DELAY_LEVEL_PROPERTY = "DELAY"  # RocketMQ's delayTimeLevel property: 1..18
-QUEUE_ID_PROPERTY = "QUEUE_ID"  # the producer chose the queue (decimal); routing only, not stored
 NO_MESSAGE_WAIT_S_MAX = 1.0  # a long poll re-checks at least this often (expired invisibility)
 FOLLOWER_CATCH_UP_S = 1.0  # how long a non-master waits for a topic it has not applied yet
 EMPTY_POPS_BEFORE_WAIT = 4  # pops that found nothing (all filtered out) before a long poll waits again
@@ -183,8 +184,7 @@ class Broker:
             self.map_guard.check()
         except (DiskFullError, StoreMapFullError) as exc:
             if _adds_messages(payloads()):
-                code = "DISK_FULL" if isinstance(exc, DiskFullError) else "STORE_MAP_FULL"
-                return code, f"the master {self.config.advertised} refused the forwarded write: {exc}"
+                return exc.reason.value, f"the master {self.config.advertised} refused the forwarded write: {exc}"
         return None
 
     @staticmethod
@@ -474,7 +474,7 @@ class Broker:
 
     def _choose_queue(self, message_group: str, queue_nums: int) -> int:
         if message_group:  # stable per message group: the group's order lives in one queue
-            return zlib.crc32(message_group.encode()) % queue_nums
+            return message_group_slot(message_group, queue_nums)
         return next(self._round_robin) % queue_nums
 
     async def end_transaction(self, topic: str, message_id: str, transaction_id: str, commit: bool) -> None:

@@ -6,8 +6,9 @@ follower may be a few entries behind its master). Nothing here writes.
 
 from __future__ import annotations
 
-from rocketraft.errors import BadRequestError
-from rocketraft.wire import ipb, pb
+from rocketraft.protocol.errors import BadRequestError
+from rocketraft.protocol.names import retry_topic
+from rocketraft.protocol.wire import ipb, pb
 
 from . import tables as t
 from . import validation
@@ -15,12 +16,7 @@ from .core import Broker
 
 QUERY_MESSAGES_DEFAULT = 32
 QUERY_MESSAGES_MAX = 1000
-RETRY_TOPIC_PREFIX = "%RETRY%"
 _AFTER_SEP = b"\x01"  # the byte after tables.SEP: seeking to prefix + name + it skips past that name's keys
-
-
-def retry_topic(group: str) -> str:
-    return RETRY_TOPIC_PREFIX + group
 
 
 # -- messages -------------------------------------------------------------------------------------------------

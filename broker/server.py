@@ -19,8 +19,8 @@ import time
 import grpc
 
 from rocketraft import parentwatch
-from rocketraft.errors import RocketraftError
-from rocketraft.wire import GRPC_OPTIONS, Code, ipb, ipb_grpc, pb, svc, svc_grpc
+from rocketraft.protocol.errors import RocketraftError
+from rocketraft.protocol.wire import GRPC_OPTIONS, Code, ipb, ipb_grpc, pb, svc, svc_grpc
 
 from . import config as config_mod
 from .clients import ClientRegistry

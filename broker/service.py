@@ -12,19 +12,17 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable
 
-from rocketraft.errors import RocketraftError, to_status
-from rocketraft.wire import Code, ipb, ipb_grpc, pb, svc, svc_grpc
+from rocketraft.protocol.errors import RocketraftError, to_status
+from rocketraft.protocol.limits import PUSH_LONG_POLLING_MS, PUSH_RECEIVE_BATCH_SIZE, RETRY_BACKOFF_S
+from rocketraft.protocol.routing import allocate_averagely, one_queue_per_group, readable_master_queues
+from rocketraft.protocol.wire import Code, ipb, ipb_grpc, pb, svc, svc_grpc
 
 from . import queries, validation
-from .assignment import READABLE, allocate_averagely, readable_master_queues
 from .clients import ClientRegistry
 from .core import Broker, Sent, ok_status
 
 log = logging.getLogger(__name__)
 
-PUSH_LONG_POLLING_S = 20
-PUSH_BATCH_SIZE = 32
-RETRY_BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
 DEADLINE_MARGIN_S = 0.3  # answer a long poll this long before the client's deadline
 
 
@@ -158,8 +156,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             sub.group.CopyFrom(theirs.subscription.group)
             sub.subscriptions.extend(theirs.subscription.subscriptions)
             sub.fifo = group.fifo
-            sub.receive_batch_size = PUSH_BATCH_SIZE
-            sub.long_polling_timeout.seconds = PUSH_LONG_POLLING_S
+            sub.receive_batch_size = PUSH_RECEIVE_BATCH_SIZE
+            sub.long_polling_timeout.FromMilliseconds(PUSH_LONG_POLLING_MS)
             settings.backoff_policy.max_attempts = group.max_delivery_attempts
             for seconds in RETRY_BACKOFF_S:
                 settings.backoff_policy.customized_backoff.next.add(seconds=seconds)
@@ -354,18 +352,13 @@ class BrokerAdminService(ipb_grpc.BrokerAdminServicer):
 
 def _group_assignments(route: list[pb.MessageQueue]) -> list[pb.Assignment]:
     """One assignment per broker group's readable master entry: a receive pops from every queue of that group."""
-    seen, assignments = set(), []
-    for queue in route:
-        if queue.broker.id == 0 and queue.broker.name not in seen and queue.permission in READABLE:
-            seen.add(queue.broker.name)
-            assignments.append(pb.Assignment(message_queue=queue))
-    return assignments
+    return [pb.Assignment(message_queue=queue) for queue in one_queue_per_group(route)]
 
 
-async def _admin_call(operation: Awaitable[None]) -> ipb.BrokerCreateTopicResponse:
+async def _admin_call(operation: Awaitable[None]) -> ipb.BrokerChangeResponse:
     try:
         await operation
-        return ipb.BrokerCreateTopicResponse(code=Code.OK, message="OK")
+        return ipb.BrokerChangeResponse(code=Code.OK, message="OK")
     except Exception as exc:  # noqa: BLE001 - every failure is answered with a code
         status = _status_of(exc)
-        return ipb.BrokerCreateTopicResponse(code=status.code, message=status.message)
+        return ipb.BrokerChangeResponse(code=status.code, message=status.message)

@@ -17,18 +17,13 @@ from typing import NamedTuple
 
 from dledger import LogEntry, Store, read_payloads
 from rocketraft.proto import store_pb2 as spb
-from rocketraft.wire import Code, ipb, pb
+from rocketraft.protocol.names import dlq_topic
+from rocketraft.protocol.rules import tag_filter
+from rocketraft.protocol.wire import Code, ipb, pb
 
 from . import tables as t
 
 log = logging.getLogger(__name__)
-
-DLQ_PREFIX = "%DLQ%"
-
-
-def dlq_topic(group: str) -> str:
-    return DLQ_PREFIX + group
-
 
 @dataclass(frozen=True)
 class ApplyError:
@@ -74,14 +69,6 @@ def decode_handle(handle: str) -> tuple[int, int, int] | None:
     except ValueError:
         return None
     return queue, offset, gen
-
-
-def tag_filter(filter_type: int, expression: str) -> frozenset[str] | None:
-    """None matches every tag; otherwise the set of accepted tags (`TagA || TagB`)."""
-    expression = expression.strip()
-    if filter_type == pb.FilterType.SQL or expression in ("", "*"):
-        return None
-    return frozenset(tag.strip() for tag in expression.split("||") if tag.strip())
 
 
 def send_fields(send: spb.SendCommand) -> tuple[str, str, str]:

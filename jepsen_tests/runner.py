@@ -23,7 +23,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
-from rocketraft.wire import MessageType
+from rocketraft.protocol.wire import MessageType
 
 from . import checker, nemesis, report
 from .cluster import ChaosCluster

@@ -17,7 +17,7 @@ from typing import Protocol
 from rocketraft.client.message import Message
 from rocketraft.client.producer import Producer, classify
 from rocketraft.client.simple_consumer import SimpleConsumer
-from rocketraft.errors import RocketraftError
+from rocketraft.protocol.errors import RocketraftError
 
 TOPIC = "jepsen"
 CONSUMER_GROUP = "jepsen-consumers"

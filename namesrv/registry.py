@@ -15,25 +15,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from rocketraft.errors import BadRequestError, TopicNotFoundError
-from rocketraft.names import check_group_name, check_topic_name
-from rocketraft.wire import (
-    ALL_MESSAGE_TYPES,
-    PERM_READ,
-    PERM_READ_WRITE,
-    PERM_WRITE,
-    endpoints,
-    ipb,
-    pb,
-    permission_of,
-    split_address,
-)
+from rocketraft.protocol.errors import BadRequestError, TopicNotFoundError
+from rocketraft.protocol.limits import QUEUE_NUMS_MAX, QUEUES_PER_TOPIC_DEFAULT
+from rocketraft.protocol.names import check_group_name, check_topic_name
+from rocketraft.protocol.routing import MASTER_BROKER_ID, PERM_READ, PERM_READ_WRITE, PERM_WRITE, permission_of
+from rocketraft.protocol.wire import ALL_MESSAGE_TYPES, endpoints, ipb, pb, split_address
 
 ROLE_MASTER = "LEADER"
 HEARTBEAT_TIMEOUT_MS_DEFAULT = 3000
 HEARTBEAT_TIMEOUT_MS_MAX = 10 * 60 * 1000  # a replica silent longer than this is surely gone
-DEFAULT_QUEUE_NUMS = 8  # RocketMQ's defaultTopicQueueNums
-QUEUE_NUMS_MAX = 1024
+DEFAULT_QUEUE_NUMS = QUEUES_PER_TOPIC_DEFAULT
 REPLICAS_MAX = 4096  # registrations held at once; a bound, far above any real cluster
 VALID_MESSAGE_TYPES = frozenset(ALL_MESSAGE_TYPES)
 
@@ -74,7 +65,7 @@ def check_registration(reg: ipb.BrokerRegistration) -> None:
     if ":" in reg.group:
         # Recall handles are "<group>:<opaque>", so a group name with ':' could not be recalled from.
         raise BadRequestError(f"{who}: group names must not contain ':'")
-    if reg.follower_broker_id < 1:
+    if reg.follower_broker_id <= MASTER_BROKER_ID:
         raise BadRequestError(f"{who}: follower_broker_id is {reg.follower_broker_id}; it must be >= 1 "
                               f"(brokerId 0 is reserved for the master)")
     try:
@@ -310,7 +301,7 @@ class RouteRegistry:
             if master is not None:
                 queues.append(pb.MessageQueue(
                     topic=resource, id=queue_id, permission=permission_of(config.perm),
-                    broker=pb.Broker(name=group, id=0, endpoints=endpoints(master.reg.address)),
+                    broker=pb.Broker(name=group, id=MASTER_BROKER_ID, endpoints=endpoints(master.reg.address)),
                     accept_message_types=accept))
             for f in followers:
                 queues.append(pb.MessageQueue(

@@ -20,18 +20,18 @@ from dataclasses import dataclass
 import grpc
 
 from rocketraft import parentwatch
-from rocketraft.errors import (
+from rocketraft.protocol.errors import (
     BadRequestError,
     OutcomeUnknownError,
     RocketraftError,
     TopicNotFoundError,
     to_status,
 )
-from rocketraft.names import check_topic_name
-from rocketraft.wire import (
+from rocketraft.protocol.names import check_topic_name
+from rocketraft.protocol.routing import PERM_READ_WRITE
+from rocketraft.protocol.wire import (
     ALL_MESSAGE_TYPES,
     GRPC_OPTIONS,
-    PERM_READ_WRITE,
     Code,
     ipb,
     ipb_grpc,
@@ -85,7 +85,7 @@ class NameServer:
         self._sweeper: asyncio.Task | None = None
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._closing: set[asyncio.Task] = set()
-        self._auto_creating: dict[str, asyncio.Future[list[ipb.TopicResult]]] = {}
+        self._auto_creating: dict[str, asyncio.Future[list[ipb.GroupResult]]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -221,7 +221,7 @@ class NameServer:
             causes = "; ".join(r.message for r in results if not r.ok) or "no group allows auto-creation"
             raise TopicNotFoundError(f"topic {topic!r} did not exist and auto-creating it failed: {causes}") from None
 
-    async def _auto_create(self, topic: str, queue_nums: int) -> list[ipb.TopicResult]:
+    async def _auto_create(self, topic: str, queue_nums: int) -> list[ipb.GroupResult]:
         # Many clients asking for the same new topic at once cause one fan-out, not one each; shield() keeps a
         # client that gives up from cancelling the fan-out the others wait for.
         task = self._auto_creating.get(topic)
@@ -236,60 +236,60 @@ class NameServer:
         return await asyncio.shield(task)
 
     async def create_topic(self, cluster: str, topic: ipb.TopicConfig,
-                           auto_create_only: bool = False) -> list[ipb.TopicResult]:
+                           auto_create_only: bool = False) -> list[ipb.GroupResult]:
         """Create topic on the master of every group of cluster ("" = all); one result per group."""
         try:
             check_topic_config(topic)
         except BadRequestError as e:
-            return [ipb.TopicResult(group="", ok=False, code=e.code, message=e.message)]
+            return [ipb.GroupResult(group="", ok=False, code=e.code, message=e.message)]
         op = _Fanout("CreateTopic", f"topic {topic.name}", ipb.BrokerCreateTopicRequest(topic=topic), "created",
                      "the topic may or may not exist there now; CreateTopic is idempotent, run it again",
                      lambda group: self.registry.add_topic(group, topic, self.clock_ms()),
                      f" ({topic.queue_nums} queues, perm {topic.perm})")
         return await self._fan_out(cluster, op, auto_create_only)
 
-    async def create_group(self, cluster: str, group: ipb.GroupConfig) -> list[ipb.TopicResult]:
+    async def create_group(self, cluster: str, group: ipb.GroupConfig) -> list[ipb.GroupResult]:
         """Create or update consumer group `group` on the master of every group of cluster ("" = all)."""
         try:
             check_group_config(group)
         except BadRequestError as e:
-            return [ipb.TopicResult(group="", ok=False, code=e.code, message=e.message)]
+            return [ipb.GroupResult(group="", ok=False, code=e.code, message=e.message)]
         op = _Fanout("CreateGroup", f"consumer group {group.name}", ipb.BrokerCreateGroupRequest(group=group),
                      "created", "the group may or may not be created there now; CreateGroup is idempotent, run it "
                      "again", detail=f" (fifo {group.fifo}, max delivery attempts "
                                      f"{group.max_delivery_attempts or 'default'})")
         return await self._fan_out(cluster, op)
 
-    async def delete_topic(self, cluster: str, topic: str) -> list[ipb.TopicResult]:
+    async def delete_topic(self, cluster: str, topic: str) -> list[ipb.GroupResult]:
         """Delete topic on the master of every group of cluster ("" = all); its route goes with it."""
         try:
             check_topic_name(topic)
         except BadRequestError as e:
-            return [ipb.TopicResult(group="", ok=False, code=e.code, message=e.message)]
+            return [ipb.GroupResult(group="", ok=False, code=e.code, message=e.message)]
         op = _Fanout("DeleteTopic", f"topic {topic}", ipb.BrokerDeleteTopicRequest(topic=topic), "deleted",
                      "the topic may or may not be deleted there now; run DeleteTopic again (TOPIC_NOT_FOUND then "
                      "means it is gone)",
                      lambda group: self.registry.remove_topic(group, topic, self.clock_ms()))
         return await self._fan_out(cluster, op)
 
-    async def _fan_out(self, cluster: str, op: _Fanout, auto_create_only: bool = False) -> list[ipb.TopicResult]:
+    async def _fan_out(self, cluster: str, op: _Fanout, auto_create_only: bool = False) -> list[ipb.GroupResult]:
         targets = self.registry.groups_for_create(cluster, auto_create_only, now_ms=self.clock_ms())
         if not targets:
             return [self._no_groups_result(cluster, op)]
         return list(await asyncio.gather(*(self._call_master(g, addr, op) for g, addr in targets)))
 
-    def _no_groups_result(self, cluster: str, op: _Fanout) -> ipb.TopicResult:
+    def _no_groups_result(self, cluster: str, op: _Fanout) -> ipb.GroupResult:
         known = ", ".join(self.registry.clusters(self.clock_ms())) or "none"
         where = f"in cluster {cluster!r}" if cluster else "with this NameServer"
-        return ipb.TopicResult(group="", ok=False, code=Code.NOT_FOUND,
+        return ipb.GroupResult(group="", ok=False, code=Code.NOT_FOUND,
                                message=f"no broker group is registered {where} (clusters known: {known}); start "
                                        f"the brokers or check the cluster name, then run {op.method} again")
 
-    async def _call_master(self, group: str, address: str | None, op: _Fanout) -> ipb.TopicResult:
+    async def _call_master(self, group: str, address: str | None, op: _Fanout) -> ipb.GroupResult:
         if address is None:
             roles = ", ".join(f"{r.replica_id} {r.role} term {r.term}"
                               for r in self.registry.replicas_of(group, self.clock_ms()))
-            return ipb.TopicResult(group=group, ok=False, code=Code.HA_NOT_AVAILABLE,
+            return ipb.GroupResult(group=group, ok=False, code=Code.HA_NOT_AVAILABLE,
                                    message=f"group {group} has no master right now ({roles}); run {op.method} "
                                            f"again once it has elected one")
         timeout_ms = self.create_topic_timeout_ms
@@ -300,18 +300,18 @@ class NameServer:
             return _fan_out_rpc_failed(group, address, timeout_ms, op, e)
         except Exception as e:
             log.exception("%s of %s on group %s at %s failed", op.method, op.subject, group, address)
-            return ipb.TopicResult(group=group, ok=False, code=Code.INTERNAL_ERROR,
+            return ipb.GroupResult(group=group, ok=False, code=Code.INTERNAL_ERROR,
                                    message=f"group {group}: {op.method} at {address} failed: {type(e).__name__}: {e}")
         if reply.code != Code.OK:
             log.warning("group %s master at %s refused %s: %d %s", group, address, op.subject, reply.code,
                         reply.message)
-            return ipb.TopicResult(group=group, ok=False, code=reply.code or Code.INTERNAL_ERROR,
+            return ipb.GroupResult(group=group, ok=False, code=reply.code or Code.INTERNAL_ERROR,
                                    message=f"group {group}: the master at {address} refused {op.subject}: "
                                            f"{reply.message or 'no message (and no code)'}")
         if op.on_ok is not None:
             op.on_ok(group)
         log.info("%s %s on group %s%s", op.subject, op.done, group, op.detail)
-        return ipb.TopicResult(group=group, ok=True, code=Code.OK, message="OK")
+        return ipb.GroupResult(group=group, ok=True, code=Code.OK, message="OK")
 
     async def recall(self, request: svc.RecallMessageRequest, time_remaining_s: float | None = None
                      ) -> svc.RecallMessageResponse:
@@ -360,7 +360,7 @@ class _Fanout:
 
 
 def _fan_out_rpc_failed(group: str, address: str, timeout_ms: int, op: _Fanout,
-                        e: grpc.aio.AioRpcError) -> ipb.TopicResult:
+                        e: grpc.aio.AioRpcError) -> ipb.GroupResult:
     if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
         code = Code.PROXY_TIMEOUT
         message = (f"group {group}: the master at {address} did not answer {op.method} within {timeout_ms} ms; "
@@ -369,7 +369,7 @@ def _fan_out_rpc_failed(group: str, address: str, timeout_ms: int, op: _Fanout,
         code = Code.HA_NOT_AVAILABLE
         message = f"group {group}: cannot reach the master at {address} (gRPC {e.code().name}: {e.details()})"
     log.warning("%s", message)
-    return ipb.TopicResult(group=group, ok=False, code=code, message=message)
+    return ipb.GroupResult(group=group, ok=False, code=code, message=message)
 
 
 def _who(reg: ipb.BrokerRegistration | None) -> str:
@@ -496,31 +496,31 @@ class NameServerService(ipb_grpc.NameServerServicer):
             await context.abort(*failure)
         return ipb.RegisterBrokerResponse()
 
-    async def UnregisterBroker(self, request: ipb.UnregisterBrokerRequest, context) -> ipb.RegisterBrokerResponse:
+    async def UnregisterBroker(self, request: ipb.UnregisterBrokerRequest, context) -> ipb.UnregisterBrokerResponse:
         self._ns.unregister(request.cluster, request.group, request.replica_id)
-        return ipb.RegisterBrokerResponse()
+        return ipb.UnregisterBrokerResponse()
 
     async def GetClusterInfo(self, request: ipb.GetClusterInfoRequest, context) -> ipb.GetClusterInfoResponse:
         return self._ns.registry.cluster_info(now_ms=self._ns.clock_ms())
 
-    async def CreateTopic(self, request: ipb.CreateTopicRequest, context) -> ipb.CreateTopicResponse:
+    async def CreateTopic(self, request: ipb.CreateTopicRequest, context) -> ipb.FanOutResponse:
         return await _fan_out_response("CreateTopic", self._ns.create_topic(request.cluster, request.topic))
 
-    async def CreateGroup(self, request: ipb.CreateGroupRequest, context) -> ipb.CreateTopicResponse:
+    async def CreateGroup(self, request: ipb.CreateGroupRequest, context) -> ipb.FanOutResponse:
         return await _fan_out_response("CreateGroup", self._ns.create_group(request.cluster, request.group))
 
-    async def DeleteTopic(self, request: ipb.DeleteTopicRequest, context) -> ipb.CreateTopicResponse:
+    async def DeleteTopic(self, request: ipb.DeleteTopicRequest, context) -> ipb.FanOutResponse:
         return await _fan_out_response("DeleteTopic", self._ns.delete_topic(request.cluster, request.topic))
 
 
-async def _fan_out_response(method: str, fan_out: Awaitable[list[ipb.TopicResult]]) -> ipb.CreateTopicResponse:
+async def _fan_out_response(method: str, fan_out: Awaitable[list[ipb.GroupResult]]) -> ipb.FanOutResponse:
     try:
         results = await fan_out
     except Exception as e:
         log.exception("%s failed unexpectedly", method)
-        results = [ipb.TopicResult(group="", ok=False, code=Code.INTERNAL_ERROR,
+        results = [ipb.GroupResult(group="", ok=False, code=Code.INTERNAL_ERROR,
                                    message=f"internal error: {type(e).__name__}: {e}")]
-    return ipb.CreateTopicResponse(results=results)
+    return ipb.FanOutResponse(results=results)
 
 
 # -- command line ------------------------------------------------------------------------------------------------

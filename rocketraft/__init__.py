@@ -9,7 +9,7 @@ Blocking client API (the asyncio API with the same names is `rocketraft.aio`):
 
 __version__ = "0.1.0"
 
-# Imported on first use: servers import `rocketraft.wire` and must not pay for the client.
+# Imported on first use: servers import `rocketraft.protocol.wire` and must not pay for the client.
 _EXPORTS = {
     "Producer": "rocketraft.client.api", "TransactionProducer": "rocketraft.client.api",
     "Admin": "rocketraft.client.api", "SimpleConsumer": "rocketraft.client.api",

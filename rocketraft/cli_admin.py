@@ -23,8 +23,8 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from rocketraft.errors import RocketraftError
-from rocketraft.wire import MessageType
+from rocketraft.protocol.errors import RocketraftError
+from rocketraft.protocol.wire import MessageType
 
 from .client.admin import Admin
 from .client.message import ReceivedMessage

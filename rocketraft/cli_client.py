@@ -16,7 +16,7 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rocketraft.errors import RocketraftError
+from rocketraft.protocol.errors import RocketraftError
 
 from .client.message import Message
 from .client.producer import Producer

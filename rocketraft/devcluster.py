@@ -28,7 +28,8 @@ import grpc
 from broker import config as broker_config
 from dledger.localcluster import free_port as dledger_free_port
 from rocketraft import parentwatch
-from rocketraft.wire import GRPC_OPTIONS, ipb, ipb_grpc, pb, svc, svc_grpc
+from rocketraft.protocol.routing import MASTER_BROKER_ID
+from rocketraft.protocol.wire import GRPC_OPTIONS, ipb, ipb_grpc, pb, svc, svc_grpc
 
 READY_TIMEOUT_S = 20.0
 
@@ -266,7 +267,7 @@ class DevCluster:
         stub = svc_grpc.MessagingServiceStub(self.channel(address))
         route = stub.QueryRoute(svc.QueryRouteRequest(topic=pb.Resource(name=topic)), timeout=5)
         out: list[pb.Message] = []
-        for queue_id in sorted({q.id for q in route.message_queues if q.broker.id == 0}):
+        for queue_id in sorted({q.id for q in route.message_queues if q.broker.id == MASTER_BROKER_ID}):
             offset = 0
             while True:
                 queue = pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id)

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from rocketraft import aio
 from rocketraft.client.api import Admin
 from rocketraft.devcluster import DevCluster
-from rocketraft.wire import Code
+from rocketraft.protocol.wire import Code
 
 from .common import add_common_arguments, raw_message, send_raw, short, step, wait_for, work_dir
 from .report import Checklist

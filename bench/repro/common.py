@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable
 
 from rocketraft.devcluster import DevCluster
-from rocketraft.wire import Code, pb, svc, svc_grpc
+from rocketraft.protocol.wire import Code, pb, svc, svc_grpc
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:

@@ -26,7 +26,8 @@ import time
 
 from broker import config as broker_config
 from rocketraft.devcluster import DevCluster
-from rocketraft.wire import Code, pb, svc, svc_grpc
+from rocketraft.protocol.errors import RocketraftCode
+from rocketraft.protocol.wire import Code, pb, svc, svc_grpc
 
 from .common import (
     acked_ids,
@@ -157,8 +158,8 @@ def _fill_and_free(checks: Checklist, cluster: DevCluster, master: str, mounts: 
                  f"writable {sorted(route)}; master {master} at {master_address}")
     status = send_raw(cluster, master_address, raw_message("disk", b"while full")).status
     reported = _reported_percent(status.message)
-    checks.check("a write through the route (to the master) is refused with code INTERNAL_SERVER_ERROR",
-                 status.code == Code.INTERNAL_SERVER_ERROR, f"code {status.code}")
+    checks.check("a write through the route (to the master) is refused with code DISK_FULL",
+                 status.code == RocketraftCode.DISK_FULL, f"code {status.code}")
     checks.check("the error says disk full and names the threshold and the master's store path",
                  "disk full" in status.message and f"diskMaxUsedSpaceRatio={RATIO_MAX_PERCENT}%" in status.message
                  and f"{mount} is " in status.message, repr(status.message))
@@ -171,7 +172,7 @@ def _fill_and_free(checks: Checklist, cluster: DevCluster, master: str, mounts: 
     acked += acked_ids(forwarded)
     checks.check("the follower forwards the send and the master's guard refuses it, naming the master's disk "
                  "(the follower's own disk has room)",
-                 forwarded.status.code == Code.INTERNAL_SERVER_ERROR and not acked_ids(forwarded)
+                 forwarded.status.code == RocketraftCode.DISK_FULL and not acked_ids(forwarded)
                  and "refused the forwarded write" in forwarded.status.message
                  and f"disk full: {mount} is " in forwarded.status.message,
                  f"code {forwarded.status.code}: {short(forwarded.status.message, 300)}")
@@ -253,8 +254,8 @@ def _write_until_refused(cluster: DevCluster, master: str, bytes_max: int):
 
 
 def _check_map_guard_refusal(checks: Checklist, cluster: DevCluster, refusal, map_bytes: int) -> None:
-    checks.check("writing towards the map's end is refused with INTERNAL_SERVER_ERROR",
-                 refusal is not None and refusal.code == Code.INTERNAL_SERVER_ERROR,
+    checks.check("writing towards the map's end is refused with STORE_MAP_FULL",
+                 refusal is not None and refusal.code == RocketraftCode.STORE_MAP_FULL,
                  f"first refusal code {refusal.code}" if refusal else "no write was refused")
     first = refusal.message if refusal else ""
     checks.check("the FIRST refusal names the LMDB map, its size and storeMapMaxUsedRatio, and says it is not "
@@ -266,7 +267,7 @@ def _check_map_guard_refusal(checks: Checklist, cluster: DevCluster, refusal, ma
                for i in cluster.ids}
     for replica_id, status in answers.items():
         step(f"{replica_id}: code {status.code}: {short(status.message, 300)}")
-    guarded = [i for i, st in answers.items() if st.code == Code.INTERNAL_SERVER_ERROR
+    guarded = [i for i, st in answers.items() if st.code == RocketraftCode.STORE_MAP_FULL
                and "LMDB map nearly full" in st.message]
     checks.check("every replica answers with the map guard's refusal (its own, or, for a follower still just "
                  "below the ratio, the master's on the forwarded send); no MDB_MAP_FULL, timeout or no-master answer",

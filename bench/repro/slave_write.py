@@ -20,7 +20,7 @@ import os
 import sys
 
 from rocketraft.devcluster import DevCluster
-from rocketraft.wire import Code, pb, svc, svc_grpc
+from rocketraft.protocol.wire import Code, pb, svc, svc_grpc
 
 from .common import (
     acked_ids,

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 import grpc
 
-from rocketraft.errors import BrokerUnreachableError, RocketraftError, from_status
-from rocketraft.names import check_group_name, check_topic_name
-from rocketraft.wire import PERM_READ_WRITE, Code, ipb, pb
+from rocketraft.protocol.errors import BrokerUnreachableError, RocketraftError, from_status
+from rocketraft.protocol.names import check_group_name, check_topic_name
+from rocketraft.protocol.routing import PERM_READ_WRITE
+from rocketraft.protocol.wire import Code, ipb, pb
 
 from .base import AsyncClient
 from .config import ClientConfig
@@ -194,7 +195,7 @@ def _check(code: int, message: str) -> None:
         raise from_status(pb.Status(code=code, message=message))
 
 
-def _fan_out_result(what: str, response: ipb.CreateTopicResponse, ignore: set[int] = frozenset()) -> list[str]:
+def _fan_out_result(what: str, response: ipb.FanOutResponse, ignore: set[int] = frozenset()) -> list[str]:
     failed = [r for r in response.results if not r.ok and r.code not in ignore]
     if not response.results:
         raise RocketraftError(f"{what}: no broker group answered (is any broker registered with the NameServer?)",

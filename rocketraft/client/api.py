@@ -9,7 +9,7 @@ from . import pull_consumer as _pull
 from . import push_consumer as _push
 from . import simple_consumer as _simple
 from . import transaction as _transaction
-from .sync import Blocking, blocking, in_background, run, submit
+from .sync import Blocking, blocking, run, submit
 
 
 class Producer(Blocking):
@@ -17,17 +17,27 @@ class Producer(Blocking):
     _async_class = _producer.Producer
     send = blocking("send", "Send and wait for the acknowledgement; returns a SendReceipt.")
     send_batch = blocking("send_batch", "Send many messages with the least work per message; one receipt each.")
-    send_async = in_background("send", "Start a send; returns a concurrent.futures.Future of the SendReceipt. "
-                                       "callback(receipt, error) runs on the client's loop thread.")
     flush = blocking("flush", "Wait for every send_async / send_oneway started so far.")
 
     def stats(self) -> dict:
         """Per broker address written to: SendMessage requests and messages sent."""
         return run(_on_loop(self._impl.stats))
 
+    def send_async(self, message, callback=None, selector=None):
+        """Start a send; returns a concurrent.futures.Future of the SendReceipt. callback(receipt, error) runs on
+        the client's loop thread. Like every send_async, flush() and close() wait for it."""
+        future = submit(_tracked_send(self._impl, message, selector))
+        if callback is not None:
+            future.add_done_callback(lambda f: callback(None if f.exception() else f.result(), f.exception()))
+        return future
+
     def send_oneway(self, message) -> None:
         """Send without waiting or reporting (failures are only logged)."""
         submit(_oneway(self._impl, message))
+
+
+async def _tracked_send(producer, message, selector):
+    return await producer.send_async(message, selector=selector)
 
 
 async def _oneway(producer, message) -> None:

@@ -14,12 +14,12 @@ from collections.abc import Callable
 
 import grpc
 
-from rocketraft.errors import RocketraftError
-from rocketraft.wire import pb, svc
+from rocketraft.protocol.errors import RocketraftError, from_status
+from rocketraft.protocol.wire import Code, pb, svc
 
 from .config import ClientConfig
 from .routes import Routes, TopicRoute
-from .transport import Transport
+from .transport import Transport, rpc_error
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +129,25 @@ class AsyncClient:
     def settings(self) -> pb.Settings | None:
         """The Settings this client announces on its Telemetry streams; None = it needs no stream."""
         return None
+
+    async def exchange_settings(self, address: str, settings: pb.Settings | None = None) -> pb.Settings:
+        """One Telemetry round trip: our settings out, the broker's settings (or its refusal) back."""
+
+        async def one_command():
+            yield svc.TelemetryCommand(settings=settings or self.settings())
+
+        call = self.transport.messaging(address).Telemetry(one_command(), metadata=self.transport.metadata,
+                                                           timeout=self.config.request_timeout_s)
+        try:
+            async for reply in call:
+                if reply.status.code != Code.OK:
+                    raise from_status(reply.status)
+                return reply.settings
+        except grpc.aio.AioRpcError as exc:
+            raise rpc_error(exc, address, f"settings of {self.client_id}") from None
+        finally:
+            call.cancel()
+        raise RocketraftError(f"broker {address} closed the Telemetry stream without answering our settings")
 
     async def on_server_command(self, address: str, command: svc.TelemetryCommand) -> None:
         """A command the broker pushed (e.g. a transaction check-back)."""

@@ -7,7 +7,7 @@ import socket
 import uuid
 from dataclasses import dataclass, field
 
-from rocketraft.errors import BadRequestError
+from rocketraft.protocol.errors import BadRequestError
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 

@@ -20,7 +20,8 @@ from typing import TypeVar
 
 import grpc
 
-from rocketraft.errors import (
+from rocketraft.protocol import limits, rules
+from rocketraft.protocol.errors import (
     BadRequestError,
     BrokerUnreachableError,
     InvalidReceiptHandleError,
@@ -30,25 +31,27 @@ from rocketraft.errors import (
     TooManyRequestsError,
     from_status,
 )
-from rocketraft.names import check_group_name, check_topic_name
-from rocketraft.wire import Code, pb, svc
+from rocketraft.protocol.names import check_group_name, check_topic_name
+from rocketraft.protocol.wire import Code, pb, svc
 
 from .base import AsyncClient
 from .config import ClientConfig
-from .message import TAG_CHARS_MAX, QueueRef, ReceivedMessage, from_pb
+from .message import QueueRef, ReceivedMessage, from_pb
 from .transport import rpc_error
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-RECEIVE_BATCH_MAX = 64             # the broker's receiveBatchSizeMax
-LONG_POLLING_S_MAX = 30.0          # the broker's longPollingTimeoutMillisMax
-INVISIBLE_S_MIN = 1.0              # the broker's invisibleTimeMillisMin / Max
-INVISIBLE_S_MAX = 12 * 3600.0
+# The brokers' defaults (receiveBatchSizeMax, longPollingTimeoutMillisMax, invisibleTimeMillisMin / Max): the v2
+# settings do not carry these limits, so a broker configured tighter answers with its own named error.
+RECEIVE_BATCH_MAX = limits.RECEIVE_BATCH_SIZE_MAX
+LONG_POLLING_S_MAX = limits.LONG_POLLING_MS_MAX / 1000
+INVISIBLE_S_MIN = limits.INVISIBLE_MS_MIN / 1000
+INVISIBLE_S_MAX = limits.INVISIBLE_MS_MAX / 1000
 HANDLE_RETRY_S_MAX = 10.0          # acks and invisibility changes: long enough to outlast an election
 RETRY_PAUSE_S = 0.1                # between two rounds over a group's replicas
-DEFAULT_MAX_DELIVERY_ATTEMPTS = 17  # the broker's default (maxReconsumeTimes 16 + 1)
+DEFAULT_MAX_DELIVERY_ATTEMPTS = limits.MAX_RECONSUME_TIMES + 1  # the broker's default
 CONSUME_FROM = ("first", "last")
 
 # Failures after which another replica (or the same one, a moment later) may succeed.
@@ -67,12 +70,11 @@ def check_expression(topic: str, expression: str) -> str:
         raise BadRequestError(f"the tag expression for topic {topic} must be a string like '*' or 'TagA || TagB'")
     if text in ("", "*"):
         return "*"
-    tags = [tag.strip() for tag in text.split("||")]
-    if any(not tag or len(tag) > TAG_CHARS_MAX or any(c.isspace() or c == "|" for c in tag) for tag in tags):
-        raise BadRequestError(f"tag expression {expression!r} for topic {topic}: use '*' or tags separated by '||' "
-                              f"(each 1..{TAG_CHARS_MAX} characters, no whitespace); SQL92 filters are not "
-                              "supported")
-    return " || ".join(tags)
+    try:
+        rules.check_tag_expression(text)
+    except BadRequestError as exc:
+        raise BadRequestError(f"topic {topic}: {exc.message}", exc.code) from None
+    return " || ".join(tag.strip() for tag in text.split("||"))
 
 
 def check_subscriptions(subscriptions: dict[str, str] | None, what: str = "subscriptions") -> dict[str, str]:
@@ -149,25 +151,6 @@ class ConsumerBase(AsyncClient):
             self.broker_settings = answered[0][1]
         await self.heartbeat()  # every replica learns our client type and group now, not a second later
         return answered
-
-    async def exchange_settings(self, address: str) -> pb.Settings:
-        """One Telemetry round trip: our settings out, the broker's settings (or its refusal) back."""
-
-        async def one_command():
-            yield svc.TelemetryCommand(settings=self.settings())
-
-        call = self.transport.messaging(address).Telemetry(one_command(), metadata=self.transport.metadata,
-                                                           timeout=self.config.request_timeout_s)
-        try:
-            async for reply in call:
-                if reply.status.code != Code.OK:
-                    raise from_status(reply.status)
-                return reply.settings
-        except grpc.aio.AioRpcError as exc:
-            raise rpc_error(exc, address, f"settings of group {self.group}") from None
-        finally:
-            call.cancel()
-        raise RocketraftError(f"broker {address} closed the Telemetry stream without answering our settings")
 
     @property
     def max_delivery_attempts(self) -> int:

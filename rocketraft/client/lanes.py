@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import grpc
 
-from rocketraft.errors import BadRequestError, RocketraftError, from_status
-from rocketraft.wire import Code, pb, svc
+from rocketraft.protocol.errors import BadRequestError, RocketraftError, from_status
+from rocketraft.protocol.wire import Code, pb, svc
 
 from .transport import Transport, encode_send_request, rpc_error
 

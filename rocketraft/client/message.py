@@ -1,7 +1,8 @@
 """Messages as users see them, and their conversion to and from apache.rocketmq.v2.Message.
 
-Client-side checks here mirror the broker's limits so a bad message fails before any network call; the
-broker still validates everything (docs/broker.md, "Limits").
+A message is checked here with the protocol's own rules (rocketraft.protocol.rules, the same functions the
+broker applies at its door) so a bad message fails before any network call; the body limit is the one the
+brokers announce in their settings (maxMessageSize), the protocol default until a broker has answered.
 """
 
 from __future__ import annotations
@@ -14,19 +15,13 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rocketraft.errors import BadRequestError, BodyTooLargeError
-from rocketraft.names import check_topic_name
-from rocketraft.wire import MessageType, pb
+from rocketraft.protocol import limits, rules
+from rocketraft.protocol.errors import BadRequestError
+from rocketraft.protocol.limits import DELAY_LEVEL_PROPERTY, QUEUE_ID_PROPERTY
+from rocketraft.protocol.names import check_topic_name
+from rocketraft.protocol.wire import MessageType, pb
 
-BODY_BYTES_MAX = 4 * 1024 * 1024        # broker maxMessageSize default
-TAG_CHARS_MAX = 128
-KEY_CHARS_MAX = 128
-KEYS_MAX = 32
-MESSAGE_GROUP_CHARS_MAX = 64
-DELAY_LEVELS = 18                       # 1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h
-DELAY_LEVEL_PROPERTY = "DELAY"          # reserved user property: RocketMQ's delayTimeLevel
-QUEUE_ID_PROPERTY = "QUEUE_ID"          # reserved user property: the queue the producer chose
-RESERVED_PROPERTIES = frozenset({DELAY_LEVEL_PROPERTY, QUEUE_ID_PROPERTY})
+MESSAGE_PROPERTY_CONFLICT = int(pb.Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)
 
 
 @dataclass
@@ -41,35 +36,24 @@ class Message:
     deliver_at_ms: int | None = None    # epoch milliseconds: a delayed message
     message_id: str | None = None       # set by the producer when empty; kept on every retry
 
-    def validate(self, body_bytes_max: int = BODY_BYTES_MAX) -> None:
+    def validate(self, body_bytes_max: int = limits.BODY_BYTES_MAX) -> None:
+        """Raise the error the broker would answer for this message (BadRequestError and its kin)."""
         check_topic_name(self.topic)
         if not isinstance(self.body, (bytes, bytearray, memoryview)):
             raise BadRequestError(f"message body must be bytes, not {type(self.body).__name__}")
-        if len(self.body) == 0:
-            raise BadRequestError("message body is empty; RocketMQ does not store empty messages")
-        if len(self.body) > body_bytes_max:
-            raise BodyTooLargeError(f"message body is {len(self.body)} bytes, above the limit of {body_bytes_max} "
-                                    "(the broker's maxMessageSize); split it or store it elsewhere and send a "
-                                    "reference")
-        if self.tag is not None and (not self.tag or "||" in self.tag or len(self.tag) > TAG_CHARS_MAX
-                                     or any(c.isspace() for c in self.tag)):
-            raise BadRequestError(f"tag {self.tag!r}: 1..{TAG_CHARS_MAX} characters, no whitespace, no '||'")
-        if isinstance(self.keys, str):
-            raise BadRequestError("keys must be a list of strings, not one string")
-        if len(self.keys) > KEYS_MAX or any(not k or len(k) > KEY_CHARS_MAX for k in self.keys):
-            raise BadRequestError(f"keys {list(self.keys)!r}: at most {KEYS_MAX} keys of 1..{KEY_CHARS_MAX} chars")
-        reserved = RESERVED_PROPERTIES & set(self.properties)
-        if reserved:
-            raise BadRequestError(f"properties {sorted(reserved)} are reserved; use delay_level / a queue "
-                                  "selector instead")
-        if self.message_group is not None and not 0 < len(self.message_group) <= MESSAGE_GROUP_CHARS_MAX:
-            raise BadRequestError(f"message_group {self.message_group!r}: 1..{MESSAGE_GROUP_CHARS_MAX} chars")
-        if self.delay_level is not None and not 1 <= self.delay_level <= DELAY_LEVELS:
-            raise BadRequestError(f"delay_level {self.delay_level}: use 1..{DELAY_LEVELS}")
+        rules.check_body_size(len(self.body), body_bytes_max)
+        if self.tag is not None:
+            rules.check_tag(self.tag)
+        rules.check_keys(self.keys)
+        rules.check_user_properties(dict(self.properties))
+        if self.message_group is not None:
+            rules.check_message_group(self.message_group)
+        if self.delay_level is not None:
+            rules.check_delay_level(self.delay_level)
         if self.delay_level is not None and self.deliver_at_ms is not None:
-            raise BadRequestError("set delay_level or deliver_at_ms, not both")
-        if self.message_group is not None and (self.delay_level is not None or self.deliver_at_ms is not None):
-            raise BadRequestError("a FIFO message (message_group) cannot also be delayed")
+            raise BadRequestError("set delay_level or deliver_at_ms, not both", MESSAGE_PROPERTY_CONFLICT)
+        if self.message_group is not None and self.is_delayed:
+            raise BadRequestError("a FIFO message (message_group) cannot also be delayed", MESSAGE_PROPERTY_CONFLICT)
 
     @property
     def is_delayed(self) -> bool:

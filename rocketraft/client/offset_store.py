@@ -18,7 +18,7 @@ import os
 import re
 import socket
 
-from rocketraft.errors import BadRequestError
+from rocketraft.protocol.errors import BadRequestError
 
 from .message import QueueRef
 

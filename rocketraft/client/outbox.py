@@ -17,8 +17,8 @@ import struct
 
 import lmdb
 
-from rocketraft.errors import RocketraftError, SendDeferredError
-from rocketraft.wire import pb
+from rocketraft.protocol.errors import RocketraftError, SendDeferredError
+from rocketraft.protocol.wire import pb
 
 from .message import Message, SendReceipt, from_wire_for_resend, to_pb
 from .producer import classify

@@ -15,19 +15,22 @@ Retry rules (docs/client.md, "What a send result means"):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
 
-from rocketraft.errors import (
+from rocketraft.protocol.errors import (
     BadRequestError,
     BrokerUnreachableError,
     NotMasterError,
     OutcomeUnknownError,
+    RocketraftCode,
     RocketraftError,
     TopicNotFoundError,
 )
-from rocketraft.wire import Code, pb, svc
+from rocketraft.protocol.limits import BODY_BYTES_MAX
+from rocketraft.protocol.wire import Code, pb, svc
 
 from .base import AsyncClient, spawn_callback
 from .config import ClientConfig
@@ -48,7 +51,8 @@ NEW_MASTER_WAIT_S = 1.0
 # Refusals that say the message was not stored and another group (or this one, later) can take it.
 RETRY_ELSEWHERE_CODES = frozenset({Code.TOO_MANY_REQUESTS, Code.HA_NOT_AVAILABLE, Code.INTERNAL_SERVER_ERROR,
                                    Code.MASTER_PERSISTENCE_TIMEOUT, Code.SLAVE_PERSISTENCE_TIMEOUT,
-                                   Code.TOPIC_NOT_FOUND})
+                                   Code.TOPIC_NOT_FOUND, RocketraftCode.DISK_FULL, RocketraftCode.STORE_MAP_FULL,
+                                   RocketraftCode.STORE_UNAVAILABLE})
 UNKNOWN_CODES = frozenset({Code.PROXY_TIMEOUT, Code.REQUEST_TIMEOUT})
 
 
@@ -119,6 +123,10 @@ class Producer(AsyncClient):
         self._ids = MessageIdGenerator()
         self._lanes: dict[str, Lane] = {}
         self._background: set[asyncio.Task] = set()
+        # The brokers' maxMessageSize, from their answer to our publishing settings (the smallest of the groups
+        # asked); None until one answered.
+        self.body_bytes_max: int | None = None
+        self._limits_asked: dict[str, asyncio.Task] = {}
         self.outbox = None
         if outbox_dir is not None:
             from .outbox import Outbox
@@ -129,6 +137,8 @@ class Producer(AsyncClient):
         await super().start()
         for topic in self.topics:  # fail early on a topic that does not exist; warm the route and channels
             await self.routes.get(topic)
+        if self._limits_asked:  # the routes just fetched asked their masters for the limits: use them at once
+            await asyncio.wait(list(self._limits_asked.values()), timeout=self.config.request_timeout_s)
         if self.outbox is not None:
             self.outbox.start()
 
@@ -138,6 +148,8 @@ class Producer(AsyncClient):
             await self.outbox.close()
         for lane in list(self._lanes.values()):
             await lane.close()
+        for task in self._limits_asked.values():
+            task.cancel()
         await super().close()
 
     async def flush(self, timeout_s: float | None = None) -> None:
@@ -149,7 +161,7 @@ class Producer(AsyncClient):
     async def send(self, message: Message, selector: Selector | None = None) -> SendReceipt:
         """Send and wait for the acknowledgement (the message is on a majority of its group's replicas)."""
         self._require_started()
-        self.prepare(message)
+        await self.prepare(message)
         if self.outbox is not None:
             return await self.outbox.send(message)
         return await self.deliver(message, selector or self.selector)
@@ -161,7 +173,7 @@ class Producer(AsyncClient):
         BatchSendError whose `.results` holds a receipt or the error for each message."""
         self._require_started()
         for message in messages:
-            self.prepare(message)
+            await self.prepare(message)
         if self.outbox is not None:
             results = await asyncio.gather(*(self.outbox.send(m) for m in messages), return_exceptions=True)
         else:
@@ -219,8 +231,43 @@ class Producer(AsyncClient):
         self._background.add(future)
         future.add_done_callback(self._background.discard)
 
-    def prepare(self, message: Message) -> None:
-        message.validate()
+    # -- the brokers' limits ------------------------------------------------------------------------------
+    def publishing_settings(self) -> pb.Settings:
+        settings = pb.Settings(client_type=pb.ClientType.PRODUCER)
+        settings.request_timeout.FromMilliseconds(int(self.config.request_timeout_s * 1000))
+        settings.publishing.topics.extend(pb.Resource(name=t) for t in sorted(self.topics))
+        return settings
+
+    def _on_route(self, route) -> None:
+        super()._on_route(route)
+        for group in route.groups.values():
+            if group.master and group.master not in self._limits_asked and not self._closed:
+                task = asyncio.get_running_loop().create_task(self._learn_limits(group.master))
+                self._limits_asked[group.master] = task
+
+    async def _learn_limits_of(self, topic: str) -> None:
+        with contextlib.suppress(RocketraftError):  # unknown limits: the protocol default applies
+            await self.routes.get(topic)
+            if self._limits_asked:
+                await asyncio.wait(list(self._limits_asked.values()), timeout=self.config.request_timeout_s)
+
+    async def _learn_limits(self, address: str) -> None:
+        try:
+            settings = await self.exchange_settings(address, self.publishing_settings())
+        except RocketraftError as exc:
+            self._limits_asked.pop(address, None)  # asked again with the next route of that group
+            log.debug("could not learn the publishing limits of %s: %s", address, exc)
+            return
+        body_bytes_max = settings.publishing.max_body_size
+        if body_bytes_max > 0:
+            self.body_bytes_max = min(self.body_bytes_max or body_bytes_max, body_bytes_max)
+
+    async def prepare(self, message: Message) -> None:
+        """Check the message against the protocol's rules and the brokers' body limit; give it an id."""
+        if self.body_bytes_max is None and isinstance(message.body, (bytes, bytearray, memoryview)) \
+                and len(message.body) > BODY_BYTES_MAX:
+            await self._learn_limits_of(message.topic)  # a broker may allow more than the protocol default
+        message.validate(self.body_bytes_max or BODY_BYTES_MAX)
         if not message.message_id:
             message.message_id = self._ids.next()
 

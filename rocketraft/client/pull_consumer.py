@@ -16,9 +16,9 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from rocketraft.errors import BadRequestError, RocketraftError
-from rocketraft.names import check_topic_name
-from rocketraft.wire import pb, svc
+from rocketraft.protocol.errors import BadRequestError, RocketraftError
+from rocketraft.protocol.names import check_topic_name
+from rocketraft.protocol.wire import pb, svc
 
 from .config import ClientConfig
 from .consumer import RECEIVE_BATCH_MAX, ConsumerBase, check_consume_from, check_range, check_subscriptions

@@ -22,8 +22,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rocketraft.errors import BadRequestError, InvalidReceiptHandleError, RocketraftError
-from rocketraft.wire import pb
+from rocketraft.protocol import limits
+from rocketraft.protocol.errors import BadRequestError, InvalidReceiptHandleError, RocketraftError
+from rocketraft.protocol.wire import pb
 
 from .config import ClientConfig
 from .consumer import (
@@ -39,9 +40,8 @@ from .offset_store import LocalOffsetStore, default_directory, default_instance_
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BACKOFF_S = (1, 5, 10, 30, 60, 120, 300)
-PUSH_BATCH_MAX = 32             # messages asked per ReceiveMessage / PullMessage
-PUSH_LONG_POLLING_S = 20.0      # long polling of each fetch loop
+PUSH_BATCH_MAX = limits.PUSH_RECEIVE_BATCH_SIZE              # messages asked per ReceiveMessage / PullMessage
+PUSH_LONG_POLLING_S = limits.PUSH_LONG_POLLING_MS / 1000     # long polling of each fetch loop
 CONTENDED_POLLING_S = 1.0       # ... when there are more fetch loops than max_in_flight
 INVISIBLE_S_MIN = 3.0           # renewal at 2/3 of it must leave time for one round trip
 CLOSE_TIMEOUT_S = 10.0          # close() waits this long for running listeners
@@ -127,7 +127,7 @@ class PushConsumer(ConsumerBase):
     def __init__(self, namesrv="127.0.0.1:9876", *, group: str, subscriptions: dict[str, str], listener: Callable,
                  orderly: bool = False, broadcasting: bool = False, consume_threads: int = 4,
                  max_in_flight: int = 64, invisible_duration_s: float = 30.0,
-                 reconsume_backoff_s: tuple[float, ...] = DEFAULT_BACKOFF_S, offset_store_dir: str | None = None,
+                 reconsume_backoff_s: tuple[float, ...] = limits.RETRY_BACKOFF_S, offset_store_dir: str | None = None,
                  consume_from: str | None = None, instance_name: str | None = None,
                  close_timeout_s: float = CLOSE_TIMEOUT_S, config: ClientConfig | None = None):
         super().__init__(namesrv, group, check_subscriptions(subscriptions), config)

@@ -16,17 +16,15 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from rocketraft.errors import BrokerUnreachableError, RocketraftError, from_status
-from rocketraft.wire import Code, Permission, address_of, pb, svc
+from rocketraft.protocol.errors import BrokerUnreachableError, RocketraftError, from_status
+from rocketraft.protocol.routing import MASTER_BROKER_ID, READABLE, WRITABLE
+from rocketraft.protocol.wire import Code, address_of, pb, svc
 
 from .transport import Transport, rpc_error
 
 log = logging.getLogger(__name__)
 
-MASTER_BROKER_ID = 0
 WAIT_MASTER_POLL_S = 0.05
-_WRITABLE = frozenset({int(Permission.WRITE), int(Permission.READ_WRITE)})
-_READABLE = frozenset({int(Permission.READ), int(Permission.READ_WRITE)})
 
 
 @dataclass
@@ -70,8 +68,8 @@ def route_of(topic: str, queues: list[pb.MessageQueue]) -> TopicRoute:
             group.replicas.remove(group.master)
             group.replicas.insert(0, group.master)
         group.queues.sort(key=lambda q: q.id)
-        group.write_queue_ids = tuple(q.id for q in group.queues if q.permission in _WRITABLE)
-        group.read_queue_ids = tuple(q.id for q in group.queues if q.permission in _READABLE)
+        group.write_queue_ids = tuple(q.id for q in group.queues if q.permission in WRITABLE)
+        group.read_queue_ids = tuple(q.id for q in group.queues if q.permission in READABLE)
     return TopicRoute(topic, groups, time.monotonic())
 
 

@@ -15,7 +15,8 @@ import time
 import zlib
 from collections.abc import Callable
 
-from rocketraft.errors import BadRequestError
+from rocketraft.protocol.errors import BadRequestError
+from rocketraft.protocol.routing import message_group_slot
 
 from .message import Message, QueueRef
 from .routes import GroupRoute, TopicRoute
@@ -84,7 +85,7 @@ class QueueChooser:
     @staticmethod
     def group_of_message_group(route: TopicRoute, message_group: str) -> GroupRoute:
         names = sorted(route.groups)
-        return route.groups[names[zlib.crc32(message_group.encode()) % len(names)]]
+        return route.groups[names[message_group_slot(message_group, len(names))]]
 
     @staticmethod
     def _selected(route, message, writable, selector) -> tuple[GroupRoute | None, int | None]:
@@ -99,10 +100,10 @@ class QueueChooser:
 
 
 def queue_of_message_group(group: GroupRoute, message_group: str) -> int | None:
-    """The broker's own rule (broker/core.py): one queue per message group, by CRC32."""
+    """The broker's own rule (rocketraft.protocol.routing): one queue per message group."""
     if not group.queues:
         return None
-    return zlib.crc32(message_group.encode()) % len(group.queues)
+    return message_group_slot(message_group, len(group.queues))
 
 
 def hash_selector(key_of: Callable[[Message], str]) -> Selector:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import logging
 
-from rocketraft.wire import pb
+from rocketraft.protocol.wire import pb
 
 from .config import ClientConfig
 from .consumer import (

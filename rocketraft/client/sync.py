@@ -89,17 +89,3 @@ def blocking(name: str, doc: str | None = None) -> Callable:
     method.__doc__ = doc
     return method
 
-
-def in_background(name: str, doc: str | None = None) -> Callable:
-    """A method returning a concurrent.futures.Future of the asyncio client's coroutine method `name`; an
-    optional callback(result, error) runs when it completes."""
-
-    def method(self, *args, callback: Callable | None = None, **kwargs):
-        future = submit(getattr(self._impl, name)(*args, **kwargs))
-        if callback is not None:
-            future.add_done_callback(lambda f: callback(None if f.exception() else f.result(), f.exception()))
-        return future
-
-    method.__name__ = name
-    method.__doc__ = doc
-    return method

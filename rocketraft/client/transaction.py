@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 import grpc
 
-from rocketraft.errors import BadRequestError, RocketraftError, from_status
-from rocketraft.wire import Code, pb, svc
+from rocketraft.protocol.errors import BadRequestError, RocketraftError, from_status
+from rocketraft.protocol.wire import Code, pb, svc
 
 from .message import Message, ReceivedMessage, SendReceipt, from_pb
 from .producer import Producer
@@ -56,7 +56,7 @@ class TransactionProducer(Producer):
         self._require_started()
         if message.message_group is not None or message.is_delayed:
             raise BadRequestError("a transactional message cannot be FIFO (message_group) or delayed")
-        self.prepare(message)
+        await self.prepare(message)
         self._published.add(message.topic)
         return await self.deliver(message, transactional=True)
 

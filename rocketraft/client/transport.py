@@ -12,8 +12,8 @@ import asyncio
 import grpc
 
 from rocketraft import __version__
-from rocketraft.errors import BrokerUnreachableError, OutcomeUnknownError, RocketraftError
-from rocketraft.wire import GRPC_OPTIONS, ipb_grpc, svc, svc_grpc
+from rocketraft.protocol.errors import BrokerUnreachableError, OutcomeUnknownError, RocketraftError
+from rocketraft.protocol.wire import GRPC_OPTIONS, ipb_grpc, svc, svc_grpc
 
 SEND_MESSAGE_METHOD = "/apache.rocketmq.v2.MessagingService/SendMessage"
 _MESSAGES_FIELD_TAG = b"\x0a"  # SendMessageRequest.messages: field 1, length-delimited

@@ -42,7 +42,7 @@ class NameServerStub:
         self.UnregisterBroker = channel.unary_unary(
                 '/rocketraft.internal.v1.NameServer/UnregisterBroker',
                 request_serializer=rocketraft_dot_proto_dot_internal__pb2.UnregisterBrokerRequest.SerializeToString,
-                response_deserializer=rocketraft_dot_proto_dot_internal__pb2.RegisterBrokerResponse.FromString,
+                response_deserializer=rocketraft_dot_proto_dot_internal__pb2.UnregisterBrokerResponse.FromString,
                 _registered_method=True)
         self.GetClusterInfo = channel.unary_unary(
                 '/rocketraft.internal.v1.NameServer/GetClusterInfo',
@@ -52,17 +52,17 @@ class NameServerStub:
         self.CreateTopic = channel.unary_unary(
                 '/rocketraft.internal.v1.NameServer/CreateTopic',
                 request_serializer=rocketraft_dot_proto_dot_internal__pb2.CreateTopicRequest.SerializeToString,
-                response_deserializer=rocketraft_dot_proto_dot_internal__pb2.CreateTopicResponse.FromString,
+                response_deserializer=rocketraft_dot_proto_dot_internal__pb2.FanOutResponse.FromString,
                 _registered_method=True)
         self.CreateGroup = channel.unary_unary(
                 '/rocketraft.internal.v1.NameServer/CreateGroup',
                 request_serializer=rocketraft_dot_proto_dot_internal__pb2.CreateGroupRequest.SerializeToString,
-                response_deserializer=rocketraft_dot_proto_dot_internal__pb2.CreateTopicResponse.FromString,
+                response_deserializer=rocketraft_dot_proto_dot_internal__pb2.FanOutResponse.FromString,
                 _registered_method=True)
         self.DeleteTopic = channel.unary_unary(
                 '/rocketraft.internal.v1.NameServer/DeleteTopic',
                 request_serializer=rocketraft_dot_proto_dot_internal__pb2.DeleteTopicRequest.SerializeToString,
-                response_deserializer=rocketraft_dot_proto_dot_internal__pb2.CreateTopicResponse.FromString,
+                response_deserializer=rocketraft_dot_proto_dot_internal__pb2.FanOutResponse.FromString,
                 _registered_method=True)
 
 
@@ -116,7 +116,7 @@ def add_NameServerServicer_to_server(servicer, server):
             'UnregisterBroker': grpc.unary_unary_rpc_method_handler(
                     servicer.UnregisterBroker,
                     request_deserializer=rocketraft_dot_proto_dot_internal__pb2.UnregisterBrokerRequest.FromString,
-                    response_serializer=rocketraft_dot_proto_dot_internal__pb2.RegisterBrokerResponse.SerializeToString,
+                    response_serializer=rocketraft_dot_proto_dot_internal__pb2.UnregisterBrokerResponse.SerializeToString,
             ),
             'GetClusterInfo': grpc.unary_unary_rpc_method_handler(
                     servicer.GetClusterInfo,
@@ -126,17 +126,17 @@ def add_NameServerServicer_to_server(servicer, server):
             'CreateTopic': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateTopic,
                     request_deserializer=rocketraft_dot_proto_dot_internal__pb2.CreateTopicRequest.FromString,
-                    response_serializer=rocketraft_dot_proto_dot_internal__pb2.CreateTopicResponse.SerializeToString,
+                    response_serializer=rocketraft_dot_proto_dot_internal__pb2.FanOutResponse.SerializeToString,
             ),
             'CreateGroup': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateGroup,
                     request_deserializer=rocketraft_dot_proto_dot_internal__pb2.CreateGroupRequest.FromString,
-                    response_serializer=rocketraft_dot_proto_dot_internal__pb2.CreateTopicResponse.SerializeToString,
+                    response_serializer=rocketraft_dot_proto_dot_internal__pb2.FanOutResponse.SerializeToString,
             ),
             'DeleteTopic': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteTopic,
                     request_deserializer=rocketraft_dot_proto_dot_internal__pb2.DeleteTopicRequest.FromString,
-                    response_serializer=rocketraft_dot_proto_dot_internal__pb2.CreateTopicResponse.SerializeToString,
+                    response_serializer=rocketraft_dot_proto_dot_internal__pb2.FanOutResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -192,7 +192,7 @@ class NameServer:
             target,
             '/rocketraft.internal.v1.NameServer/UnregisterBroker',
             rocketraft_dot_proto_dot_internal__pb2.UnregisterBrokerRequest.SerializeToString,
-            rocketraft_dot_proto_dot_internal__pb2.RegisterBrokerResponse.FromString,
+            rocketraft_dot_proto_dot_internal__pb2.UnregisterBrokerResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -246,7 +246,7 @@ class NameServer:
             target,
             '/rocketraft.internal.v1.NameServer/CreateTopic',
             rocketraft_dot_proto_dot_internal__pb2.CreateTopicRequest.SerializeToString,
-            rocketraft_dot_proto_dot_internal__pb2.CreateTopicResponse.FromString,
+            rocketraft_dot_proto_dot_internal__pb2.FanOutResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -273,7 +273,7 @@ class NameServer:
             target,
             '/rocketraft.internal.v1.NameServer/CreateGroup',
             rocketraft_dot_proto_dot_internal__pb2.CreateGroupRequest.SerializeToString,
-            rocketraft_dot_proto_dot_internal__pb2.CreateTopicResponse.FromString,
+            rocketraft_dot_proto_dot_internal__pb2.FanOutResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -300,7 +300,7 @@ class NameServer:
             target,
             '/rocketraft.internal.v1.NameServer/DeleteTopic',
             rocketraft_dot_proto_dot_internal__pb2.DeleteTopicRequest.SerializeToString,
-            rocketraft_dot_proto_dot_internal__pb2.CreateTopicResponse.FromString,
+            rocketraft_dot_proto_dot_internal__pb2.FanOutResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -324,12 +324,12 @@ class BrokerAdminStub:
         self.CreateTopic = channel.unary_unary(
                 '/rocketraft.internal.v1.BrokerAdmin/CreateTopic',
                 request_serializer=rocketraft_dot_proto_dot_internal__pb2.BrokerCreateTopicRequest.SerializeToString,
-                response_deserializer=rocketraft_dot_proto_dot_internal__pb2.BrokerCreateTopicResponse.FromString,
+                response_deserializer=rocketraft_dot_proto_dot_internal__pb2.BrokerChangeResponse.FromString,
                 _registered_method=True)
         self.CreateGroup = channel.unary_unary(
                 '/rocketraft.internal.v1.BrokerAdmin/CreateGroup',
                 request_serializer=rocketraft_dot_proto_dot_internal__pb2.BrokerCreateGroupRequest.SerializeToString,
-                response_deserializer=rocketraft_dot_proto_dot_internal__pb2.BrokerCreateTopicResponse.FromString,
+                response_deserializer=rocketraft_dot_proto_dot_internal__pb2.BrokerChangeResponse.FromString,
                 _registered_method=True)
         self.Status = channel.unary_unary(
                 '/rocketraft.internal.v1.BrokerAdmin/Status',
@@ -339,7 +339,7 @@ class BrokerAdminStub:
         self.DeleteTopic = channel.unary_unary(
                 '/rocketraft.internal.v1.BrokerAdmin/DeleteTopic',
                 request_serializer=rocketraft_dot_proto_dot_internal__pb2.BrokerDeleteTopicRequest.SerializeToString,
-                response_deserializer=rocketraft_dot_proto_dot_internal__pb2.BrokerCreateTopicResponse.FromString,
+                response_deserializer=rocketraft_dot_proto_dot_internal__pb2.BrokerChangeResponse.FromString,
                 _registered_method=True)
         self.QueryMessage = channel.unary_unary(
                 '/rocketraft.internal.v1.BrokerAdmin/QueryMessage',
@@ -398,12 +398,12 @@ def add_BrokerAdminServicer_to_server(servicer, server):
             'CreateTopic': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateTopic,
                     request_deserializer=rocketraft_dot_proto_dot_internal__pb2.BrokerCreateTopicRequest.FromString,
-                    response_serializer=rocketraft_dot_proto_dot_internal__pb2.BrokerCreateTopicResponse.SerializeToString,
+                    response_serializer=rocketraft_dot_proto_dot_internal__pb2.BrokerChangeResponse.SerializeToString,
             ),
             'CreateGroup': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateGroup,
                     request_deserializer=rocketraft_dot_proto_dot_internal__pb2.BrokerCreateGroupRequest.FromString,
-                    response_serializer=rocketraft_dot_proto_dot_internal__pb2.BrokerCreateTopicResponse.SerializeToString,
+                    response_serializer=rocketraft_dot_proto_dot_internal__pb2.BrokerChangeResponse.SerializeToString,
             ),
             'Status': grpc.unary_unary_rpc_method_handler(
                     servicer.Status,
@@ -413,7 +413,7 @@ def add_BrokerAdminServicer_to_server(servicer, server):
             'DeleteTopic': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteTopic,
                     request_deserializer=rocketraft_dot_proto_dot_internal__pb2.BrokerDeleteTopicRequest.FromString,
-                    response_serializer=rocketraft_dot_proto_dot_internal__pb2.BrokerCreateTopicResponse.SerializeToString,
+                    response_serializer=rocketraft_dot_proto_dot_internal__pb2.BrokerChangeResponse.SerializeToString,
             ),
             'QueryMessage': grpc.unary_unary_rpc_method_handler(
                     servicer.QueryMessage,
@@ -452,7 +452,7 @@ class BrokerAdmin:
             target,
             '/rocketraft.internal.v1.BrokerAdmin/CreateTopic',
             rocketraft_dot_proto_dot_internal__pb2.BrokerCreateTopicRequest.SerializeToString,
-            rocketraft_dot_proto_dot_internal__pb2.BrokerCreateTopicResponse.FromString,
+            rocketraft_dot_proto_dot_internal__pb2.BrokerChangeResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -479,7 +479,7 @@ class BrokerAdmin:
             target,
             '/rocketraft.internal.v1.BrokerAdmin/CreateGroup',
             rocketraft_dot_proto_dot_internal__pb2.BrokerCreateGroupRequest.SerializeToString,
-            rocketraft_dot_proto_dot_internal__pb2.BrokerCreateTopicResponse.FromString,
+            rocketraft_dot_proto_dot_internal__pb2.BrokerChangeResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -533,7 +533,7 @@ class BrokerAdmin:
             target,
             '/rocketraft.internal.v1.BrokerAdmin/DeleteTopic',
             rocketraft_dot_proto_dot_internal__pb2.BrokerDeleteTopicRequest.SerializeToString,
-            rocketraft_dot_proto_dot_internal__pb2.BrokerCreateTopicResponse.FromString,
+            rocketraft_dot_proto_dot_internal__pb2.BrokerChangeResponse.FromString,
             options,
             channel_credentials,
             insecure,

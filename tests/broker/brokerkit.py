@@ -54,7 +54,7 @@ def raw_message(topic: str, body: bytes, message_id: str | None = None, **props)
     """An apache.rocketmq.v2.Message as a client would send it (for calls made without the SDK)."""
     import uuid
 
-    from rocketraft.wire import pb
+    from rocketraft.protocol.wire import pb
 
     message_id = uuid.uuid4().hex if message_id is None else message_id
     system = pb.SystemProperties(message_id=message_id, body_encoding=pb.Encoding.IDENTITY,
@@ -64,13 +64,13 @@ def raw_message(topic: str, body: bytes, message_id: str | None = None, **props)
 
 
 def messaging_stub(cluster, address: str):
-    from rocketraft.wire import svc_grpc
+    from rocketraft.protocol.wire import svc_grpc
 
     return svc_grpc.MessagingServiceStub(cluster.channel(address))
 
 
 def route(cluster, topic: str):
-    from rocketraft.wire import pb, svc
+    from rocketraft.protocol.wire import pb, svc
 
     response = messaging_stub(cluster, cluster.namesrv_address).QueryRoute(
         svc.QueryRouteRequest(topic=pb.Resource(name=topic)), timeout=3)
@@ -79,14 +79,14 @@ def route(cluster, topic: str):
 
 def admin_stub(cluster, address: str):
     """BrokerAdmin of one replica."""
-    from rocketraft.wire import ipb_grpc
+    from rocketraft.protocol.wire import ipb_grpc
 
     return ipb_grpc.BrokerAdminStub(cluster.channel(address))
 
 
 def namesrv_stub(cluster, address: str | None = None):
     """The internal NameServer service (admin fan-outs, cluster info) of one NameServer."""
-    from rocketraft.wire import ipb_grpc
+    from rocketraft.protocol.wire import ipb_grpc
 
     return ipb_grpc.NameServerStub(cluster.channel(address or cluster.namesrv_address))
 

@@ -8,7 +8,7 @@ import time
 import pytest
 from brokerkit import admin_stub, client_metadata, messaging_stub, namesrv_stub, raw_message, route, wait_until
 
-from rocketraft.wire import Code, MessageType, ipb, pb, svc
+from rocketraft.protocol.wire import Code, MessageType, ipb, pb, svc
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ import dledger
 from broker.batcher import Batcher
 from broker.config import BrokerConfig
 from dledger.replica import AppendResult
-from rocketraft.errors import TooManyRequestsError
-from rocketraft.wire import Code
+from rocketraft.protocol.errors import TooManyRequestsError
+from rocketraft.protocol.wire import Code
 
 
 class ScriptedReplica:

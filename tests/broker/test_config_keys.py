@@ -8,7 +8,7 @@ from brokerkit import admin_stub, messaging_stub, raw_message
 from broker import config as broker_config
 from broker.core import Broker
 from dledger.config import ReplicaConfig
-from rocketraft.wire import Code, ipb, svc
+from rocketraft.protocol.wire import Code, ipb, svc
 
 
 def test_with_forwarding_off_a_follower_refuses_writes_naming_the_master_and_the_master_accepts(make_cluster):

@@ -10,7 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from brokerkit import messaging_stub, raw_message, wait_until
 
-from rocketraft.wire import Code, MessageType, pb, svc
+from rocketraft.protocol.errors import RocketraftCode
+from rocketraft.protocol.wire import Code, MessageType, pb, svc
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +121,7 @@ def test_disk_guard_refuses_writes_with_the_real_usage_keeps_reads_and_resumes(m
         f.write(b"\0" * (220 * 1024 * 1024))
     time.sleep(0.3)
     refused = send(cluster, raw_message("guarded", b"while full")).status
-    assert refused.code == Code.INTERNAL_SERVER_ERROR
+    assert refused.code == RocketraftCode.DISK_FULL
     assert "disk full" in refused.message and "diskMaxUsedSpaceRatio=75%" in refused.message
     assert str(small_filesystem) in refused.message
     used = float(refused.message.split(" is ")[1].split("%")[0])

@@ -8,7 +8,7 @@ import time
 from brokerkit import message, messaging_stub, raw_message, route, sdk_config, started, wait_until
 from rocketmq import FilterExpression, Producer, SimpleConsumer
 
-from rocketraft.wire import Code, pb, svc
+from rocketraft.protocol.wire import Code, pb, svc
 
 
 def writable(queue) -> bool:

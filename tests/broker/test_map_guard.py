@@ -10,7 +10,8 @@ from brokerkit import messaging_stub, raw_message, wait_until
 from bench.repro.disk_full import fill, mount_tmpfs, unmount
 from broker import config as broker_config
 from rocketraft.devcluster import DevCluster
-from rocketraft.wire import Code, svc
+from rocketraft.protocol.errors import RocketraftCode
+from rocketraft.protocol.wire import Code, svc
 
 MiB = 1024 * 1024
 
@@ -66,7 +67,7 @@ def test_a_nearly_full_map_refuses_sends_by_name_and_every_replica_keeps_serving
             break
     assert refusal is not None, "the map guard never refused a send"
     assert acked > 0
-    assert refusal.code == Code.INTERNAL_SERVER_ERROR, refusal
+    assert refusal.code == RocketraftCode.STORE_MAP_FULL, refusal
     assert "LMDB map nearly full" in refusal.message and "storeMapMaxUsedRatio=25%" in refusal.message, refusal
     assert "of its 16 MiB map" in refusal.message and "this is not the disk" in refusal.message, refusal
     assert "disk full" not in refusal.message
@@ -102,7 +103,7 @@ def test_a_replica_that_stops_itself_leaves_the_routes_at_once(tmpfs_cluster):
 
 
 def registered(cluster) -> set[str]:
-    from rocketraft.wire import ipb, ipb_grpc
+    from rocketraft.protocol.wire import ipb, ipb_grpc
 
     info = ipb_grpc.NameServerStub(cluster.channel(cluster.namesrv_address)).GetClusterInfo(
         ipb.GetClusterInfoRequest(), timeout=3)

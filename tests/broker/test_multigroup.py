@@ -7,7 +7,7 @@ import grpc
 import pytest
 from brokerkit import client_metadata, messaging_stub, namesrv_stub, raw_message, wait_until
 
-from rocketraft.wire import Code, address_of, ipb, pb, svc, svc_grpc
+from rocketraft.protocol.wire import Code, address_of, ipb, pb, svc, svc_grpc
 
 GROUPS = ["broker-a", "broker-b"]
 

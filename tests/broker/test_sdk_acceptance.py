@@ -18,7 +18,7 @@ from rocketmq import (
     TransactionResolution,
 )
 
-from rocketraft.wire import MessageType
+from rocketraft.protocol.wire import MessageType
 
 SETTINGS = {"transactionTimeOut": 1000, "transactionCheckInterval": 1000}
 

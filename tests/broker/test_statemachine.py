@@ -9,7 +9,7 @@ from broker.statemachine import ApplyError, BrokerStateMachine, Popped, SendResu
 from dledger import LogEntry
 from dledger.store import Store
 from rocketraft.proto import store_pb2 as spb
-from rocketraft.wire import Code, ipb, pb
+from rocketraft.protocol.wire import Code, ipb, pb
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import rocketraft
 from rocketraft import aio
 from rocketraft.client.message import MessageIdGenerator
 from rocketraft.devcluster import free_port
-from rocketraft.errors import BadRequestError, BodyTooLargeError, OutcomeUnknownError, TopicNotFoundError
+from rocketraft.protocol.errors import BadRequestError, BodyTooLargeError, OutcomeUnknownError, TopicNotFoundError
 
 
 def stored(cluster, topic):

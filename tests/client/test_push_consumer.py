@@ -17,7 +17,7 @@ from rocketraft.client.producer import Producer
 from rocketraft.client.pull_consumer import PullConsumer
 from rocketraft.client.push_consumer import PushConsumer
 from rocketraft.client.simple_consumer import SimpleConsumer
-from rocketraft.errors import BadRequestError, TopicNotFoundError
+from rocketraft.protocol.errors import BadRequestError, TopicNotFoundError
 
 
 class Recorder:

@@ -7,7 +7,7 @@ import collections
 from rocketraft.client.message import Message
 from rocketraft.client.routes import route_of
 from rocketraft.client.selection import LatencyFaults, QueueChooser
-from rocketraft.wire import Permission, endpoints, pb
+from rocketraft.protocol.wire import Permission, endpoints, pb
 
 
 def route(groups: dict[str, bool], queues: int = 4):

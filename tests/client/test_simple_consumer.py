@@ -9,7 +9,7 @@ from clientkit import produce
 
 from rocketraft.client.message import Message
 from rocketraft.client.simple_consumer import SimpleConsumer
-from rocketraft.errors import BadRequestError, InvalidReceiptHandleError
+from rocketraft.protocol.errors import BadRequestError, InvalidReceiptHandleError
 
 
 async def receive_all(consumer: SimpleConsumer, count: int, timeout_s: float = 10.0, **kwargs) -> list:

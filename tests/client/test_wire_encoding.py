@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from rocketraft.client.message import Message, to_pb, to_wire
 from rocketraft.client.transport import encode_send_request
-from rocketraft.wire import pb, svc
+from rocketraft.protocol.wire import pb, svc
 
 bodies = st.binary(min_size=1, max_size=70_000)
 

@@ -7,7 +7,7 @@ import asyncio
 import grpc
 
 from namesrv.server import NameServer
-from rocketraft.wire import Code, ipb, ipb_grpc, pb, svc, svc_grpc
+from rocketraft.protocol.wire import Code, ipb, ipb_grpc, pb, svc, svc_grpc
 
 
 class SlowMaster(ipb_grpc.BrokerAdminServicer, svc_grpc.MessagingServiceServicer):
@@ -18,7 +18,7 @@ class SlowMaster(ipb_grpc.BrokerAdminServicer, svc_grpc.MessagingServiceServicer
     async def CreateTopic(self, request, context):
         self.create_calls += 1
         await asyncio.sleep(self.delay_s)
-        return ipb.BrokerCreateTopicResponse(code=Code.OK, message="OK")
+        return ipb.BrokerChangeResponse(code=Code.OK, message="OK")
 
     async def RecallMessage(self, request, context):
         await asyncio.sleep(self.delay_s)

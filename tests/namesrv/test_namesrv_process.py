@@ -17,7 +17,8 @@ import grpc
 import pytest
 
 from dledger.localcluster import free_port
-from rocketraft.wire import ALL_MESSAGE_TYPES, Code, Permission, address_of, ipb, ipb_grpc, pb, svc, svc_grpc
+from rocketraft.protocol.errors import RocketraftCode
+from rocketraft.protocol.wire import ALL_MESSAGE_TYPES, Code, Permission, address_of, ipb, ipb_grpc, pb, svc, svc_grpc
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 10
@@ -74,7 +75,7 @@ class FakeMaster(ipb_grpc.BrokerAdminServicer, svc_grpc.MessagingServiceServicer
 
     def CreateTopic(self, request, context):
         self.created.append(request.topic)
-        return ipb.BrokerCreateTopicResponse(code=self.code, message=self.message)
+        return ipb.BrokerChangeResponse(code=self.code, message=self.message)
 
     def RecallMessage(self, request, context):
         self.recalled.append(request)
@@ -230,7 +231,7 @@ def test_recall_without_a_master_is_ha_not_available_and_a_malformed_handle_is_b
 
 def test_create_topic_fans_out_to_every_master_and_names_each_group_that_failed(namesrv, fake_master):
     good, good_address = fake_master()
-    _, refusing_address = fake_master(code=Code.INTERNAL_SERVER_ERROR, message="disk full: 91% used > 75%")
+    _, refusing_address = fake_master(code=RocketraftCode.DISK_FULL, message="disk full: 91% used > 75%")
     dead_address = f"127.0.0.1:{free_port('127.0.0.1')}"
     namesrv.register(reg("broker-a", "n1", "LEADER", 2, address=good_address, topics=()),
                      reg("broker-a", "n2", "FOLLOWER", 2, topics=()),
@@ -245,7 +246,7 @@ def test_create_topic_fans_out_to_every_master_and_names_each_group_that_failed(
     assert sorted(results) == ["broker-a", "broker-b", "broker-c", "broker-d"]
     assert results["broker-a"].ok and results["broker-a"].code == Code.OK
     assert [t.name for t in good.created] == ["Orders"]
-    assert (results["broker-b"].code, "disk full" in results["broker-b"].message) == (Code.INTERNAL_SERVER_ERROR, True)
+    assert (results["broker-b"].code, "disk full" in results["broker-b"].message) == (RocketraftCode.DISK_FULL, True)
     assert results["broker-c"].code == Code.HA_NOT_AVAILABLE and "no master" in results["broker-c"].message
     assert results["broker-d"].code == Code.HA_NOT_AVAILABLE and dead_address in results["broker-d"].message
     assert not any(results[g].ok for g in ("broker-b", "broker-c", "broker-d"))

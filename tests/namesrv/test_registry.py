@@ -11,9 +11,9 @@ from namesrv.registry import (
     HEARTBEAT_TIMEOUT_MS_DEFAULT,
     RouteRegistry,
 )
-from rocketraft.errors import BadRequestError, TopicNotFoundError
-from rocketraft.names import check_topic_name
-from rocketraft.wire import ALL_MESSAGE_TYPES, Code, MessageType, Permission, address_of, ipb
+from rocketraft.protocol.errors import BadRequestError, TopicNotFoundError
+from rocketraft.protocol.names import check_topic_name
+from rocketraft.protocol.wire import ALL_MESSAGE_TYPES, Code, MessageType, Permission, address_of, ipb
 
 WRITABLE = (Permission.WRITE, Permission.READ_WRITE)
 

@@ -1,12 +1,31 @@
 """Typed errors carrying an apache.rocketmq.v2 Code and an actionable message.
 
 Servers raise these and turn them into a Status in exactly one place (`to_status`); the client raises
-the same classes from a non-OK Status (`from_status`). One cause, one class, one code.
+the same classes from a non-OK Status (`from_status`). One cause, one class, one code: where the v2
+protocol has no code for a cause, rocketraft uses one of its own (`RocketraftCode`, documented in
+docs/broker.md, "Errors"); the official SDKs report those with the server's message.
 """
 
 from __future__ import annotations
 
-from rocketraft.wire import Code, pb
+import enum
+
+from rocketraft.protocol.wire import Code, pb
+
+
+class RocketraftCode(enum.IntEnum):
+    """Status codes of causes the v2 protocol has no code for (50700..50799, unused by apache.rocketmq.v2)."""
+    DISK_FULL = 50700           # the store's filesystem is above diskMaxUsedSpaceRatio
+    STORE_MAP_FULL = 50701      # the replica's LMDB map is above storeMapMaxUsedRatio
+    STORE_UNAVAILABLE = 50702   # the store is shutting down, or stopped after an error
+
+
+class Reason(enum.StrEnum):
+    """Why a master refused a write a follower forwarded to it. Travels through dledger's append admission as
+    the refusal's short code (`AppendRefusedError.refusal`), and maps back to exactly one error class."""
+    DISK_FULL = "DISK_FULL"
+    STORE_MAP_FULL = "STORE_MAP_FULL"
+    STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
 
 
 class RocketraftError(Exception):
@@ -65,18 +84,27 @@ class NotMasterError(RocketraftError):
 
 class DiskFullError(RocketraftError):
     """Writes refused because the store's filesystem is above diskMaxUsedSpaceRatio (reads go on)."""
-    code = Code.INTERNAL_SERVER_ERROR
+    code = RocketraftCode.DISK_FULL
+    reason = Reason.DISK_FULL
 
 
 class StoreMapFullError(RocketraftError):
     """Sends refused because the replica's LMDB map is above storeMapMaxUsedRatio of storeMapSizeBytes (not the
     disk; reads go on). Restart the replicas with a larger storeMapSizeBytes."""
-    code = Code.INTERNAL_SERVER_ERROR
+    code = RocketraftCode.STORE_MAP_FULL
+    reason = Reason.STORE_MAP_FULL
 
 
 class StoreUnavailableError(RocketraftError):
     """The store is shut down or stopped after an error."""
-    code = Code.INTERNAL_SERVER_ERROR
+    code = RocketraftCode.STORE_UNAVAILABLE
+    reason = Reason.STORE_UNAVAILABLE
+
+
+def refusal_error(reason: str, message: str) -> RocketraftError:
+    """The error of a write the master refused for `reason` (a Reason value; anything else is unavailable)."""
+    cls = {r.reason: r for r in (DiskFullError, StoreMapFullError, StoreUnavailableError)}.get(reason)
+    return (cls or StoreUnavailableError)(message)
 
 
 class OutcomeUnknownError(RocketraftError):
@@ -131,6 +159,9 @@ _BY_CODE = {
     Code.PROXY_TIMEOUT: OutcomeUnknownError,
     Code.UNSUPPORTED: UnsupportedError,
     Code.ILLEGAL_FILTER_EXPRESSION: IllegalFilterExpressionError,
+    RocketraftCode.DISK_FULL: DiskFullError,
+    RocketraftCode.STORE_MAP_FULL: StoreMapFullError,
+    RocketraftCode.STORE_UNAVAILABLE: StoreUnavailableError,
 }
 
 

@@ -14,20 +14,15 @@ from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc  # noqa: F401 - 
 from rocketraft.proto import internal_pb2 as ipb  # noqa: F401 - re-exported
 from rocketraft.proto import internal_pb2_grpc as ipb_grpc  # noqa: F401 - re-exported
 
+from .limits import GRPC_MESSAGE_BYTES_MAX
+
 Code = pb.Code
 MessageType = pb.MessageType
 Permission = pb.Permission
 
-# RocketMQ PermName bits, as carried in TopicConfig.perm.
-PERM_READ = 2
-PERM_WRITE = 4
-PERM_READ_WRITE = PERM_READ | PERM_WRITE
-
 ALL_MESSAGE_TYPES = (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION)
 
-# Options for every gRPC server and channel we make. Message size limits are explicit: a request is at most
-# one 4 MiB body plus properties (the broker validates the body itself and says so; this is the hard cap).
-GRPC_MESSAGE_BYTES_MAX = 16 * 1024 * 1024
+# Options for every gRPC server and channel we make: message size limits are explicit.
 GRPC_OPTIONS = (
     ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
     ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
@@ -63,13 +58,3 @@ def address_of(eps: pb.Endpoints) -> str:
     a = eps.addresses[0]
     return f"{a.host}:{a.port}"
 
-
-def permission_of(perm_bits: int) -> int:
-    readable, writable = bool(perm_bits & PERM_READ), bool(perm_bits & PERM_WRITE)
-    if readable and writable:
-        return Permission.READ_WRITE
-    if readable:
-        return Permission.READ
-    if writable:
-        return Permission.WRITE
-    return Permission.NONE

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import re
 
-from rocketraft.errors import BadRequestError
-from rocketraft.wire import Code
+from rocketraft.protocol.errors import BadRequestError
+from rocketraft.protocol.limits import DLQ_TOPIC_PREFIX, GROUP_NAME_CHARS_MAX, RETRY_TOPIC_PREFIX, TOPIC_NAME_CHARS_MAX
+from rocketraft.protocol.wire import Code
 
 NAME_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")  # fullmatch: "^...$" with match would accept a trailing newline
-TOPIC_NAME_CHARS_MAX = 127
-GROUP_NAME_CHARS_MAX = 255
 TOPIC_NAME_RULE = f"topic names match ^[%|a-zA-Z0-9_-]+$ and are at most {TOPIC_NAME_CHARS_MAX} characters"
 
 
@@ -27,6 +26,16 @@ def check_topic_name(name: str) -> str:
 
 def check_group_name(name: str) -> str:
     if not name or len(name) > GROUP_NAME_CHARS_MAX or not NAME_PATTERN.fullmatch(name):
-        raise BadRequestError(f"illegal consumer group {name!r}: use 1..{GROUP_NAME_CHARS_MAX} of [%|a-zA-Z0-9_-]",
-                              Code.ILLEGAL_CONSUMER_GROUP)
+        raise BadRequestError(f"illegal consumer group {name[:GROUP_NAME_CHARS_MAX + 1]!r}: use "
+                              f"1..{GROUP_NAME_CHARS_MAX} of [%|a-zA-Z0-9_-]", Code.ILLEGAL_CONSUMER_GROUP)
     return name
+
+
+def retry_topic(group: str) -> str:
+    """The topic a consumer group's retried messages live in."""
+    return RETRY_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    """The topic a consumer group's dead letters go to."""
+    return DLQ_TOPIC_PREFIX + group

@@ -1,0 +1,60 @@
+"""Every protocol limit and reserved name, in one place for the broker, the NameServer and the clients.
+
+Broker settings that an operator may change (maxMessageSize, receiveBatchSizeMax, ...) take their defaults
+from here; a client learns the values in force from the broker's Telemetry settings where the protocol
+carries them (publishing.max_body_size, subscription.receive_batch_size / long_polling_timeout) and uses
+these defaults until then.
+"""
+
+from __future__ import annotations
+
+# -- names ----------------------------------------------------------------------------------------------
+TOPIC_NAME_CHARS_MAX = 127
+GROUP_NAME_CHARS_MAX = 255
+RETRY_TOPIC_PREFIX = "%RETRY%"        # %RETRY%<group>: messages a consumer group will get again
+DLQ_TOPIC_PREFIX = "%DLQ%"            # %DLQ%<group>: messages past maxReconsumeTimes
+
+# -- message fields -------------------------------------------------------------------------------------
+BODY_BYTES_MAX = 4 * 1024 * 1024      # maxMessageSize default (RocketMQ's 4 MiB)
+TAG_CHARS_MAX = 128
+KEY_CHARS_MAX = 128
+KEYS_MAX = 32
+MESSAGE_GROUP_CHARS_MAX = 64
+MESSAGE_ID_CHARS_MAX = 128
+# LMDB refuses keys longer than 511 bytes (MDB_BAD_VALSIZE). Ids, keys and names end up inside index keys
+# together with a small prefix, so their UTF-8 form must stay well under that: 128 emoji are 512 bytes.
+INDEXED_FIELD_BYTES_MAX = 256
+PROPERTY_KEY_CHARS_MAX = 64
+PROPERTIES_BYTES_MAX = 16 * 1024      # messagePropertiesBytesMax default: keys + values of user properties
+RESERVED_PROPERTY_PREFIX = "__"       # user property keys may not start with it
+DELAY_LEVEL_PROPERTY = "DELAY"        # RocketMQ's delayTimeLevel: 1..len(DELAY_LEVELS)
+QUEUE_ID_PROPERTY = "QUEUE_ID"        # the queue the producer chose (decimal); routing only, not stored
+RESERVED_PROPERTIES = frozenset({DELAY_LEVEL_PROPERTY, QUEUE_ID_PROPERTY})
+
+# RocketMQ's 18 delay levels (messageDelayLevel default).
+DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+DELAY_LEVEL_COUNT = len(DELAY_LEVELS.split())
+DELIVERY_DELAY_MS_MAX = 40 * 86_400_000  # timerMaxDelayMillis default: 40 days (RocketMQ 5's timer)
+
+# -- queues ---------------------------------------------------------------------------------------------
+QUEUES_PER_TOPIC_DEFAULT = 8          # per broker group
+QUEUE_NUMS_MAX = 1024                 # topicQueueNumsMax default
+
+# -- consumption ----------------------------------------------------------------------------------------
+RECEIVE_BATCH_SIZE_MAX = 64           # receiveBatchSizeMax default
+LONG_POLLING_MS_MAX = 30_000          # longPollingTimeoutMillisMax default
+INVISIBLE_MS_MIN = 1_000              # invisibleTimeMillisMin default
+INVISIBLE_MS_MAX = 12 * 3_600_000     # invisibleTimeMillisMax default
+MAX_RECONSUME_TIMES = 16              # then %DLQ%<group>
+# What a push consumer asks per receive and how long it long-polls (sent to the official SDKs' push consumers
+# in their settings; rocketraft's PushConsumer uses the same).
+PUSH_RECEIVE_BATCH_SIZE = 32
+PUSH_LONG_POLLING_MS = 20_000
+# Redelivery backoff of a consumer group's retried messages (RocketMQ's retry levels 1s .. 2h), used by the
+# broker for pop consumers and sent to push consumers in their settings.
+RETRY_BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+
+# -- transport ------------------------------------------------------------------------------------------
+# A request is at most one body plus properties (the broker validates the body itself and says so; this is
+# the hard cap of every gRPC server and channel).
+GRPC_MESSAGE_BYTES_MAX = 16 * 1024 * 1024

@@ -1,0 +1,72 @@
+"""Routing rules shared by the NameServer, the brokers and the clients: who is master in a route, what a
+permission allows, which queue a message group lives in, and which queues a pull consumer owns."""
+
+from __future__ import annotations
+
+import zlib
+
+from rocketraft.protocol.wire import pb
+
+MASTER_BROKER_ID = 0  # in a route, the group's master (Raft leader) is brokerId 0; followers are 1, 2, ...
+
+# RocketMQ PermName bits, as carried in TopicConfig.perm.
+PERM_READ = 2
+PERM_WRITE = 4
+PERM_READ_WRITE = PERM_READ | PERM_WRITE
+PERMS = (PERM_READ, PERM_WRITE, PERM_READ_WRITE)
+READABLE = frozenset({int(pb.Permission.READ), int(pb.Permission.READ_WRITE)})
+WRITABLE = frozenset({int(pb.Permission.WRITE), int(pb.Permission.READ_WRITE)})
+
+
+def permission_of(perm_bits: int) -> int:
+    """The v2 Permission of RocketMQ perm bits."""
+    readable, writable = bool(perm_bits & PERM_READ), bool(perm_bits & PERM_WRITE)
+    if readable and writable:
+        return pb.Permission.READ_WRITE
+    if readable:
+        return pb.Permission.READ
+    if writable:
+        return pb.Permission.WRITE
+    return pb.Permission.NONE
+
+
+def is_master(queue: pb.MessageQueue) -> bool:
+    return queue.broker.id == MASTER_BROKER_ID
+
+
+def readable_master_queues(route: list[pb.MessageQueue]) -> list[pb.MessageQueue]:
+    """The route's master entries that can be read, sorted by (broker name, queue id)."""
+    queues = [q for q in route if is_master(q) and q.permission in READABLE]
+    return sorted(queues, key=lambda q: (q.broker.name, q.id))
+
+
+def one_queue_per_group(route: list[pb.MessageQueue]) -> list[pb.MessageQueue]:
+    """The first readable master entry of each broker group (a pop receive covers every queue of its group)."""
+    seen, queues = set(), []
+    for queue in route:
+        if is_master(queue) and queue.broker.name not in seen and queue.permission in READABLE:
+            seen.add(queue.broker.name)
+            queues.append(queue)
+    return queues
+
+
+def message_group_slot(message_group: str, count: int) -> int:
+    """Which of `count` queues (or broker groups) holds a FIFO message group, by CRC32: the same on every
+    broker and client, so one message group's order lives in one queue."""
+    return zlib.crc32(message_group.encode()) % count
+
+
+def allocate_averagely(queues: list, members: list[str], me: str) -> list:
+    """The contiguous slice of `queues` that member `me` owns among `members` (client ids, sorted here).
+
+    Each member gets len(queues) // len(members) queues and the first len(queues) % len(members) members one
+    more, in member order, exactly as RocketMQ's AllocateMessageQueueAveragely. A member not in `members`
+    owns nothing.
+    """
+    members = sorted(members)
+    if me not in members or not queues:
+        return []
+    index, count = members.index(me), len(members)
+    size, extra = divmod(len(queues), count)
+    start = index * size + min(index, extra)
+    return queues[start:start + size + (1 if index < extra else 0)]

@@ -1,0 +1,152 @@
+"""The rules a message and a subscription must follow, in one place for the broker and the clients.
+
+Each check raises its own typed error, with the v2 code of the field that broke the rule and a message that
+names the value, the rule and what to do. The broker applies them at its door (broker/validation.py) before
+anything reaches Raft; the client applies the same functions before any network call.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from rocketraft.protocol import limits
+from rocketraft.protocol.errors import BadRequestError, BodyTooLargeError
+from rocketraft.protocol.wire import Code, pb
+
+PROPERTY_KEY_RE = re.compile(rf"[a-zA-Z0-9_.-]{{1,{limits.PROPERTY_KEY_CHARS_MAX}}}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def utf8_bytes(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+# -- message fields ---------------------------------------------------------------------------------------
+def check_tag(tag: str) -> str:
+    """A tag is 1..TAG_CHARS_MAX characters, not blank, without '|' (it separates tags in a subscription)
+    and without control characters; spaces inside are allowed (RocketMQ 5's proxy rule)."""
+    problem = None
+    if not tag.strip():
+        problem = "it is blank"
+    elif len(tag) > limits.TAG_CHARS_MAX:
+        problem = f"{len(tag)} characters is more than {limits.TAG_CHARS_MAX}"
+    elif "|" in tag:
+        problem = "it contains '|', which separates tags in a subscription ('TagA || TagB')"
+    elif _CONTROL.search(tag):
+        problem = "it contains a control character"
+    if problem:
+        raise BadRequestError(f"tag {tag[:limits.TAG_CHARS_MAX + 1]!r}: {problem}; a tag is 1.."
+                              f"{limits.TAG_CHARS_MAX} characters, not blank, no '|', no control characters",
+                              Code.ILLEGAL_MESSAGE_TAG)
+    return tag
+
+
+def check_keys(keys: Iterable[str]) -> None:
+    """At most KEYS_MAX keys, each 1..KEY_CHARS_MAX characters (and INDEXED_FIELD_BYTES_MAX bytes), not
+    blank, without control characters (keys are indexed: queryMsgByKey)."""
+    if isinstance(keys, str):
+        raise BadRequestError("keys must be a list of strings, not one string", Code.ILLEGAL_MESSAGE_KEY)
+    keys = list(keys)
+    if len(keys) > limits.KEYS_MAX:
+        raise BadRequestError(f"{len(keys)} keys given; at most {limits.KEYS_MAX}", Code.ILLEGAL_MESSAGE_KEY)
+    for key in keys:
+        if (not isinstance(key, str) or not key.strip() or len(key) > limits.KEY_CHARS_MAX
+                or utf8_bytes(key) > limits.INDEXED_FIELD_BYTES_MAX or _CONTROL.search(key)):
+            raise BadRequestError(f"key {str(key)[:limits.KEY_CHARS_MAX + 1]!r}: 1..{limits.KEY_CHARS_MAX} "
+                                  f"characters and at most {limits.INDEXED_FIELD_BYTES_MAX} bytes of UTF-8, not "
+                                  "blank, no control characters", Code.ILLEGAL_MESSAGE_KEY)
+
+
+def check_message_id(message_id: str) -> str:
+    if not message_id:
+        raise BadRequestError("message has no system_properties.message_id; the client must set a unique id",
+                              Code.ILLEGAL_MESSAGE_ID)
+    if len(message_id) > limits.MESSAGE_ID_CHARS_MAX or utf8_bytes(message_id) > limits.INDEXED_FIELD_BYTES_MAX \
+            or _CONTROL.search(message_id):
+        raise BadRequestError(f"message id {message_id[:limits.MESSAGE_ID_CHARS_MAX + 1]!r}: 1.."
+                              f"{limits.MESSAGE_ID_CHARS_MAX} characters and at most "
+                              f"{limits.INDEXED_FIELD_BYTES_MAX} bytes of UTF-8, no control characters",
+                              Code.ILLEGAL_MESSAGE_ID)
+    return message_id
+
+
+def check_message_group(message_group: str) -> str:
+    if (not message_group.strip() or len(message_group) > limits.MESSAGE_GROUP_CHARS_MAX
+            or _CONTROL.search(message_group)):
+        raise BadRequestError(f"message group {message_group[:limits.MESSAGE_GROUP_CHARS_MAX + 1]!r}: 1.."
+                              f"{limits.MESSAGE_GROUP_CHARS_MAX} characters, not blank, no control characters",
+                              Code.ILLEGAL_MESSAGE_GROUP)
+    return message_group
+
+
+def check_body_size(body_bytes: int, body_bytes_max: int) -> None:
+    if not body_bytes:
+        raise BadRequestError("message body is empty; send at least one byte", Code.MESSAGE_BODY_EMPTY)
+    if body_bytes > body_bytes_max:
+        raise BodyTooLargeError(f"message body of {body_bytes} bytes is larger than maxMessageSize="
+                                f"{body_bytes_max} bytes; split it or store it elsewhere and send a reference")
+
+
+def check_user_properties(properties: dict[str, str], bytes_max: int = limits.PROPERTIES_BYTES_MAX,
+                          reserved_ok: bool = False) -> None:
+    """User property keys are 1..64 of [a-zA-Z0-9_.-], not starting with '__'; keys and values together take at
+    most `bytes_max` bytes. The routing properties (DELAY, QUEUE_ID) are the client's to set: a user's message
+    may not carry them (`reserved_ok` is for the wire form the client built itself)."""
+    size = 0
+    for key, value in properties.items():
+        if not PROPERTY_KEY_RE.fullmatch(key) or key.startswith(limits.RESERVED_PROPERTY_PREFIX):
+            raise BadRequestError(f"user property key {key[:80]!r}: 1-{limits.PROPERTY_KEY_CHARS_MAX} of "
+                                  f"[a-zA-Z0-9_.-], not starting with {limits.RESERVED_PROPERTY_PREFIX!r}",
+                                  Code.ILLEGAL_MESSAGE_PROPERTY_KEY)
+        if not reserved_ok and key in limits.RESERVED_PROPERTIES:
+            raise BadRequestError(f"property {key!r} is reserved; use delay_level / a queue selector instead",
+                                  Code.ILLEGAL_MESSAGE_PROPERTY_KEY)
+        size += utf8_bytes(key) + utf8_bytes(value)
+    if size > bytes_max:
+        raise BadRequestError(f"user properties take {size} bytes; at most {bytes_max} (messagePropertiesBytesMax)",
+                              Code.MESSAGE_PROPERTIES_TOO_LARGE)
+
+
+def check_delay_level(level: int, levels: int = limits.DELAY_LEVEL_COUNT) -> int:
+    if not 1 <= level <= levels:
+        raise BadRequestError(f"delay level {level}: use 1..{levels} (messageDelayLevel)",
+                              Code.ILLEGAL_DELIVERY_TIME)
+    return level
+
+
+def check_delivery_time(deliver_at_ms: int, now_ms: int, delay_ms_max: int = limits.DELIVERY_DELAY_MS_MAX) -> int:
+    if deliver_at_ms > now_ms + delay_ms_max:
+        raise BadRequestError(f"delivery time {deliver_at_ms} ms is more than timerMaxDelayMillis={delay_ms_max} ms "
+                              "ahead", Code.ILLEGAL_DELIVERY_TIME)
+    return deliver_at_ms
+
+
+# -- subscriptions ----------------------------------------------------------------------------------------
+def check_tag_expression(expression: str) -> str:
+    """A TAG subscription: '*' (or empty) for every tag, or tags separated by '||' ('TagA || TagB'); each tag
+    follows check_tag."""
+    if expression.strip() in ("", "*"):
+        return expression
+    for tag in expression.split("||"):
+        if not tag.strip():
+            raise BadRequestError(f"filter expression {expression[:300]!r}: an empty tag between '||'; use "
+                                  "'*' or 'TagA || TagB'", Code.ILLEGAL_FILTER_EXPRESSION)
+        try:
+            check_tag(tag.strip())
+        except BadRequestError as exc:
+            raise BadRequestError(f"filter expression {expression[:300]!r}: {exc.message}; separate tags with "
+                                  "'||'", Code.ILLEGAL_FILTER_EXPRESSION) from None
+    return expression
+
+
+def tag_filter(filter_type: int, expression: str) -> frozenset[str] | None:
+    """The tags a subscription accepts: None for every tag, otherwise the set ('TagA || TagB')."""
+    expression = expression.strip()
+    if filter_type == pb.FilterType.SQL or expression in ("", "*"):
+        return None
+    return frozenset(tag.strip() for tag in expression.split("||") if tag.strip())
+
+
+def tag_accepted(accepted: frozenset[str] | None, tag: str) -> bool:
+    return accepted is None or tag in accepted
