@@ -1,8 +1,8 @@
-"""RocketMQ's AllocateMessageQueueAveragely, as broker/assignment.py computes it for pull consumers."""
+"""Routing rules (rocketraft.protocol.routing): RocketMQ's AllocateMessageQueueAveragely for pull consumers."""
 
 from __future__ import annotations
 
-from broker.assignment import allocate_averagely
+from rocketraft.protocol.routing import allocate_averagely
 
 
 def test_eight_queues_over_three_members_give_contiguous_slices_of_three_three_and_two():
