@@ -149,6 +149,9 @@ class AsyncClient:
             call.cancel()
         raise RocketraftError(f"broker {address} closed the Telemetry stream without answering our settings")
 
+    def on_settings(self, settings: pb.Settings) -> None:
+        """The broker's answer to our settings on a Telemetry stream (its limits for this client)."""
+
     async def on_server_command(self, address: str, command: svc.TelemetryCommand) -> None:
         """A command the broker pushed (e.g. a transaction check-back)."""
 
@@ -185,7 +188,10 @@ class AsyncClient:
         call = self.transport.messaging(address).Telemetry(requests(), metadata=self.transport.metadata)
         try:
             async for command in call:
-                if command.HasField("settings") or not command.ListFields():
+                if command.HasField("settings"):
+                    self.on_settings(command.settings)
+                    continue
+                if not command.ListFields():
                     continue
                 await self.on_server_command(address, command)
         finally:

@@ -240,6 +240,8 @@ class Producer(AsyncClient):
 
     def _on_route(self, route) -> None:
         super()._on_route(route)
+        if self.settings() is not None:  # our Telemetry stream to each broker brings its settings: on_settings
+            return
         for group in route.groups.values():
             if group.master and group.master not in self._limits_asked and not self._closed:
                 task = asyncio.get_running_loop().create_task(self._learn_limits(group.master))
@@ -258,6 +260,9 @@ class Producer(AsyncClient):
             self._limits_asked.pop(address, None)  # asked again with the next route of that group
             log.debug("could not learn the publishing limits of %s: %s", address, exc)
             return
+        self.on_settings(settings)
+
+    def on_settings(self, settings: pb.Settings) -> None:
         body_bytes_max = settings.publishing.max_body_size
         if body_bytes_max > 0:
             self.body_bytes_max = min(self.body_bytes_max or body_bytes_max, body_bytes_max)
