@@ -39,9 +39,8 @@ def message(msg: pb.Message, config: BrokerConfig, now_ms: int) -> int:
     rules.check_body_size(len(msg.body), config.maxMessageSize)
     if props.body_encoding not in ENCODINGS:
         raise BadRequestError(f"body_encoding {props.body_encoding} is unknown; use IDENTITY or GZIP")
-    tag = props.tag
-    if tag:
-        rules.check_tag(tag)
+    if props.HasField("tag"):  # set but empty is refused like any blank tag
+        rules.check_tag(props.tag)
     keys = props.keys
     if keys:
         rules.check_keys(keys)
@@ -52,12 +51,12 @@ def message(msg: pb.Message, config: BrokerConfig, now_ms: int) -> int:
         rules.check_user_properties(msg.user_properties, config.messagePropertiesBytesMax, reserved_ok=True)
     delayed = props.HasField("delivery_timestamp")
     if props.message_type not in MESSAGE_TYPES:
-        raise RocketraftError(f"message type {props.message_type} is unknown; use NORMAL, FIFO, DELAY or "
+        raise BadRequestError(f"message type {props.message_type} is unknown; use NORMAL, FIFO, DELAY or "
                               "TRANSACTION", Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)
     kind = props.message_type or (DELAY if delayed else FIFO if message_group else NORMAL)
     _type_matches_properties(kind, message_group, delayed)
     if delayed:
-        rules.check_delivery_time(props.delivery_timestamp.ToMilliseconds(), now_ms, config.timerMaxDelayMillis)
+        rules.check_delivery_time(rules.timestamp_ms(props.delivery_timestamp), now_ms, config.timerMaxDelayMillis)
     return kind
 
 

@@ -70,6 +70,10 @@ def check_expression(topic: str, expression: str) -> str:
         raise BadRequestError(f"the tag expression for topic {topic} must be a string like '*' or 'TagA || TagB'")
     if text in ("", "*"):
         return "*"
+    if rules.looks_like_sql92(text):
+        raise BadRequestError(f"topic {topic}: {expression!r} looks like a SQL92 filter; SQL92 filters are not "
+                              "supported: subscribe with a TAG expression such as '*' or 'TagA || TagB'",
+                              Code.ILLEGAL_FILTER_EXPRESSION)
     try:
         rules.check_tag_expression(text)
     except BadRequestError as exc:

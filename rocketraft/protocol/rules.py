@@ -115,7 +115,16 @@ def check_delay_level(level: int, levels: int = limits.DELAY_LEVEL_COUNT) -> int
     return level
 
 
+def timestamp_ms(timestamp) -> int:
+    """A google.protobuf.Timestamp in epoch milliseconds, without protobuf's range check (ToMilliseconds raises
+    ValueError past year 9999: such a time is refused by the range checks here, with a named error)."""
+    return timestamp.seconds * 1000 + timestamp.nanos // 1_000_000
+
+
 def check_delivery_time(deliver_at_ms: int, now_ms: int, delay_ms_max: int = limits.DELIVERY_DELAY_MS_MAX) -> int:
+    if deliver_at_ms < 0:
+        raise BadRequestError(f"delivery time {deliver_at_ms} ms is before 1970; give an epoch time in milliseconds",
+                              Code.ILLEGAL_DELIVERY_TIME)
     if deliver_at_ms > now_ms + delay_ms_max:
         raise BadRequestError(f"delivery time {deliver_at_ms} ms is more than timerMaxDelayMillis={delay_ms_max} ms "
                               "ahead", Code.ILLEGAL_DELIVERY_TIME)
@@ -138,6 +147,15 @@ def check_tag_expression(expression: str) -> str:
             raise BadRequestError(f"filter expression {expression[:300]!r}: {exc.message}; separate tags with "
                                   "'||'", Code.ILLEGAL_FILTER_EXPRESSION) from None
     return expression
+
+
+_SQL92_SHAPE = re.compile(r"(?i)([=<>]|\b(and|or|not|between|in)\s|\bis\s+(not\s+)?null\b)")
+
+
+def looks_like_sql92(expression: str) -> bool:
+    """A client API that takes a bare string for a subscription cannot know whether 'a > 1' is one tag or a SQL92
+    filter; a string with a comparison or a SQL keyword is taken for SQL92, which tags rarely contain."""
+    return bool(_SQL92_SHAPE.search(expression))
 
 
 def tag_filter(filter_type: int, expression: str) -> frozenset[str] | None:
