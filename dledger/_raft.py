@@ -57,6 +57,7 @@ from pysyncobj.pipe_notifier import PipeNotifier
 from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.transport import TCPTransport
 
+from . import logformat
 from .codec import decode_batch
 from .config import FlushPolicy, ReplicaConfig
 from .journal import LmdbJournal
@@ -65,7 +66,6 @@ from .store import Store
 log = logging.getLogger(__name__)
 
 PYSYNCOBJ_VERSION_RANGE = ("0.3.17", "0.4")
-REGULAR_COMMAND = b"\x00"  # pysyncobj _COMMAND_TYPE.REGULAR
 # The `error` of an apply_command_response by which a leader refuses a forwarded append: (REFUSED, code, text).
 # pysyncobj hands any `error` to the follower's callback as its fail reason; Replica turns this one into
 # AppendRefusedError.
@@ -535,7 +535,7 @@ class RaftEngine:
             return None
 
         def payloads() -> list[bytes]:  # decoded only if the admission needs to look (it usually admits at once)
-            blob = decode_command(command)
+            blob = logformat.decode_command(command)
             return [] if blob is None else decode_batch(blob)
 
         try:
@@ -546,7 +546,7 @@ class RaftEngine:
 
     def submit(self, blob: bytes, callback: Callable[[object, int], None]) -> None:
         """Append one Raft entry carrying blob; callback(result, fail_reason) runs on the tick thread."""
-        command = pickle.dumps((self._func_id, (blob,)), protocol=pickle.HIGHEST_PROTOCOL)
+        command = logformat.encode_call(self._func_id, blob)
 
         def on_result(result, reason):
             if threading.get_ident() == self._thread.ident:
@@ -881,12 +881,4 @@ class RaftEngine:
     # -- log compaction / snapshots --------------------------------------------------------------------------
     def force_compaction(self) -> None:
         self.so.forceLogCompaction()
-
-
-def decode_command(command: bytes) -> bytes | None:
-    """The dledger payload of a journal command, or None for pysyncobj's own entries (no-ops)."""
-    if command[:1] != REGULAR_COMMAND:
-        return None
-    _func_id, args = pickle.loads(command[1:])[:2]
-    return args[0]
 

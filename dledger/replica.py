@@ -42,9 +42,10 @@ from .errors import (
     ReplicaClosedError,
     StoreUntrustedError,
 )
-from .journal import META_APPLIED_INDEX, LmdbJournal, decode_value
+from .journal import LmdbJournal
+from .logformat import META_APPLIED_INDEX, decode_u64, encode_u64, index_key, key_index, payload_blob, value_term
 from .snapshot import SnapshotHooks
-from .store import Store, u64_key, u64_of
+from .store import Store
 
 log = logging.getLogger(__name__)
 
@@ -98,16 +99,6 @@ class StateMachine(Protocol):
 
     # Optional: `committed(applied_index)` runs on the tick thread once everything applied up to
     # applied_index is committed to LMDB (visible to readers). Keep it cheap: wake waiters, no I/O.
-
-
-def read_payloads(store: Store, txn, index: int) -> list[bytes] | None:
-    """The payloads of the data entry at `index` (None for a missing index or a Raft no-op entry).
-    Callers must not read past the applied index (Replica.status().applied_index)."""
-    value = txn.get(u64_key(index), db=store.log_db)
-    if value is None:
-        return None
-    blob = _raft.decode_command(decode_value(index, value)[0])
-    return None if blob is None else decode_batch(blob)
 
 
 def _open_marker(config: ReplicaConfig) -> str:
@@ -267,19 +258,18 @@ class Replica:
         def scan(txn):
             out, size = [], 0
             cur = txn.cursor(db=store.log_db)
-            if not cur.set_range(u64_key(max(from_index, 1))):
+            if not cur.set_range(index_key(max(from_index, 1))):
                 return out
             for key, value in cur:
-                index = u64_of(key)
+                index = key_index(key)
                 if index > applied or len(out) >= max_entries or (out and size >= max_bytes):
                     break
-                command, _, term = decode_value(index, value)
-                blob = _raft.decode_command(command)
+                blob = payload_blob(value)
                 if blob is None:
                     continue
                 payloads = decode_batch(blob)
                 size += sum(len(p) for p in payloads)
-                out.append(LogEntry(index, term, payloads))
+                out.append(LogEntry(index, value_term(value), payloads))
             return out
 
         return store.read(scan)
@@ -352,11 +342,11 @@ class Replica:
         return self._sm.apply(LogEntry(index, term, decode_batch(blob)), txn)
 
     def _record_applied(self, index: int, txn) -> None:
-        txn.put(META_APPLIED_INDEX, u64_key(index), db=self.store.meta_db)
+        txn.put(META_APPLIED_INDEX, encode_u64(index), db=self.store.meta_db)
 
     def _stored_applied_index(self) -> int:
         raw = self.store.read(lambda txn: txn.get(META_APPLIED_INDEX, db=self.store.meta_db))
-        return u64_of(raw) if raw else 0
+        return decode_u64(raw) if raw else 0
 
     def _after_tick(self, view: _raft.EngineView) -> None:
         previous_applied = self._status.applied_index

@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING
 
 import lmdb
 
-from .journal import META_APPLIED_INDEX, decode_value
-from .store import LOG_DB, MAX_DBS, META_DB, u64_key, u64_of
+from .logformat import LOG_DB, MAX_DBS, META_APPLIED_INDEX, META_DB, decode_u64, decode_value, index_key
 
 if TYPE_CHECKING:
     from .replica import Replica
@@ -102,7 +101,7 @@ class SnapshotHooks:
                 raw = txn.get(META_APPLIED_INDEX, db=store.meta_db)
                 store.copy_to(building, txn)
             os.replace(building, self.path)
-            self.last_snapshot_applied_index = u64_of(raw) if raw else 0
+            self.last_snapshot_applied_index = decode_u64(raw) if raw else 0
             self.last_duration_s = time.monotonic() - started
             self._state = SUCCESS
             log.info("snapshot at applied index %d built in %.2fs", self.last_snapshot_applied_index,
@@ -150,12 +149,12 @@ def _boundary_of(path: str):
         meta_db = env.open_db(META_DB, create=False)
         with env.begin() as txn:
             raw = txn.get(META_APPLIED_INDEX, db=meta_db)
-            applied = u64_of(raw) if raw else 1
+            applied = decode_u64(raw) if raw else 1
             cur = txn.cursor(db=log_db)
-            if not cur.set_key(u64_key(applied)):
+            if not cur.set_key(index_key(applied)):
                 raise ValueError(f"snapshot {path} lacks its applied entry {applied}")
             last = decode_value(applied, cur.value())
-            before_raw = txn.get(u64_key(applied - 1), db=log_db)
+            before_raw = txn.get(index_key(applied - 1), db=log_db)
             before = decode_value(applied - 1, before_raw) if before_raw is not None else last
         return applied, before, last
     finally:
