@@ -1,8 +1,14 @@
 """dledger: a Raft-replicated CommitLog (DLedger-style) on pysyncobj, stored in LMDB.
 
-The broker uses only what this package exports; nothing outside dledger/ imports pysyncobj.
-`dledger.logformat` is the public description of the stored log (for readers of a replica's LMDB
-store, such as the audit).
+The broker uses only what this package exports; nothing outside dledger/ imports pysyncobj or a
+private dledger module. `dledger.logformat` is the public description of the stored log (for readers
+of a replica's LMDB store, such as the audit).
+
+Modules: replica (the Replica surface), engine (the tick loop around pysyncobj), raftrules (pre-vote
+and append_entries trimming as pure functions), _pysyncobj_seam (the only module that imports and
+patches pysyncobj), journal (pysyncobj's journal interface over LMDB), store (the LMDB environment),
+logformat (the stored layout), codec (a batch of payloads), snapshot (compaction and snapshot
+transfer), config, errors.
 """
 
 from . import logformat

@@ -28,9 +28,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from . import _raft
 from .codec import decode_batch, encode_batch, encoded_size
 from .config import FlushPolicy, ReplicaConfig
+from .engine import FAIL_REASON, REFUSED, EngineView, RaftEngine, RaftState
 from .errors import (
     AppendQueueFullError,
     AppendRefusedError,
@@ -160,8 +160,8 @@ class Replica:
         self._committed_hook = getattr(state_machine, "committed", None)
         self._retention_floor = 0
         self._snapshot = SnapshotHooks(self)
-        self._engine = _raft.RaftEngine(config, self.store, self.journal, applied, self._apply, self._after_tick,
-                                        self._record_applied, self._on_engine_failure, self._snapshot)
+        self._engine = RaftEngine(config, self.store, self.journal, applied, self._apply, self._after_tick,
+                                  self._record_applied, self._on_engine_failure, self._snapshot)
         self._status = self._status_from(self._engine.view)
         self._completer = threading.Thread(target=self._complete_loop, name=f"dledger-done-{config.self_id}",
                                            daemon=True)
@@ -212,7 +212,7 @@ class Replica:
         if entry is None:
             return  # already timed out (reported as outcome unknown)
         future = entry[0]
-        if reason == _raft.FAIL_REASON.SUCCESS:
+        if reason == FAIL_REASON.SUCCESS:
             index, term, sm_result = result
             self._completions.put((future, AppendResult(index, term, sm_result), None))
         else:
@@ -228,11 +228,11 @@ class Replica:
         self._engine.admission = admission
 
     def _error_for(self, reason) -> DledgerError:
-        if isinstance(reason, tuple) and reason[:1] == (_raft.REFUSED,) and len(reason) == 3:
+        if isinstance(reason, tuple) and reason[:1] == (REFUSED,) and len(reason) == 3:
             return AppendRefusedError(f"not appended: the leader refused it: {reason[2]}", reason[1])
         st = self._status
         where = f"leader is {st.leader_id} at {st.leader_address}" if st.leader_id else "no leader is known"
-        reasons = _raft.FAIL_REASON
+        reasons = FAIL_REASON
         if reason == reasons.MISSING_LEADER:
             return NoLeaderError(f"not appended: {where} (election in progress or no quorum); retry shortly")
         if reason == reasons.NOT_LEADER:
@@ -348,7 +348,7 @@ class Replica:
         raw = self.store.read(lambda txn: txn.get(META_APPLIED_INDEX, db=self.store.meta_db))
         return decode_u64(raw) if raw else 0
 
-    def _after_tick(self, view: _raft.EngineView) -> None:
+    def _after_tick(self, view: EngineView) -> None:
         previous_applied = self._status.applied_index
         status = self._status_from(view)
         self._status = status
@@ -361,10 +361,10 @@ class Replica:
             self._completions.put(("role", status, None))
         self._snapshot.on_tick(view)
 
-    def _status_from(self, view: _raft.EngineView) -> ReplicaStatus:
-        if view.raft_state == _raft.RaftState.LEADER:
+    def _status_from(self, view: EngineView) -> ReplicaStatus:
+        if view.raft_state == RaftState.LEADER:
             role = Role.LEADER if view.leader_ready else Role.LEADER_PENDING
-        elif view.raft_state == _raft.RaftState.CANDIDATE:
+        elif view.raft_state == RaftState.CANDIDATE:
             role = Role.CANDIDATE
         else:
             role = Role.FOLLOWER
