@@ -79,7 +79,11 @@ def trim_append_entries(prev_idx: int | None, prev_term: int | None, entries: Se
     2. if nothing new remains, the follower holds prev with prev_term, and the follower's last entry has
        the leader's term, the follower's whole log came from this leader (one leader per term): prev moves
        to the follower's last entry, so a stale heartbeat does not truncate what it already acknowledged.
-       With a last entry from an older term prev stays, so a real conflict is still detected."""
+       With a last entry from an older term prev stays, so a real conflict is still detected.
+    A message without a previous entry (prev_idx None: the leader does not hold the entry before the
+    follower's next index) is left alone: pysyncobj answers it with a reset."""
+    if prev_idx is None:
+        return prev_idx, prev_term, entries
     known = 0
     for idx, term in entries:
         if not first_index <= idx <= last_index or term_at(idx) != term:

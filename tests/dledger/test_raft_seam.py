@@ -156,6 +156,14 @@ def append_entries(prev_idx, prev_term, entries, term=2) -> dict:
             "prevLogTerm": prev_term, "entries": entries}
 
 
+def test_an_append_entries_without_a_previous_entry_reaches_pysyncobj_unchanged(tmp_path):
+    """pysyncobj's leader sends prevLogIdx None when it does not hold the entry before the follower's next
+    index; the rewrite used to compare None with an index (TypeError on the tick thread stops the replica)."""
+    journal = journal_with_terms(tmp_path, [1, 2, 2])
+    heartbeat = append_entries(None, None, [])
+    assert rewrite_append_entries(heartbeat, journal) is heartbeat
+
+
 def test_a_rewritten_append_entries_keeps_the_leaders_commands_of_the_entries_it_still_carries(tmp_path):
     journal = journal_with_terms(tmp_path, [1, 2, 2])
     message = append_entries(1, 1, [(b"c2", 2, 2), (b"c3", 3, 2), (b"new4", 4, 2)])

@@ -219,6 +219,15 @@ def test_an_empty_follower_log_leaves_the_message_unchanged():
     assert trim(log, 1, 1, entries, leader_term=1) == (1, 1, entries)
 
 
+def test_a_message_without_a_previous_entry_is_left_alone():
+    """pysyncobj sends prevLogIdx None when the leader does not hold the entry before the follower's next
+    index (the follower's log claimed to be longer). The rule used to compare None with an index and
+    raise TypeError on the tick thread, which stops the replica; pysyncobj answers such a message itself."""
+    log = FollowerLog({1: 1, 2: 2, 3: 2})
+    assert trim(log, None, None, [], leader_term=2) == (None, None, [])
+    assert trim(log, None, None, [(2, 2)], leader_term=2) == (None, None, [(2, 2)])
+
+
 # -- trimming: properties over logs that satisfy the log matching property -----------------------------------
 @st.composite
 def leader_and_follower(draw):
