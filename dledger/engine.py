@@ -555,4 +555,9 @@ class RaftEngine:
         """Ask pysyncobj to compact now: it calls the snapshot hooks' serializer on a later tick."""
         self.so.forceLogCompaction()
 
+    @property
+    def last_applied(self) -> int:
+        """The highest index pysyncobj applied (its no-op entries included)."""
+        return self.so.raftLastApplied
+
 

@@ -162,6 +162,7 @@ class Replica:
         self._snapshot = SnapshotHooks(self)
         self._engine = RaftEngine(config, self.store, self.journal, applied, self._apply, self._after_tick,
                                   self._record_applied, self._on_engine_failure, self._snapshot)
+        self._snapshot.bind_engine(self._engine)
         self._status = self._status_from(self._engine.view)
         self._completer = threading.Thread(target=self._complete_loop, name=f"dledger-done-{config.self_id}",
                                            daemon=True)

@@ -29,6 +29,7 @@ import lmdb
 from .logformat import LOG_DB, MAX_DBS, META_APPLIED_INDEX, META_DB, decode_u64, decode_value, index_key
 
 if TYPE_CHECKING:
+    from .engine import RaftEngine
     from .replica import Replica
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ NOT_SERIALIZING, SERIALIZING, SUCCESS, FAILED = 0, 1, 2, 3  # pysyncobj's SERIAL
 class SnapshotHooks:
     def __init__(self, replica: Replica):
         self._replica = replica
+        self._engine: RaftEngine | None = None  # bind_engine(), before the engine's first tick
         self._state = NOT_SERIALIZING
         self._build_due = False
         self._requested = False
@@ -48,6 +50,10 @@ class SnapshotHooks:
         self.last_duration_s = 0.0
 
     # -- asked by the replica ---------------------------------------------------------------------------
+    def bind_engine(self, engine: RaftEngine) -> None:
+        """The engine these hooks serve (built after them: pysyncobj takes the hooks in its config)."""
+        self._engine = engine
+
     def request_compaction(self) -> None:
         self._requested = True
 
@@ -67,7 +73,7 @@ class SnapshotHooks:
             return
         self._requested = False
         self._last_started = time.monotonic()
-        replica._engine.force_compaction()
+        self._engine.force_compaction()
 
     # -- pysyncobj serializer protocol ------------------------------------------------------------------
     def serialize(self, tmp_file: str, _boundary) -> None:
@@ -118,7 +124,7 @@ class SnapshotHooks:
         A failure after the store was replaced stops the replica."""
         replica = self._replica
         applied, before, last = _boundary_of(path)
-        ours = replica._engine.so.raftLastApplied
+        ours = self._engine.last_applied
         if applied < ours:
             raise ValueError(f"refusing a snapshot at applied index {applied}: this replica applied {ours}")
         try:
@@ -131,13 +137,13 @@ class SnapshotHooks:
             replica.journal.deleteEntriesFrom(applied + 1 - replica.journal.first_index)
             replica.store.commit(fsync=True)
             replica.journal.expect_reset([before[1], last[1]])
-            replica._engine.snapshot_installed(applied)
-            if replica._sm is not None:
-                replica._sm.attach(replica.store)
+            self._engine.snapshot_installed(applied)
+            if replica.state_machine is not None:
+                replica.state_machine.attach(replica.store)
             log.info("installed snapshot at applied index %d", applied)
             return (last, before, None)
         except BaseException as exc:
-            replica._engine.fail(exc)  # pysyncobj would swallow it; the replica must stop instead
+            self._engine.fail(exc)  # pysyncobj would swallow it; the replica must stop instead
             raise
 
 
