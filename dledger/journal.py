@@ -13,7 +13,6 @@ a message that is still retained.
 
 from __future__ import annotations
 
-import logging
 from collections import OrderedDict
 from collections.abc import Iterator
 
@@ -30,8 +29,6 @@ from .logformat import (
     key_index,
 )
 from .store import Store
-
-log = logging.getLogger(__name__)
 
 ITER_CHUNK = 256
 

@@ -46,8 +46,6 @@ class SnapshotHooks:
         self._requested = False
         self._last_started = 0.0
         self.path = os.path.join(replica.config.data_dir, "snapshot.mdb")
-        self.last_snapshot_applied_index = 0
-        self.last_duration_s = 0.0
 
     # -- asked by the replica ---------------------------------------------------------------------------
     def bind_engine(self, engine: RaftEngine) -> None:
@@ -107,11 +105,9 @@ class SnapshotHooks:
                 raw = txn.get(META_APPLIED_INDEX, db=store.meta_db)
                 store.copy_to(building, txn)
             os.replace(building, self.path)
-            self.last_snapshot_applied_index = decode_u64(raw) if raw else 0
-            self.last_duration_s = time.monotonic() - started
+            applied = decode_u64(raw) if raw else 0
             self._state = SUCCESS
-            log.info("snapshot at applied index %d built in %.2fs", self.last_snapshot_applied_index,
-                     self.last_duration_s)
+            log.info("snapshot at applied index %d built in %.2fs", applied, time.monotonic() - started)
         except Exception:  # noqa: BLE001 - reported to pysyncobj as FAILED, logged here
             log.exception("building the snapshot failed")
             self._state = FAILED

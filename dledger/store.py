@@ -15,7 +15,6 @@ transactions (see docs/architecture.md for what to do).
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import threading
@@ -28,13 +27,9 @@ import lmdb
 
 from .logformat import LOG_DB, MAX_DBS, META_DB
 
-log = logging.getLogger(__name__)
-
 T = TypeVar("T")
 
 DATA_FILE = "data.mdb"
-# Names of the databases dledger itself owns; state machines choose other names.
-RESERVED_DBS = (LOG_DB, META_DB)
 
 
 class Store:
