@@ -26,7 +26,10 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from .stores import LOG_DB, StoreRef, open_env, read_meta, resolve
+from dledger import batch_count, decode_batch
+from dledger.logformat import LOG_DB, index_key, key_index, payload_blob, value_command, value_term
+
+from .stores import StoreRef, open_env, read_meta, resolve
 
 BATCH_ROWS = 65_536
 PARTITION_ENTRIES_DEFAULT = 2_000
@@ -37,7 +40,6 @@ QMAX_DB = b"b_qmax"  # broker/tables.py QMAX
 U64 = struct.Struct(">Q")
 QUEUE_OFFSET = struct.Struct(">HQ")  # the tail of a cq key: queue:u16 offset:u64
 POSITION = struct.Struct(">QH")  # the head of a cq value: index:u64 slot:u16
-BATCH_HEAD = struct.Struct(">BI")  # dledger/codec.py: version u8, count u32, then count lengths u32
 
 SCHEMAS = {
     "entries": "group string, replica string, index long, term long, checksum long, kind string, payloads int, "
@@ -179,10 +181,10 @@ def _log_values(part: Part) -> Iterator[tuple[int, bytes]]:
     try:
         with env.begin(db=log_db) as txn:
             cursor = txn.cursor()
-            if not cursor.set_range(U64.pack(part.lo)):
+            if not cursor.set_range(index_key(part.lo)):
                 return
             for key, value in cursor:
-                index = U64.unpack(key)[0]
+                index = key_index(key)
                 if index >= part.hi:
                     break
                 yield index, value
@@ -192,28 +194,17 @@ def _log_values(part: Part) -> Iterator[tuple[int, bytes]]:
 
 def _payload_count(value: bytes) -> tuple[str, int]:
     """(kind, payload count) of one stored log value without copying its payloads (entries needs no more)."""
-    from dledger import _raft
-
     try:
-        blob = _raft.decode_command(value[8:])
-        if blob is None:
-            return "noop", 0
-        version, count = BATCH_HEAD.unpack_from(blob)
-        lengths = struct.unpack_from(f">{count}I", blob, BATCH_HEAD.size)
-        if version != 1 or count == 0 or BATCH_HEAD.size + 4 * count + sum(lengths) != len(blob):
-            return "undecodable", 0
-        return "data", count
+        blob = payload_blob(value)
+        return ("noop", 0) if blob is None else ("data", batch_count(blob))
     except Exception:  # noqa: BLE001 - a damaged entry is a finding of the audit, not a crash of it
         return "undecodable", 0
 
 
 def _payloads(value: bytes) -> tuple[str, list[bytes]]:
     """(kind, payloads) of one stored log value: data, noop (pysyncobj's own entry) or undecodable."""
-    from dledger import _raft
-    from dledger.codec import decode_batch
-
     try:
-        blob = _raft.decode_command(value[8:])
+        blob = payload_blob(value)
         return ("noop", []) if blob is None else ("data", decode_batch(blob))
     except Exception:  # noqa: BLE001 - a damaged entry is a finding of the audit, not a crash of it
         return "undecodable", []
@@ -224,10 +215,9 @@ def _read_entries(part: Part) -> Iterator:
     out = Batcher("entries")
     group, replica = part.ref.group, part.ref.replica
     for index, value in _log_values(part):
-        command = value[8:]
         kind, payloads = _payload_count(value)
-        checksum = int.from_bytes(hashlib.blake2b(command, digest_size=8).digest(), "big", signed=True)
-        out.add(group, replica, index, U64.unpack_from(value)[0], checksum, kind, payloads, len(value))
+        checksum = int.from_bytes(hashlib.blake2b(value_command(value), digest_size=8).digest(), "big", signed=True)
+        out.add(group, replica, index, value_term(value), checksum, kind, payloads, len(value))
         if out.full:
             yield out.flush()
     yield out.flush()

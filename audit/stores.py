@@ -11,17 +11,23 @@ from __future__ import annotations
 import enum
 import glob
 import os
-import struct
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 import lmdb
 
+from dledger.logformat import (
+    LOG_DB,
+    MAX_DBS,
+    META_APPLIED_INDEX,
+    META_COMMIT_INDEX,
+    META_DB,
+    META_TERM,
+    decode_u64,
+    key_index,
+)
+
 DATA_FILE = "data.mdb"
-MAX_DBS = 64  # as dledger.store.MAX_DBS: a reader must allow as many named databases as the writer made
-LOG_DB = b"raft_log"
-META_DB = b"raft_meta"
-U64 = struct.Struct(">Q")
 
 
 class Problem(enum.Enum):
@@ -129,15 +135,15 @@ def read_meta(ref: StoreRef) -> StoreMeta:
                 raise AuditInputError(Problem.NOT_A_STORE, f"{ref.path}: an LMDB environment without the "
                                       "raft_log / raft_meta databases: not a rocketraft replica store") from None
             cursor = txn.cursor(db=log_db)
-            first = U64.unpack(cursor.key())[0] if cursor.first() else 0
-            last = U64.unpack(cursor.key())[0] if cursor.last() else 0
-            meta = {key: _u64_or_zero(txn.get(key, db=meta_db)) for key in (b"commit_index", b"applied_index",
-                                                                            b"term")}
+            first = key_index(cursor.key()) if cursor.first() else 0
+            last = key_index(cursor.key()) if cursor.last() else 0
+            meta = {key: _u64_or_zero(txn.get(key, db=meta_db)) for key in (META_COMMIT_INDEX, META_APPLIED_INDEX,
+                                                                            META_TERM)}
     finally:
         env.close()
-    return StoreMeta(ref.group, ref.replica, ref.path, first, last, meta[b"commit_index"], meta[b"applied_index"],
-                     meta[b"term"], os.path.getsize(os.path.join(ref.path, DATA_FILE)))
+    return StoreMeta(ref.group, ref.replica, ref.path, first, last, meta[META_COMMIT_INDEX], meta[META_APPLIED_INDEX],
+                     meta[META_TERM], os.path.getsize(os.path.join(ref.path, DATA_FILE)))
 
 
 def _u64_or_zero(raw: bytes | None) -> int:
-    return U64.unpack(raw)[0] if raw else 0
+    return decode_u64(raw) if raw else 0

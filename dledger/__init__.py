@@ -1,9 +1,18 @@
 """dledger: a Raft-replicated CommitLog (DLedger-style) on pysyncobj, stored in LMDB.
 
-The broker uses only what this package exports; nothing outside dledger/ imports pysyncobj.
+The broker uses only what this package exports; nothing outside dledger/ imports pysyncobj or a
+private dledger module. `dledger.logformat` is the public description of the stored log (for readers
+of a replica's LMDB store, such as the audit).
+
+Modules: replica (the Replica surface), engine (the tick loop around pysyncobj), raftrules (pre-vote
+and append_entries trimming as pure functions), _pysyncobj_seam (the only module that imports and
+patches pysyncobj), journal (pysyncobj's journal interface over LMDB), store (the LMDB environment),
+logformat (the stored layout), codec (a batch of payloads), snapshot (compaction and snapshot
+transfer), config, errors.
 """
 
-from .codec import decode_batch, encode_batch
+from . import logformat
+from .codec import batch_count, decode_batch, encode_batch
 from .config import FlushPolicy, ReplicaConfig
 from .errors import (
     AppendQueueFullError,
@@ -16,13 +25,14 @@ from .errors import (
     ReplicaClosedError,
     StoreUntrustedError,
 )
-from .replica import AppendResult, LogEntry, Replica, ReplicaStatus, Role, StateMachine, read_payloads
+from .logformat import read_payloads
+from .replica import AppendResult, LogEntry, Replica, ReplicaStatus, Role, StateMachine
 from .store import Store
 
 __all__ = [
     "AppendRefusedError",
     "AppendQueueFullError", "AppendResult", "DledgerError", "EntryTooLargeError", "FlushPolicy", "LogEntry",
     "NoLeaderError", "NotLeaderError", "OutcomeUnknownError", "Replica", "ReplicaClosedError", "ReplicaConfig",
-    "ReplicaStatus", "Role", "StateMachine", "Store", "StoreUntrustedError", "decode_batch", "encode_batch",
-    "read_payloads",
+    "ReplicaStatus", "Role", "StateMachine", "Store", "StoreUntrustedError", "batch_count", "decode_batch",
+    "encode_batch", "logformat", "read_payloads",
 ]

@@ -26,8 +26,8 @@ def encode_batch(payloads: list[bytes]) -> bytes:
     return b"".join((_HEAD.pack(VERSION, count), lengths, *payloads))
 
 
-def decode_batch(blob: bytes) -> list[bytes]:
-    view = memoryview(blob)
+def _lengths(view: memoryview) -> tuple[int, ...]:
+    """The payload lengths of a batch, after checking its header and total size."""
     if len(view) < _HEAD.size:
         raise ValueError("batch shorter than its header")
     version, count = _HEAD.unpack_from(view)
@@ -36,11 +36,23 @@ def decode_batch(blob: bytes) -> list[bytes]:
     if len(view) < _HEAD.size + 4 * count:
         raise ValueError(f"batch of {len(view)} bytes is too short for {count} length fields")
     lengths = struct.unpack_from(f">{count}I", view, _HEAD.size)
-    pos = _HEAD.size + 4 * count
+    size = _HEAD.size + 4 * count + sum(lengths)
+    if size != len(view):
+        raise ValueError(f"batch length mismatch: {size} != {len(view)}")
+    return lengths
+
+
+def batch_count(blob: bytes) -> int:
+    """The number of payloads in a batch, checked as decode_batch checks it, without copying them."""
+    return len(_lengths(memoryview(blob)))
+
+
+def decode_batch(blob: bytes) -> list[bytes]:
+    view = memoryview(blob)
+    lengths = _lengths(view)
+    pos = _HEAD.size + 4 * len(lengths)
     out = []
     for n in lengths:
         out.append(bytes(view[pos : pos + n]))
         pos += n
-    if pos != len(view):
-        raise ValueError(f"batch length mismatch: {pos} != {len(view)}")
     return out

@@ -61,16 +61,6 @@ class ReplicaClosedError(DledgerError):
     code = "REPLICA_CLOSED"
 
 
-class StoreFullError(DledgerError):
-    """The LMDB map is full. Raise `map_size_bytes` (the store keeps running read-only until then)."""
-
-    code = "STORE_MAP_FULL"
-
-
-class InvalidRequestError(DledgerError):
-    code = "INVALID_REQUEST"
-
-
 class StoreUntrustedError(DledgerError):
     """The store may be corrupt (ASYNC_FLUSH store left open across an OS crash or power loss)."""
 

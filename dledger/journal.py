@@ -2,9 +2,9 @@
 
 pysyncobj addresses its journal by *position* (0 = the oldest entry still kept) and holds entries as
 tuples (command: bytes, index: int, term: int). This class keeps them in the LMDB database LOG_DB
-(key = index, big-endian u64; value = term u64 + command) and only a bounded cache of the newest
-entries in memory. Slices are lazy views (`JournalSlice`) so that "everything from index i" never
-loads the whole log.
+in the layout `logformat` defines (key = index, value = term + command) and only a bounded cache of
+the newest entries in memory. Slices are lazy views (`JournalSlice`) so that "everything from index
+i" never loads the whole log.
 
 Deleting the log prefix (pysyncobj's log compaction) is capped at `delete_upto_max`, which the
 replica sets from the broker's retention floor and the newest snapshot: Raft compaction never deletes
@@ -13,31 +13,24 @@ a message that is still retained.
 
 from __future__ import annotations
 
-import logging
-import struct
 from collections import OrderedDict
 from collections.abc import Iterator
 
-from .store import Store, u64_key, u64_of
+from .logformat import (
+    META_COMMIT_INDEX,
+    META_TERM,
+    META_VOTED_FOR,
+    Entry,
+    decode_u64,
+    decode_value,
+    encode_u64,
+    encode_value,
+    index_key,
+    key_index,
+)
+from .store import Store
 
-log = logging.getLogger(__name__)
-
-Entry = tuple  # (command: bytes, index: int, term: int)
-TERM = struct.Struct(">Q")
 ITER_CHUNK = 256
-
-META_TERM = b"term"
-META_VOTED_FOR = b"voted_for"
-META_COMMIT_INDEX = b"commit_index"
-META_APPLIED_INDEX = b"applied_index"  # written by the replica in the transaction that applies
-
-
-def encode_value(command: bytes, term: int) -> bytes:
-    return TERM.pack(term) + command
-
-
-def decode_value(index: int, value: bytes) -> Entry:
-    return (bytes(value[8:]), index, TERM.unpack_from(value)[0])
 
 
 class LmdbJournal:
@@ -60,16 +53,16 @@ class LmdbJournal:
 
         def bounds(txn):
             cur = txn.cursor(db=self._store.log_db)
-            first = u64_of(cur.key()) if cur.first() else 0
-            last = u64_of(cur.key()) if cur.last() else 0
+            first = key_index(cur.key()) if cur.first() else 0
+            last = key_index(cur.key()) if cur.last() else 0
             meta = {k: txn.get(k, db=self._store.meta_db) for k in (META_TERM, META_VOTED_FOR, META_COMMIT_INDEX)}
             return first, last, meta
 
         self._first, self._last, meta = self._store.read(bounds)
-        self._term = u64_of(meta[META_TERM]) if meta[META_TERM] else 0
+        self._term = decode_u64(meta[META_TERM]) if meta[META_TERM] else 0
         voted = meta[META_VOTED_FOR]
         self._voted_for = voted.decode() if voted else None
-        self._commit_index = u64_of(meta[META_COMMIT_INDEX]) if meta[META_COMMIT_INDEX] else 1
+        self._commit_index = decode_u64(meta[META_COMMIT_INDEX]) if meta[META_COMMIT_INDEX] else 1
         self.durable_index = self._last
 
     @property
@@ -87,7 +80,7 @@ class LmdbJournal:
         if self._last and idx != self._last + 1:
             raise AssertionError(f"journal gap: appending index {idx} after {self._last}")
         command = bytes(command)
-        self._store.write_txn().put(u64_key(idx), encode_value(command, term), db=self._store.log_db)
+        self._store.write_txn().put(index_key(idx), encode_value(command, term), db=self._store.log_db)
         if not self._first:
             self._first = idx
         self._last = idx
@@ -147,7 +140,7 @@ class LmdbJournal:
     def setRaftCommitIndex(self, raftCommitIndex: int) -> None:  # noqa: N802, N803
         if raftCommitIndex != self._commit_index:
             self._commit_index = raftCommitIndex
-            self._store.write_txn().put(META_COMMIT_INDEX, u64_key(raftCommitIndex), db=self._store.meta_db)
+            self._store.write_txn().put(META_COMMIT_INDEX, encode_u64(raftCommitIndex), db=self._store.meta_db)
 
     def getRaftCommitIndex(self) -> int:  # noqa: N802
         return self._commit_index
@@ -155,7 +148,7 @@ class LmdbJournal:
     def setCurrentTerm(self, term: int, votedForNodeId) -> None:  # noqa: N802, N803
         """Raft: term and vote must be durable before any message that reflects them is sent."""
         txn = self._store.write_txn()
-        txn.put(META_TERM, u64_key(term), db=self._store.meta_db)
+        txn.put(META_TERM, encode_u64(term), db=self._store.meta_db)
         txn.put(META_VOTED_FOR, (votedForNodeId or "").encode(), db=self._store.meta_db)
         self._term, self._voted_for = term, votedForNodeId
         self._store.commit(fsync=True)
@@ -200,10 +193,10 @@ class LmdbJournal:
         def read(txn):
             out = []
             cur = txn.cursor(db=self._store.log_db)
-            if not cur.set_key(u64_key(start)):
+            if not cur.set_key(index_key(start)):
                 return out
             for key, value in cur:
-                idx = u64_of(key)
+                idx = key_index(key)
                 if idx >= stop:
                     break
                 out.append(decode_value(idx, value))
@@ -218,7 +211,7 @@ class LmdbJournal:
         return chunk
 
     def _txn_get(self, idx: int):
-        key = u64_key(idx)
+        key = index_key(idx)
         if self._store.has_pending_writes:
             return self._store.write_txn().get(key, db=self._store.log_db)
         return self._store.read(lambda txn: txn.get(key, db=self._store.log_db))
@@ -242,9 +235,9 @@ class LmdbJournal:
     def _delete_range(self, first: int, last: int) -> None:
         txn = self._store.write_txn()
         cur = txn.cursor(db=self._store.log_db)
-        if not cur.set_range(u64_key(first)):
+        if not cur.set_range(index_key(first)):
             return
-        while cur.key() and u64_of(cur.key()) <= last:
+        while cur.key() and key_index(cur.key()) <= last:
             if not cur.delete():
                 break
 

@@ -28,9 +28,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from . import _raft
 from .codec import decode_batch, encode_batch, encoded_size
 from .config import FlushPolicy, ReplicaConfig
+from .engine import FAIL_REASON, REFUSED, EngineView, RaftEngine, RaftState
 from .errors import (
     AppendQueueFullError,
     AppendRefusedError,
@@ -42,9 +42,10 @@ from .errors import (
     ReplicaClosedError,
     StoreUntrustedError,
 )
-from .journal import META_APPLIED_INDEX, LmdbJournal, decode_value
+from .journal import LmdbJournal
+from .logformat import META_APPLIED_INDEX, decode_u64, encode_u64, index_key, key_index, payload_blob, value_term
 from .snapshot import SnapshotHooks
-from .store import Store, u64_key, u64_of
+from .store import Store
 
 log = logging.getLogger(__name__)
 
@@ -98,16 +99,6 @@ class StateMachine(Protocol):
 
     # Optional: `committed(applied_index)` runs on the tick thread once everything applied up to
     # applied_index is committed to LMDB (visible to readers). Keep it cheap: wake waiters, no I/O.
-
-
-def read_payloads(store: Store, txn, index: int) -> list[bytes] | None:
-    """The payloads of the data entry at `index` (None for a missing index or a Raft no-op entry).
-    Callers must not read past the applied index (Replica.status().applied_index)."""
-    value = txn.get(u64_key(index), db=store.log_db)
-    if value is None:
-        return None
-    blob = _raft.decode_command(decode_value(index, value)[0])
-    return None if blob is None else decode_batch(blob)
 
 
 def _open_marker(config: ReplicaConfig) -> str:
@@ -169,8 +160,9 @@ class Replica:
         self._committed_hook = getattr(state_machine, "committed", None)
         self._retention_floor = 0
         self._snapshot = SnapshotHooks(self)
-        self._engine = _raft.RaftEngine(config, self.store, self.journal, applied, self._apply, self._after_tick,
-                                        self._record_applied, self._on_engine_failure, self._snapshot)
+        self._engine = RaftEngine(config, self.store, self.journal, applied, self._apply, self._after_tick,
+                                  self._record_applied, self._on_engine_failure, self._snapshot)
+        self._snapshot.bind_engine(self._engine)
         self._status = self._status_from(self._engine.view)
         self._completer = threading.Thread(target=self._complete_loop, name=f"dledger-done-{config.self_id}",
                                            daemon=True)
@@ -221,7 +213,7 @@ class Replica:
         if entry is None:
             return  # already timed out (reported as outcome unknown)
         future = entry[0]
-        if reason == _raft.FAIL_REASON.SUCCESS:
+        if reason == FAIL_REASON.SUCCESS:
             index, term, sm_result = result
             self._completions.put((future, AppendResult(index, term, sm_result), None))
         else:
@@ -237,11 +229,11 @@ class Replica:
         self._engine.admission = admission
 
     def _error_for(self, reason) -> DledgerError:
-        if isinstance(reason, tuple) and reason[:1] == (_raft.REFUSED,) and len(reason) == 3:
+        if isinstance(reason, tuple) and reason[:1] == (REFUSED,) and len(reason) == 3:
             return AppendRefusedError(f"not appended: the leader refused it: {reason[2]}", reason[1])
         st = self._status
         where = f"leader is {st.leader_id} at {st.leader_address}" if st.leader_id else "no leader is known"
-        reasons = _raft.FAIL_REASON
+        reasons = FAIL_REASON
         if reason == reasons.MISSING_LEADER:
             return NoLeaderError(f"not appended: {where} (election in progress or no quorum); retry shortly")
         if reason == reasons.NOT_LEADER:
@@ -267,19 +259,18 @@ class Replica:
         def scan(txn):
             out, size = [], 0
             cur = txn.cursor(db=store.log_db)
-            if not cur.set_range(u64_key(max(from_index, 1))):
+            if not cur.set_range(index_key(max(from_index, 1))):
                 return out
             for key, value in cur:
-                index = u64_of(key)
+                index = key_index(key)
                 if index > applied or len(out) >= max_entries or (out and size >= max_bytes):
                     break
-                command, _, term = decode_value(index, value)
-                blob = _raft.decode_command(command)
+                blob = payload_blob(value)
                 if blob is None:
                     continue
                 payloads = decode_batch(blob)
                 size += sum(len(p) for p in payloads)
-                out.append(LogEntry(index, term, payloads))
+                out.append(LogEntry(index, value_term(value), payloads))
             return out
 
         return store.read(scan)
@@ -352,13 +343,13 @@ class Replica:
         return self._sm.apply(LogEntry(index, term, decode_batch(blob)), txn)
 
     def _record_applied(self, index: int, txn) -> None:
-        txn.put(META_APPLIED_INDEX, u64_key(index), db=self.store.meta_db)
+        txn.put(META_APPLIED_INDEX, encode_u64(index), db=self.store.meta_db)
 
     def _stored_applied_index(self) -> int:
         raw = self.store.read(lambda txn: txn.get(META_APPLIED_INDEX, db=self.store.meta_db))
-        return u64_of(raw) if raw else 0
+        return decode_u64(raw) if raw else 0
 
-    def _after_tick(self, view: _raft.EngineView) -> None:
+    def _after_tick(self, view: EngineView) -> None:
         previous_applied = self._status.applied_index
         status = self._status_from(view)
         self._status = status
@@ -371,10 +362,10 @@ class Replica:
             self._completions.put(("role", status, None))
         self._snapshot.on_tick(view)
 
-    def _status_from(self, view: _raft.EngineView) -> ReplicaStatus:
-        if view.raft_state == _raft.RaftState.LEADER:
+    def _status_from(self, view: EngineView) -> ReplicaStatus:
+        if view.raft_state == RaftState.LEADER:
             role = Role.LEADER if view.leader_ready else Role.LEADER_PENDING
-        elif view.raft_state == _raft.RaftState.CANDIDATE:
+        elif view.raft_state == RaftState.CANDIDATE:
             role = Role.CANDIDATE
         else:
             role = Role.FOLLOWER

@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING
 
 import lmdb
 
-from .journal import META_APPLIED_INDEX, decode_value
-from .store import LOG_DB, MAX_DBS, META_DB, u64_key, u64_of
+from .logformat import LOG_DB, MAX_DBS, META_APPLIED_INDEX, META_DB, decode_u64, decode_value, index_key
 
 if TYPE_CHECKING:
+    from .engine import RaftEngine
     from .replica import Replica
 
 log = logging.getLogger(__name__)
@@ -40,15 +40,18 @@ NOT_SERIALIZING, SERIALIZING, SUCCESS, FAILED = 0, 1, 2, 3  # pysyncobj's SERIAL
 class SnapshotHooks:
     def __init__(self, replica: Replica):
         self._replica = replica
+        self._engine: RaftEngine | None = None  # bind_engine(), before the engine's first tick
         self._state = NOT_SERIALIZING
         self._build_due = False
         self._requested = False
         self._last_started = 0.0
         self.path = os.path.join(replica.config.data_dir, "snapshot.mdb")
-        self.last_snapshot_applied_index = 0
-        self.last_duration_s = 0.0
 
     # -- asked by the replica ---------------------------------------------------------------------------
+    def bind_engine(self, engine: RaftEngine) -> None:
+        """The engine these hooks serve (built after them: pysyncobj takes the hooks in its config)."""
+        self._engine = engine
+
     def request_compaction(self) -> None:
         self._requested = True
 
@@ -68,7 +71,7 @@ class SnapshotHooks:
             return
         self._requested = False
         self._last_started = time.monotonic()
-        replica._engine.force_compaction()
+        self._engine.force_compaction()
 
     # -- pysyncobj serializer protocol ------------------------------------------------------------------
     def serialize(self, tmp_file: str, _boundary) -> None:
@@ -102,11 +105,9 @@ class SnapshotHooks:
                 raw = txn.get(META_APPLIED_INDEX, db=store.meta_db)
                 store.copy_to(building, txn)
             os.replace(building, self.path)
-            self.last_snapshot_applied_index = u64_of(raw) if raw else 0
-            self.last_duration_s = time.monotonic() - started
+            applied = decode_u64(raw) if raw else 0
             self._state = SUCCESS
-            log.info("snapshot at applied index %d built in %.2fs", self.last_snapshot_applied_index,
-                     self.last_duration_s)
+            log.info("snapshot at applied index %d built in %.2fs", applied, time.monotonic() - started)
         except Exception:  # noqa: BLE001 - reported to pysyncobj as FAILED, logged here
             log.exception("building the snapshot failed")
             self._state = FAILED
@@ -119,7 +120,7 @@ class SnapshotHooks:
         A failure after the store was replaced stops the replica."""
         replica = self._replica
         applied, before, last = _boundary_of(path)
-        ours = replica._engine.so.raftLastApplied
+        ours = self._engine.last_applied
         if applied < ours:
             raise ValueError(f"refusing a snapshot at applied index {applied}: this replica applied {ours}")
         try:
@@ -132,13 +133,13 @@ class SnapshotHooks:
             replica.journal.deleteEntriesFrom(applied + 1 - replica.journal.first_index)
             replica.store.commit(fsync=True)
             replica.journal.expect_reset([before[1], last[1]])
-            replica._engine.snapshot_installed(applied)
-            if replica._sm is not None:
-                replica._sm.attach(replica.store)
+            self._engine.snapshot_installed(applied)
+            if replica.state_machine is not None:
+                replica.state_machine.attach(replica.store)
             log.info("installed snapshot at applied index %d", applied)
             return (last, before, None)
         except BaseException as exc:
-            replica._engine.fail(exc)  # pysyncobj would swallow it; the replica must stop instead
+            self._engine.fail(exc)  # pysyncobj would swallow it; the replica must stop instead
             raise
 
 
@@ -150,12 +151,12 @@ def _boundary_of(path: str):
         meta_db = env.open_db(META_DB, create=False)
         with env.begin() as txn:
             raw = txn.get(META_APPLIED_INDEX, db=meta_db)
-            applied = u64_of(raw) if raw else 1
+            applied = decode_u64(raw) if raw else 1
             cur = txn.cursor(db=log_db)
-            if not cur.set_key(u64_key(applied)):
+            if not cur.set_key(index_key(applied)):
                 raise ValueError(f"snapshot {path} lacks its applied entry {applied}")
             last = decode_value(applied, cur.value())
-            before_raw = txn.get(u64_key(applied - 1), db=log_db)
+            before_raw = txn.get(index_key(applied - 1), db=log_db)
             before = decode_value(applied - 1, before_raw) if before_raw is not None else last
         return applied, before, last
     finally:

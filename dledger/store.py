@@ -15,10 +15,8 @@ transactions (see docs/architecture.md for what to do).
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,26 +25,11 @@ from typing import TypeVar
 
 import lmdb
 
-log = logging.getLogger(__name__)
+from .logformat import LOG_DB, MAX_DBS, META_DB
 
 T = TypeVar("T")
 
-U64 = struct.Struct(">Q")
 DATA_FILE = "data.mdb"
-MAX_DBS = 64
-
-# Names of the databases dledger itself owns; state machines choose other names.
-LOG_DB = b"raft_log"
-META_DB = b"raft_meta"
-RESERVED_DBS = (LOG_DB, META_DB)
-
-
-def u64_key(n: int) -> bytes:
-    return U64.pack(n)
-
-
-def u64_of(b: bytes) -> int:
-    return U64.unpack(b)[0]
 
 
 class Store:

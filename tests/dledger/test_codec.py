@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from dledger.codec import BATCH_HEADER_BYTES, decode_batch, encode_batch, encoded_size
+from dledger.codec import BATCH_HEADER_BYTES, batch_count, decode_batch, encode_batch, encoded_size
 
 batches = st.lists(st.binary(max_size=64), min_size=1, max_size=50)  # empty strings included
 SETTINGS = settings(max_examples=300, deadline=None)
@@ -121,3 +121,17 @@ def test_decode_of_arbitrary_bytes_raises_value_error_or_returns_the_batch_that_
     except ValueError:
         return
     assert encode_batch(payloads) == blob
+
+
+@SETTINGS
+@given(st.one_of(batches.map(encode_batch), st.binary(max_size=200)))
+@example(b"\x01\x00\x00\x00\x01").via("minimal: header claims one entry, no length table")
+def test_batch_count_accepts_exactly_what_decode_batch_accepts_and_counts_its_payloads(blob):
+    """The audit counts payloads without copying them; it must judge a blob as decode_batch does."""
+    try:
+        payloads = decode_batch(blob)
+    except ValueError:
+        with pytest.raises(ValueError):
+            batch_count(blob)
+        return
+    assert batch_count(blob) == len(payloads)

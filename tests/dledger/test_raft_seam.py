@@ -1,4 +1,5 @@
-"""Pins what dledger/_raft.py changes in pysyncobj, so an upgrade that breaks the seam fails here first."""
+"""Pins what dledger/_pysyncobj_seam.py changes in pysyncobj and how the engine drives it, so an upgrade that
+breaks the seam fails here first."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ import pysyncobj.tcp_connection as pso_tcp
 import pytest
 from inproc import leader_of, open_group
 
-from dledger import _raft
+from dledger import _pysyncobj_seam as seam
 from dledger.config import ReplicaConfig
+from dledger.engine import rewrite_append_entries
 from dledger.journal import LmdbJournal
 from dledger.localcluster import free_port
 from dledger.replica import Replica
+from dledger.store import Store
 
 
 def one_replica(tmp_path, **overrides) -> Replica:
@@ -41,7 +44,7 @@ def test_journal_seam_hands_our_lmdb_journal_to_pysyncobj(tmp_path):
         assert isinstance(raft_log, LmdbJournal)
         assert raft_log is replica.journal
         # the module-level factory is ours and still builds pysyncobj's own journals for other callers
-        assert pso_syncobj.createJournal is _raft._create_journal
+        assert pso_syncobj.createJournal is seam._create_journal
         assert type(pso_syncobj.createJournal(None)).__name__ == "MemoryJournal"
     finally:
         replica.close()
@@ -97,13 +100,13 @@ def test_pysyncobj_timing_traps_are_configured_away(tmp_path):
 
 
 def test_outgoing_peer_sockets_bind_to_the_replica_address_on_its_tick_thread():
-    _raft._thread_source.ip = "127.0.0.23"
+    seam.bind_outgoing_sockets("127.0.0.23")
     try:
         sock = pso_tcp.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         assert sock.getsockname()[0] == "127.0.0.23"
         sock.close()
     finally:
-        _raft._thread_source.ip = None
+        seam.bind_outgoing_sockets(None)
     sock = pso_tcp.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     assert sock.getsockname() == ("0.0.0.0", 0)
     sock.close()
@@ -138,3 +141,44 @@ def test_commits_do_not_wait_for_the_heartbeat_period(tmp_path):
     finally:
         for r in replicas.values():
             r.close()
+
+
+def journal_with_terms(tmp_path, terms: list[int]) -> LmdbJournal:
+    """A follower's journal holding indexes 1..len(terms) with these terms."""
+    journal = LmdbJournal(Store(str(tmp_path / "store"), 16 << 20), 1 << 20)
+    for index, term in enumerate(terms, start=1):
+        journal.add(f"c{index}".encode(), index, term)
+    return journal
+
+
+def append_entries(prev_idx, prev_term, entries, term=2) -> dict:
+    return {"type": "append_entries", "term": term, "commit_index": 1, "prevLogIdx": prev_idx,
+            "prevLogTerm": prev_term, "entries": entries}
+
+
+def test_an_append_entries_without_a_previous_entry_reaches_pysyncobj_unchanged(tmp_path):
+    """pysyncobj's leader sends prevLogIdx None when it does not hold the entry before the follower's next
+    index; the rewrite used to compare None with an index (TypeError on the tick thread stops the replica)."""
+    journal = journal_with_terms(tmp_path, [1, 2, 2])
+    heartbeat = append_entries(None, None, [])
+    assert rewrite_append_entries(heartbeat, journal) is heartbeat
+
+
+def test_a_rewritten_append_entries_keeps_the_leaders_commands_of_the_entries_it_still_carries(tmp_path):
+    journal = journal_with_terms(tmp_path, [1, 2, 2])
+    message = append_entries(1, 1, [(b"c2", 2, 2), (b"c3", 3, 2), (b"new4", 4, 2)])
+    rewritten = rewrite_append_entries(message, journal)
+    assert (rewritten["prevLogIdx"], rewritten["prevLogTerm"], rewritten["entries"]) == (3, 2, [(b"new4", 4, 2)])
+    assert message["entries"] == [(b"c2", 2, 2), (b"c3", 3, 2), (b"new4", 4, 2)]  # the original is not modified
+
+
+def test_a_stale_heartbeat_is_rewritten_so_pysyncobj_does_not_truncate_this_leaders_entries(tmp_path):
+    journal = journal_with_terms(tmp_path, [1, 2, 2])
+    rewritten = rewrite_append_entries(append_entries(1, 1, []), journal)
+    assert (rewritten["prevLogIdx"], rewritten["prevLogTerm"], rewritten["entries"]) == (3, 2, [])
+
+
+def test_snapshot_chunks_pass_unchanged(tmp_path):
+    journal = journal_with_terms(tmp_path, [1, 2, 2])
+    chunk = dict(append_entries(1, 1, []), transmission="process", data=b"x")
+    assert rewrite_append_entries(chunk, journal) is chunk

@@ -1,14 +1,8 @@
-"""The Raft engine: pysyncobj 0.3.x behind one seam. Nothing else in rocketraft imports pysyncobj.
+"""The Raft engine: one replica's pysyncobj SyncObj, driven by our own tick thread.
 
-What this module changes in pysyncobj, and why (each one pinned by tests/dledger/test_raft_seam.py):
-- Journal: `pysyncobj.syncobj.createJournal` is wrapped so a replica's SyncObj gets our LMDB journal
-  (its FileJournal keeps every entry in a Python list and never fsyncs).
-- Wire format: messages are pickled with the highest protocol instead of 2 (protocol 2 turns every
-  bytes payload into a latin-1 str: ~1.6x size and CPU) and not zlib-compressed (CPU on 2 cores).
-  Connection buffers are bytearrays: pysyncobj's bytes `+=` copied the whole pending buffer on every
-  socket read, which starved followers under load.
-- Outgoing peer sockets bind to the replica's own address, so a peer is one IP on the wire and a
-  firewall rule can cut exactly one replica off (tests use 127.0.0.11-13).
+pysyncobj itself (and every change dledger makes to it) is behind `_pysyncobj_seam`; the pre-vote and
+append_entries trimming rules are pure functions in `raftrules`; the stored format is `logformat`.
+This module decides when things happen:
 - Timing: pysyncobj either sends one append_entries per command and per follower
   (appendEntriesUseBatch=False) or only once per heartbeat period (True: >= 100 ms per commit). We
   run it in batch mode and send ourselves at the end of every tick that added entries or advanced
@@ -27,36 +21,28 @@ What this module changes in pysyncobj, and why (each one pinned by tests/dledger
   has handled every ready message, commits once, then sends them: one durable commit per burst of
   append_entries, not one per message. Whatever a poll wrote is committed before the next tick's
   commit computation counts this replica.
+- Flow control: no new entries (and no next snapshot chunk) go to a follower while too much is still
+  unsent on its connection; the leader takes at most `append_bytes_per_tick_max` of queued appends
+  per tick.
 - Restart: the applied index is read from LMDB and handed to pysyncobj before the first tick, so no
   entry is applied twice and restart time does not grow with the log.
 - Snapshots: pysyncobj's serializer hook ships a compacted LMDB copy of the whole store (retained log
-  + state machine) to a follower that is behind the leader's first log index.
+  + state machine) to a follower that is behind the leader's first log index (snapshot.py).
 """
 
 from __future__ import annotations
 
-import collections
-import errno
 import logging
 import os
-import pickle
-import queue
 import random
-import socket as _socket
-import struct
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import pysyncobj.pickle as _pso_pickle
-import pysyncobj.syncobj as _pso_syncobj
-import pysyncobj.tcp_connection as _pso_tcp
-from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
-from pysyncobj.pipe_notifier import PipeNotifier
-from pysyncobj.poller import POLL_EVENT_TYPE
-from pysyncobj.transport import TCPTransport
-
+from . import _pysyncobj_seam as seam
+from . import logformat, raftrules
+from ._pysyncobj_seam import FAIL_REASON, REFUSED, RaftState
 from .codec import decode_batch
 from .config import FlushPolicy, ReplicaConfig
 from .journal import LmdbJournal
@@ -64,168 +50,7 @@ from .store import Store
 
 log = logging.getLogger(__name__)
 
-PYSYNCOBJ_VERSION_RANGE = ("0.3.17", "0.4")
-REGULAR_COMMAND = b"\x00"  # pysyncobj _COMMAND_TYPE.REGULAR
-# The `error` of an apply_command_response by which a leader refuses a forwarded append: (REFUSED, code, text).
-# pysyncobj hands any `error` to the follower's callback as its fail reason; Replica turns this one into
-# AppendRefusedError.
-REFUSED = "dl_refused"
-NO_OP_COMMAND = 1
-
-# -- seam 1: the journal --------------------------------------------------------------------------------
-_pending_journals: dict[str, LmdbJournal] = {}
-_pending_lock = threading.Lock()
-_original_create_journal = _pso_syncobj.createJournal
-
-
-def _create_journal(journal_file=None):
-    with _pending_lock:
-        journal = _pending_journals.pop(journal_file, None) if journal_file else None
-    return journal if journal is not None else _original_create_journal(journal_file)
-
-
-_pso_syncobj.createJournal = _create_journal
-
-# -- seam 2: wire format ----------------------------------------------------------------------------------
-_pso_pickle.__dict__["__protocol"] = pickle.HIGHEST_PROTOCOL
-
-
-
-# -- seam 3: source-bound outgoing sockets ----------------------------------------------------------------
-_thread_source = threading.local()
-
-
-class _SourceBoundSocketModule:
-    """The `socket` module as pysyncobj.tcp_connection sees it: sockets it creates on a replica's tick
-    thread are bound to that replica's own IP before they connect."""
-
-    def __getattr__(self, name):
-        return getattr(_socket, name)
-
-    @staticmethod
-    def socket(*args, **kwargs):
-        sock = _socket.socket(*args, **kwargs)
-        source_ip = getattr(_thread_source, "ip", None)
-        if source_ip:
-            sock.bind((source_ip, 0))
-        return sock
-
-
-_pso_tcp.socket = _SourceBoundSocketModule()
-
-
-# -- seam 4: linear-time connection buffers -------------------------------------------------------------------
-# pysyncobj keeps each connection's read and write buffers as bytes and grows them with `+=` and shrinks
-# them with slicing: every socket read copies the whole pending buffer, so a 4 MiB message arriving in
-# 64 KiB reads costs ~128 MiB of copying, and followers starved the CPU under load. Same wire format,
-# bytearray buffers (append and front-deletion are amortised O(1) in CPython).
-_Conn = _pso_tcp.TcpConnection
-_FRAME = struct.Struct("i")  # pysyncobj's length prefix: native int
-
-
-def _conn_send(self, message):
-    if self.sendRandKey:
-        message = (self.sendRandKey, message)
-    data = _pso_pickle.dumps(message)
-    if self.encryptor:
-        data = self.encryptor.encrypt_at_time(data, int(_pso_tcp.monotonicTime()))
-    buf = self._TcpConnection__writeBuffer
-    if type(buf) is not bytearray:
-        buf = self._TcpConnection__writeBuffer = bytearray(buf)
-    buf += _FRAME.pack(len(data))
-    buf += data
-    self._TcpConnection__trySendBuffer()
-
-
-def _conn_process_send(self):
-    buf = self._TcpConnection__writeBuffer
-    if not buf:
-        return False
-    try:
-        sent = self._TcpConnection__socket.send(buf)
-    except OSError as e:
-        if e.errno not in (errno.EAGAIN, errno.EWOULDBLOCK):
-            self.disconnect()
-        return False
-    if sent <= 0:
-        if sent < 0:
-            self.disconnect()
-        return False
-    if type(buf) is not bytearray:
-        buf = self._TcpConnection__writeBuffer = bytearray(buf)
-    del buf[:sent]
-    return True
-
-
-def _conn_process_read(self):
-    sock = self._TcpConnection__socket
-    try:
-        incoming = sock.recv(self._TcpConnection__recvBufferSize)
-    except OSError as e:
-        if e.errno not in (errno.EAGAIN, errno.EWOULDBLOCK):
-            self.disconnect()
-        return False
-    if not incoming or sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_ERROR):
-        self.disconnect()
-        return False
-    buf = self._TcpConnection__readBuffer
-    if type(buf) is not bytearray:
-        buf = self._TcpConnection__readBuffer = bytearray(buf)
-    buf += incoming
-    return True
-
-
-def _conn_parse_message(self):
-    buf = self._TcpConnection__readBuffer
-    if len(buf) < 4:
-        return None
-    length = _FRAME.unpack_from(buf)[0]
-    if len(buf) - 4 < length:
-        return None
-    data = bytes(buf[4:4 + length])
-    try:
-        if self.encryptor:
-            timestamp = self.encryptor.extract_timestamp(data)
-            if timestamp < self.recvLastTimestamp:
-                raise ValueError("replayed or reordered encrypted message")
-            self.recvLastTimestamp = timestamp
-            data = self.encryptor.decrypt(data)
-        message = _pso_pickle.loads(data)
-        if self.recvRandKey:
-            rand_key, message = message
-            if rand_key != self.recvRandKey:
-                raise ValueError("session key mismatch")
-    except Exception as exc:  # noqa: BLE001 - like pysyncobj: a bad frame closes the connection
-        log.warning("closing a peer connection: undecodable message of %d bytes (%r)", length, exc)
-        self.disconnect()
-        return None
-    del buf[:4 + length]
-    return message
-
-
-for _name in ("_TcpConnection__processSend", "_TcpConnection__processRead", "_TcpConnection__processParseMessage",
-              "_TcpConnection__trySendBuffer", "_TcpConnection__writeBuffer"):
-    if _name != "_TcpConnection__writeBuffer" and not hasattr(_Conn, _name):
-        raise RuntimeError(f"pysyncobj.tcp_connection changed ({_name} missing); dledger needs 0.3.x")
-def _conn_check_timeout(self):
-    idle_s = _pso_tcp.monotonicTime() - self._TcpConnection__lastReadTime
-    if idle_s > self._TcpConnection__timeout:
-        log.warning("closing a peer connection: nothing received for %.1f s", idle_s)
-        self.disconnect()
-
-
-_Conn.send = _conn_send
-_Conn._TcpConnection__processConnectionTimeout = _conn_check_timeout
-_Conn._TcpConnection__processSend = _conn_process_send
-_Conn._TcpConnection__processRead = _conn_process_read
-_Conn._TcpConnection__processParseMessage = _conn_parse_message
-
-
-# -- roles ------------------------------------------------------------------------------------------------
-class RaftState:
-    FOLLOWER = 0
-    CANDIDATE = 1
-    LEADER = 2
+__all__ = ["FAIL_REASON", "REFUSED", "ApplyFn", "EngineView", "RaftEngine", "RaftState", "rewrite_append_entries"]
 
 
 @dataclass(frozen=True)
@@ -245,132 +70,22 @@ class EngineView:
     connected_peers: tuple
 
 
-class _Transport(TCPTransport):
-    """pysyncobj's TCP transport plus the hooks dledger needs (flush-before-ack, pre-vote, fast failover)."""
-
-    def send(self, node, message):
-        engine = self._syncObj.dl_engine
-        if isinstance(message, dict):
-            kind = message.get("type")
-            if kind == "next_node_idx" and message.get("success"):
-                engine.hold_ack(node, message)  # sent after the store is committed (release_acks)
-                return True
-            if kind == "append_entries" and message.get("entries") and engine.hold_back(node, message):
-                self.drain(node)
-                return True
-        engine.release_acks()  # keep held acks ahead of anything sent after them
-        sent = super().send(node, message)
-        self.drain(node)
-        return sent
-
-    def unsent_bytes(self, node) -> int:
-        conn = self._connections.get(node)
-        return conn.getSendBufferSize() if conn is not None else 0
-
-    def drain(self, node) -> None:
-        """pysyncobj leaves what the socket did not take in a buffer and only retries on the next send;
-        ask the poller for a write event so the rest goes out as soon as the socket has room."""
-        conn = self._connections.get(node)
-        if conn is None or not conn.getSendBufferSize() or conn.fileno() is None:
-            return
-        events = POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.WRITE | POLL_EVENT_TYPE.ERROR
-        self._syncObj._poller.subscribe(conn.fileno(), conn._TcpConnection__processConnection, events)
-
-    def is_connected(self, node) -> bool:
-        conn = self._connections.get(node)
-        return conn is not None and conn.state == _pso_tcp.CONNECTION_STATE.CONNECTED
-
-    def _onIncomingMessageReceived(self, conn, message):  # noqa: N802
-        # pysyncobj accepts unauthenticated utility commands (leadership transfer, membership, status)
-        # and read-only nodes that receive the whole log on its Raft port; a replica group has neither.
-        if isinstance(message, list) or message == "readonly":
-            log.warning("refused a pysyncobj utility/read-only connection on the Raft port")
-            conn.disconnect()
-            self._unknownConnections.discard(conn)
-            return
-        super()._onIncomingMessageReceived(conn, message)
-
-    def send_now(self, node, message):
-        return super().send(node, message)
-
-    def _onMessageReceived(self, node, message):  # noqa: N802
-        engine = self._syncObj.dl_engine
-        kind = message.get("type") if isinstance(message, dict) else None
-        if kind in ("dl_prevote", "dl_prevote_resp"):
-            engine.on_prevote_message(node, message)
-            return
-        if kind == "dl_snapshot_progress":
-            return  # only there so the leader's connection sees traffic during a long transfer
-        if kind == "apply_command" and self._syncObj._isLeader():
-            refusal = engine.refusal_of_forwarded(message.get("command"))
-            if refusal is not None:
-                if "request_id" in message:
-                    super().send(node, {"type": "apply_command_response", "request_id": message["request_id"],
-                                        "error": (REFUSED, *refusal)})
-                return
-        if kind == "append_entries":
-            engine.on_leader_contact(node, message["term"])
-            message = engine.trim_known_entries(message)
-            if message.get("serialized"):
-                # pysyncobj acknowledges only the last chunk of a snapshot; without traffic the leader's
-                # side would close the connection (connectionTimeout) during a long transfer.
-                super().send(node, {"type": "dl_snapshot_progress"})
-        super()._onMessageReceived(node, message)
-
-    def _onNodeDisconnected(self, node):  # noqa: N802
-        super()._onNodeDisconnected(node)
-        self._syncObj.dl_engine.on_peer_disconnected(node)
-
-    def _onNodeConnected(self, node):  # noqa: N802
-        super()._onNodeConnected(node)
-        self._syncObj.dl_engine.on_peer_connected(node)
-
-
-class _BudgetedQueue:
-    """pysyncobj's command queue, with a byte budget per tick.
-
-    pysyncobj takes queued commands for up to one heartbeat period per tick, whatever their size: with
-    large entries one tick appended over 100 MiB, whose commit and fsync then stalled the tick thread
-    long enough for followers to time out. Once `budget_bytes` were taken in a tick, get_nowait reports
-    empty until the next tick (reset_budget), and the wake-up pipe makes that tick come at once."""
-
-    def __init__(self, max_size: int, budget_bytes: int, wakeup: Callable[[], None]):
-        self._queue: collections.deque = collections.deque()
-        self._lock = threading.Lock()
-        self._max_size = max_size
-        self._budget_bytes = budget_bytes
-        self._taken_bytes = 0
-        self._wakeup = wakeup
-
-    def put_nowait(self, item) -> None:
-        with self._lock:
-            if len(self._queue) >= self._max_size:
-                raise queue.Full()
-            self._queue.append(item)
-
-    def get_nowait(self):
-        with self._lock:
-            if not self._queue:
-                raise queue.Empty()
-            if self._taken_bytes >= self._budget_bytes:
-                self._wakeup()
-                raise queue.Empty()
-            item = self._queue.popleft()
-        self._taken_bytes += len(item[0])
-        return item
-
-    def reset_budget(self) -> None:
-        self._taken_bytes = 0
-
-
-class _SyncObj(SyncObj):
-    def __init__(self, engine: RaftEngine, self_addr: str, other_addrs: list[str], conf: SyncObjConf):
-        self.dl_engine = engine
-        super().__init__(self_addr, other_addrs, conf=conf, transportClass=_Transport)
-
-    @replicated
-    def dl_apply(self, blob):
-        return self.dl_engine.apply_blob(blob)
+def rewrite_append_entries(message: dict, journal: LmdbJournal) -> dict:
+    """An incoming append_entries as pysyncobj should see it (raftrules.trim_append_entries): the same
+    message when nothing is trimmed, else a copy with a new prevLogIdx/prevLogTerm and fewer entries.
+    Snapshot chunks and messages without prevLogIdx pass unchanged."""
+    if "prevLogIdx" not in message or "transmission" in message:
+        return message
+    entries = message.get("entries") or []
+    prev_idx, prev_term, remaining = raftrules.trim_append_entries(
+        message["prevLogIdx"], message["prevLogTerm"], [(idx, term) for _command, idx, term in entries],
+        message["term"], journal.first_index, journal.last_index, lambda idx: journal.entry(idx)[2])
+    known = len(entries) - len(remaining)
+    if prev_idx == message["prevLogIdx"] and not known:
+        return message
+    rewritten = dict(message)
+    rewritten["prevLogIdx"], rewritten["prevLogTerm"], rewritten["entries"] = prev_idx, prev_term, entries[known:]
+    return rewritten
 
 
 ApplyFn = Callable[[int, int, bytes, object], object]  # (index, term, blob, txn) -> result
@@ -413,30 +128,29 @@ class RaftEngine:
                       "commits_beyond_durable": 0, "prevote_rounds": 0, "elections_started": 0,
                       "snapshots_installed": 0, "sends_held_back": 0}
         self._journal_token = f"dledger-journal:{config.group_id}:{config.self_id}:{id(self)}"
-        with _pending_lock:
-            _pending_journals[self._journal_token] = journal
+        seam.register_journal(self._journal_token, journal)
         self._address_to_id = {addr: pid for pid, addr in config.peers.items()}
         others = [addr for pid, addr in sorted(config.peers.items()) if pid != config.self_id]
-        self.so = _SyncObj(self, config.self_address, others, self._pysyncobj_conf())
-        self._check_seam()
+        self.so = seam.EngineSyncObj(self, config.self_address, others, self._pysyncobj_conf())
+        seam.check_internals(self.so, journal)
         # Never re-apply what LMDB says is applied; never load pysyncobj's dump file at start.
         self.so._SyncObj__raftLastApplied = max(applied_index, 1)
         self.so._SyncObj__needLoadDumpFile = False
-        self._func_id = self.so._methodToID[self.so._getFuncName("dl_apply")]
-        self._wakeup = PipeNotifier(self.so._poller)
+        self._func_id = self.so.apply_method_id()
+        self._wakeup = seam.PipeNotifier(self.so._poller)
         self._throttle_snapshot_chunks()
-        self._commands = _BudgetedQueue(config.append_queue_max, config.append_bytes_per_tick_max, self.wake)
+        self._commands = seam.BudgetedQueue(config.append_queue_max, config.append_bytes_per_tick_max, self.wake)
         self.so._SyncObj__commandsQueue = self._commands
         self.store.commit(fsync=True)  # pysyncobj may have written its initial entry on this thread
         self.view = self._make_view()
         self._thread = threading.Thread(target=self._run, name=f"raft-{config.group_id}-{config.self_id}",
                                         daemon=True)
 
-    def _pysyncobj_conf(self) -> SyncObjConf:
+    def _pysyncobj_conf(self) -> seam.SyncObjConf:
         c = self.config
         hb = c.heartbeat_interval_ms / 1000
         snapshot = self._snapshot_hooks
-        conf = SyncObjConf(
+        conf = seam.SyncObjConf(
             autoTick=False,
             journalFile=self._journal_token,
             appendEntriesUseBatch=True,  # we send at the end of every tick (see _send_new_entries)
@@ -467,19 +181,6 @@ class RaftEngine:
         )
         return conf
 
-    def _check_seam(self) -> None:
-        """Fail loudly if this pysyncobj does not have the internals this module relies on."""
-        for name in ("_SyncObj__raftLastApplied", "_SyncObj__needLoadDumpFile", "_SyncObj__raftElectionDeadline",
-                     "_SyncObj__raftState", "_SyncObj__noopIDx", "_SyncObj__raftLog", "_SyncObj__raftMatchIndex",
-                     "_SyncObj__commandsQueue", "_SyncObj__raftNextIndex", "_SyncObj__connectedNodes",
-                     "_SyncObj__transport", "_SyncObj__sendAppendEntries", "_SyncObj__serializer",
-                     "_SyncObj__votedForNodeId"):
-            if not hasattr(self.so, name):
-                raise RuntimeError(f"pysyncobj internals changed ({name} missing); dledger supports "
-                                   f"pysyncobj {PYSYNCOBJ_VERSION_RANGE[0]} up to {PYSYNCOBJ_VERSION_RANGE[1]}")
-        if self.so._SyncObj__raftLog is not self.journal:
-            raise RuntimeError("pysyncobj did not take the LMDB journal (createJournal seam failed)")
-
     # -- lifecycle ------------------------------------------------------------------------------------
     def start(self) -> None:
         self._thread.start()
@@ -497,7 +198,7 @@ class RaftEngine:
         return self._failed
 
     def _run(self) -> None:
-        _thread_source.ip = self._self_ip
+        seam.bind_outgoing_sockets(self._self_ip)
         self.store.bind_writer()
         self.so.addOnTickCallback(self._on_tick_end)
         wait_s = min(0.01, self.config.heartbeat_interval_ms / 5000)
@@ -535,7 +236,7 @@ class RaftEngine:
             return None
 
         def payloads() -> list[bytes]:  # decoded only if the admission needs to look (it usually admits at once)
-            blob = decode_command(command)
+            blob = logformat.decode_command(command)
             return [] if blob is None else decode_batch(blob)
 
         try:
@@ -546,7 +247,7 @@ class RaftEngine:
 
     def submit(self, blob: bytes, callback: Callable[[object, int], None]) -> None:
         """Append one Raft entry carrying blob; callback(result, fail_reason) runs on the tick thread."""
-        command = pickle.dumps((self._func_id, (blob,)), protocol=pickle.HIGHEST_PROTOCOL)
+        command = logformat.encode_call(self._func_id, blob)
 
         def on_result(result, reason):
             if threading.get_ident() == self._thread.ident:
@@ -554,7 +255,7 @@ class RaftEngine:
             else:
                 callback(result, reason)  # refused synchronously (queue full): nothing to wait for
 
-        self.so._applyCommand(command, on_result, 0)
+        self.so._applyCommand(command, on_result, seam.REGULAR_COMMAND_TYPE)
         self.wake()
 
     def wake(self) -> None:
@@ -623,7 +324,7 @@ class RaftEngine:
         self._maybe_prevote_won()
 
     def _maybe_prevote_won(self) -> None:
-        if self._prevote and len(self._prevote["votes"]) * 2 > len(self.config.peers):
+        if self._prevote and raftrules.prevote_won(len(self._prevote["votes"]), len(self.config.peers)):
             self._prevote_granted_term = self._prevote["term"] - 1
             self._prevote = None
             self.so._SyncObj__raftElectionDeadline = 0
@@ -632,11 +333,11 @@ class RaftEngine:
         so = self.so
         if message["type"] == "dl_prevote":
             last = self.journal[-1]
-            log_ok = (message["last_log_term"], message["last_log_index"]) >= (last[2], last[1])
+            candidate_last, my_last = (message["last_log_term"], message["last_log_index"]), (last[2], last[1])
+            log_ok = raftrules.log_up_to_date(candidate_last, my_last)
             leader_alive = self._leader_alive()
-            # >= (not >): a peer that already adopted the candidate's term from a failed election must
-            # still grant, or a replica with the longest log could never become leader.
-            granted = message["term"] >= so.raftCurrentTerm and log_ok and not leader_alive
+            granted = raftrules.prevote_granted(message["term"], candidate_last, so.raftCurrentTerm, my_last,
+                                                leader_alive)
             log.debug("pre-vote for %s in term %d: %s (my term %d, log ok %s, leader alive %s)", node.address,
                      message["term"], "granted" if granted else "refused", so.raftCurrentTerm, log_ok, leader_alive)
             so._SyncObj__transport.send(node, {"type": "dl_prevote_resp", "term": message["term"],
@@ -647,15 +348,14 @@ class RaftEngine:
 
     def _leader_alive(self) -> bool:
         so = self.so
-        if so._SyncObj__raftState == RaftState.LEADER:
-            return True
-        leader = so._getLeader()
-        if leader is None or not so.isNodeConnected(leader):
-            return False
-        return time.monotonic() - self._leader_contact_at < self.config.election_timeout_min_ms / 1000
+        i_lead = so._SyncObj__raftState == RaftState.LEADER
+        leader = None if i_lead else so._getLeader()
+        connected = leader is not None and so.isNodeConnected(leader)
+        return raftrules.leader_presumed_alive(i_lead, connected, time.monotonic() - self._leader_contact_at,
+                                               self.config.election_timeout_min_ms / 1000)
 
     def on_leader_contact(self, node, term: int) -> None:
-        if term >= self.so.raftCurrentTerm:
+        if raftrules.is_leader_contact(term, self.so.raftCurrentTerm):
             self._leader_contact_at = time.monotonic()
             # A leader is alive: a pre-vote round (or its result) must not start an election now.
             self._prevote = None
@@ -663,37 +363,8 @@ class RaftEngine:
             self._lost_leader = None
 
     def trim_known_entries(self, message: dict) -> dict:
-        """Rewrite an append_entries so pysyncobj never truncates entries that do not conflict.
-
-        pysyncobj deletes everything after prevLogIdx and re-appends, even when the entries match, and
-        a heartbeat whose prevLogIdx is behind our log (the leader's next index went back: flow control,
-        a resend after a snapshot) truncates entries we already acknowledged. Raft deletes only on a
-        conflict. By the log matching property an entry with the same index and term implies an equal
-        prefix, so (1) leading entries we hold with the same term are dropped and prevLogIdx moves to the
-        last of them; (2) if nothing new remains and our last entry has the leader's current term, our
-        whole log came from this leader (one leader per term), so prevLogIdx moves to our last entry."""
-        if "prevLogIdx" not in message or "transmission" in message:
-            return message
-        journal = self.journal
-        entries = message.get("entries") or []
-        prev_idx, prev_term = message["prevLogIdx"], message["prevLogTerm"]
-        known = 0
-        for _command, idx, term in entries:
-            if not journal.first_index <= idx <= journal.last_index or journal.entry(idx)[2] != term:
-                break
-            known += 1
-        if known:
-            prev_idx, prev_term = entries[known - 1][1], entries[known - 1][2]
-        remaining = entries[known:]
-        last_idx = journal.last_index
-        if (not remaining and prev_idx < last_idx and journal.first_index <= prev_idx
-                and journal.entry(prev_idx)[2] == prev_term and journal.entry(last_idx)[2] == message["term"]):
-            prev_idx, prev_term = last_idx, message["term"]
-        if prev_idx == message["prevLogIdx"] and not known:
-            return message
-        rewritten = dict(message)
-        rewritten["prevLogIdx"], rewritten["prevLogTerm"], rewritten["entries"] = prev_idx, prev_term, remaining
-        return rewritten
+        """An incoming append_entries, rewritten so pysyncobj never truncates entries that do not conflict."""
+        return rewrite_append_entries(message, self.journal)
 
     def on_peer_connected(self, node) -> None:
         """A peer (re)connected after we lost the leader: a pre-vote that could not reach it may win now,
@@ -715,9 +386,10 @@ class RaftEngine:
     def _schedule_prevote(self, lost_leader: str) -> float:
         """Survivors go one after the other, in replica-id order, so two of them rarely become candidates
         at once (a split vote costs a whole election timeout)."""
-        survivors = sorted(pid for pid, addr in self.config.peers.items() if addr != lost_leader)
+        survivors = [pid for pid, addr in self.config.peers.items() if addr != lost_leader]
         step_s = self.config.heartbeat_interval_ms / 1000
-        delay_s = survivors.index(self.config.self_id) * step_s + random.uniform(0, step_s / 2)
+        rank = raftrules.prevote_delay_rank(survivors, self.config.self_id)
+        delay_s = rank * step_s + random.uniform(0, step_s / 2)
         so = self.so
         so._SyncObj__raftElectionDeadline = min(so._SyncObj__raftElectionDeadline, time.monotonic() + delay_s)
         return delay_s
@@ -880,13 +552,12 @@ class RaftEngine:
 
     # -- log compaction / snapshots --------------------------------------------------------------------------
     def force_compaction(self) -> None:
+        """Ask pysyncobj to compact now: it calls the snapshot hooks' serializer on a later tick."""
         self.so.forceLogCompaction()
 
+    @property
+    def last_applied(self) -> int:
+        """The highest index pysyncobj applied (its no-op entries included)."""
+        return self.so.raftLastApplied
 
-def decode_command(command: bytes) -> bytes | None:
-    """The dledger payload of a journal command, or None for pysyncobj's own entries (no-ops)."""
-    if command[:1] != REGULAR_COMMAND:
-        return None
-    _func_id, args = pickle.loads(command[1:])[:2]
-    return args[0]
 

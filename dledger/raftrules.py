@@ -1,0 +1,98 @@
+"""The Raft decisions dledger adds to pysyncobj, as pure functions: pre-vote and append_entries trimming.
+
+Inputs are plain values (terms, indexes, (last_term, last_index) pairs, (index, term) entries, a term
+lookup); nothing here touches pysyncobj, sockets, clocks or randomness, so every rule is tested by
+scripted cases (tests/dledger/test_raftrules.py). The engine gathers the inputs and acts on the answers.
+
+Pre-vote (Raft thesis 9.6): before a replica whose election timer fired raises its term, it asks its
+peers whether they would vote for it; only with a majority does it start a real election. A peer
+refuses while it still hears from a live leader, so a partitioned minority or a flapping link never
+bumps the term of a healthy group.
+
+Trimming: pysyncobj deletes everything after prevLogIdx on every append_entries that leaves entries
+after it, conflict or not; Raft deletes only on a conflict. The log matching property (an entry with
+the same index and term implies an equal prefix) tells which part of a message the follower already
+holds, so the message can be rewritten to start after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+LogPosition = tuple[int, int]  # (last_term, last_index): compared term first, then index
+IndexTerm = tuple[int, int]  # (index, term) of one log entry
+
+
+# -- pre-vote ---------------------------------------------------------------------------------------------
+def log_up_to_date(candidate_last: LogPosition, my_last: LogPosition) -> bool:
+    """Raft 5.4.1: the candidate's log is at least as up to date as mine (higher last term, or the same
+    last term and at least as long)."""
+    return candidate_last >= my_last
+
+
+def prevote_granted(candidate_term: int, candidate_last: LogPosition, my_term: int, my_last: LogPosition,
+                    leader_alive: bool) -> bool:
+    """Would I vote for this candidate in a real election that it could start now?
+
+    The term rule is >= (not >): a peer that already adopted the candidate's term from a failed
+    election must still grant, or a replica with the longest log could never become leader."""
+    return candidate_term >= my_term and log_up_to_date(candidate_last, my_last) and not leader_alive
+
+
+def prevote_won(votes: int, cluster_size: int) -> bool:
+    """A strict majority of the whole group, the candidate's own vote included."""
+    return votes * 2 > cluster_size
+
+
+def leader_presumed_alive(i_lead: bool, leader_connected: bool, since_leader_contact_s: float,
+                          election_timeout_min_s: float) -> bool:
+    """Whether this replica still believes in a leader, and so refuses pre-votes: it leads itself, or it
+    is connected to the leader it knows and heard from it within the minimum election timeout."""
+    if i_lead:
+        return True
+    return leader_connected and since_leader_contact_s < election_timeout_min_s
+
+
+def is_leader_contact(message_term: int, my_term: int) -> bool:
+    """An append_entries from a leader of my term or a newer one: that leader is alive."""
+    return message_term >= my_term
+
+
+def prevote_delay_rank(survivor_ids: Iterable[str], self_id: str) -> int:
+    """After the leader's connection dropped, survivors start their pre-votes one after the other in
+    replica-id order (rank 0 first), so two of them rarely become candidates at once: a split vote costs
+    a whole election timeout. `self_id` must be one of `survivor_ids`."""
+    return sorted(survivor_ids).index(self_id)
+
+
+# -- append_entries trimming ----------------------------------------------------------------------------
+def trim_append_entries(prev_idx: int | None, prev_term: int | None, entries: Sequence[IndexTerm],
+                        leader_term: int, first_index: int, last_index: int,
+                        term_at: Callable[[int], int]) -> tuple[int | None, int | None, Sequence[IndexTerm]]:
+    """Rewrite an append_entries so it never makes the follower truncate entries that do not conflict.
+
+    (prev_idx, prev_term, entries) is the leader's message; the follower holds [first_index,
+    last_index] (0, 0 when empty) and term_at(i) is the term it holds at index i in that range.
+    Returns the message's new (prev_idx, prev_term, remaining entries), remaining being a suffix of
+    `entries` (unchanged when nothing may be trimmed):
+    1. leading entries the follower holds with the same term are dropped; prev moves to the last of them;
+    2. if nothing new remains, the follower holds prev with prev_term, and the follower's last entry has
+       the leader's term, the follower's whole log came from this leader (one leader per term): prev moves
+       to the follower's last entry, so a stale heartbeat does not truncate what it already acknowledged.
+       With a last entry from an older term prev stays, so a real conflict is still detected.
+    A message without a previous entry (prev_idx None: the leader does not hold the entry before the
+    follower's next index) is left alone: pysyncobj answers it with a reset."""
+    if prev_idx is None:
+        return prev_idx, prev_term, entries
+    known = 0
+    for idx, term in entries:
+        if not first_index <= idx <= last_index or term_at(idx) != term:
+            break
+        known += 1
+    if known:
+        prev_idx, prev_term = entries[known - 1]
+    remaining = entries[known:]
+    if (not remaining and prev_idx < last_index and first_index <= prev_idx
+            and term_at(prev_idx) == prev_term and term_at(last_index) == leader_term):
+        prev_idx, prev_term = last_index, leader_term
+    return prev_idx, prev_term, remaining
