@@ -14,6 +14,7 @@ from auditkit import MESSAGES, store_of
 from audit.__main__ import main
 from audit.job import run
 from audit.stores import MAX_DBS
+from dledger import logformat
 from jepsen_tests.history import Op, read, write
 
 U64 = struct.Struct(">Q")
@@ -56,9 +57,10 @@ def test_a_planted_divergent_entry_is_reported_at_exactly_its_index_and_the_cli_
     def bump_term(txn, db):
         cursor = txn.cursor(db=db)
         cursor.last()
-        index = U64.unpack(cursor.key())[0] // 2
-        value = txn.get(U64.pack(index), db=db)
-        txn.put(U64.pack(index), U64.pack(U64.unpack_from(value)[0] + 1) + value[8:], db=db)
+        index = logformat.key_index(cursor.key()) // 2
+        value = txn.get(logformat.index_key(index), db=db)
+        txn.put(logformat.index_key(index),
+                logformat.encode_value(logformat.value_command(value), logformat.value_term(value) + 1), db=db)
         return index
 
     index = rewrite(store_of(copy, "n2"), b"raft_log", bump_term)
