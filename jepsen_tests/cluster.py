@@ -14,7 +14,7 @@ import signal
 import time
 
 from bench.repro.disk_full import fill, mount_tmpfs, unmount, used_percent
-from rocketraft.devcluster import DevCluster
+from devkit.devcluster import DevCluster
 
 from . import netfault
 

@@ -25,7 +25,7 @@ import sys
 import time
 
 from broker import config as broker_config
-from rocketraft.devcluster import DevCluster
+from devkit.devcluster import DevCluster
 from rocketraft.protocol.errors import RocketraftCode
 from rocketraft.protocol.wire import Code, pb, svc, svc_grpc
 

@@ -9,8 +9,8 @@ import pytest
 from auditkit import MESSAGES, TOPIC
 
 import rocketraft
+from devkit.devcluster import DevCluster
 from jepsen_tests.history import Op, write
-from rocketraft.devcluster import DevCluster
 
 BATCH = 50
 

@@ -13,10 +13,10 @@ import pysyncobj.tcp_connection as pso_tcp
 import pytest
 from inproc import leader_of, open_group
 
+from devkit.localcluster import free_port
 from dledger import _raft
 from dledger.config import ReplicaConfig
 from dledger.journal import LmdbJournal
-from dledger.localcluster import free_port
 from dledger.replica import Replica
 
 

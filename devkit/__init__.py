@@ -1,0 +1,13 @@
+"""Development and test tooling: local clusters of real processes, the `rocketraft dev` / `rocketraft demo`
+commands. Used by tests/, bench/, jepsen_tests/ and audit/.
+
+Library code (dledger/, broker/, namesrv/, rocketraft/) never imports this package; only rocketraft/cli.py does,
+inside the subcommands that run it.
+
+    devcluster   DevCluster: NameServers + one broker group of real processes (`python -m namesrv` / `broker`)
+    localcluster LocalCluster: a dledger group of real replica processes; free_port
+    node         `python -m devkit.node`: one stand-alone dledger replica process (LocalCluster starts it)
+    control      the control channel of that process (ControlServer, ControlClient)
+    counting     CountingStateMachine: the state machine of that process and of in-process dledger tests
+    dev, demo    `rocketraft dev` and `rocketraft demo`
+"""
