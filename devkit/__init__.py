@@ -1,5 +1,5 @@
 """Development and test tooling: local clusters of real processes, the `rocketraft dev` / `rocketraft demo`
-commands and fault helpers. Used by tests/, bench/, jepsen_tests/ and audit/.
+commands, fault helpers and the chaos-history file format. Used by tests/, bench/, jepsen_tests/ and audit/.
 
 Library code (dledger/, broker/, namesrv/, rocketraft/) never imports this package; only rocketraft/cli.py does,
 inside the subcommands that run it.
@@ -11,4 +11,5 @@ inside the subcommands that run it.
     counting     CountingStateMachine: the state machine of that process and of in-process dledger tests
     dev, demo    `rocketraft dev` and `rocketraft demo`
     diskfault    tmpfs mounts and ballast files (bench repros, chaos runs, tests)
+    history      the chaos history format (history.jsonl): written by jepsen_tests, read by its checker and audit
 """

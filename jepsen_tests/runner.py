@@ -23,11 +23,11 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
+from devkit.history import Recorder
 from rocketraft.protocol.wire import MessageType
 
 from . import checker, nemesis, report
 from .cluster import ChaosCluster
-from .history import Recorder
 from .workloads import CONSUMER_GROUP, RECEIVE_WAIT_S, TOPIC, Workload
 from .workloads import make as make_workload
 

@@ -10,7 +10,7 @@ from auditkit import MESSAGES, TOPIC
 
 import rocketraft
 from devkit.devcluster import DevCluster
-from jepsen_tests.history import Op, write
+from devkit.history import Op, write
 
 BATCH = 50
 
