@@ -2,7 +2,7 @@
 commands, fault helpers and the chaos-history file format. Used by tests/, bench/, jepsen_tests/ and audit/.
 
 Library code (dledger/, broker/, namesrv/, rocketraft/) never imports this package; only rocketraft/cli.py does,
-inside the subcommands that run it.
+inside the subcommands that run it (tests/test_layers.py checks both).
 
     devcluster   DevCluster: NameServers + one broker group of real processes (`python -m namesrv` / `broker`)
     localcluster LocalCluster: a dledger group of real replica processes; free_port
