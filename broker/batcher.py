@@ -26,16 +26,9 @@ import time
 from dataclasses import dataclass, field
 
 import dledger
-from rocketraft.protocol.errors import (
-    NotMasterError,
-    OutcomeUnknownError,
-    RocketraftError,
-    StoreUnavailableError,
-    TooManyRequestsError,
-    refusal_error,
-)
-from rocketraft.protocol.wire import Code
+from rocketraft.protocol.errors import RocketraftError, StoreUnavailableError, TooManyRequestsError
 
+from . import errors
 from .config import BrokerConfig
 
 log = logging.getLogger(__name__)
@@ -70,9 +63,11 @@ class _Submission:
 
 
 class Batcher:
-    def __init__(self, replica: dledger.Replica, config: BrokerConfig, write_retry_ms: int = 2500):
+    def __init__(self, replica: dledger.Replica, config: BrokerConfig, store: errors.StoreFacts | None = None,
+                 write_retry_ms: int = 2500):
         self._replica = replica
         self._config = config
+        self._store = store  # what an "LMDB map full" error names
         self._write_retry_s = write_retry_ms / 1000
         self._queue: collections.deque[_Submission] = collections.deque()
         self._queued = 0  # commands in the queue not yet in an entry
@@ -100,16 +95,9 @@ class Batcher:
     def queue_length(self) -> int:
         return self._queued
 
-    async def submit(self, payload: bytes, repeatable: bool = False):
-        """Commit one command through Raft; returns the state machine's result for it."""
-        outcome = (await self.submit_many([payload], repeatable))[0]
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
-
     async def submit_many(self, payloads: list[bytes], repeatable: bool = False) -> list:
         """Commit commands through Raft, in this order; returns each one's outcome: the state machine's result,
-        or the error (a dledger error or a RocketraftError) that refused it."""
+        or the protocol error (errors.from_outcome) that refused it."""
         assert payloads, "an empty submission"
         deadline = time.monotonic() + self._write_retry_s
         outcomes: list = [None] * len(payloads)
@@ -122,20 +110,14 @@ class Batcher:
             expired = time.monotonic() >= deadline
             retry = []
             for i, outcome in zip(todo, got, strict=True):
-                if isinstance(outcome, (dledger.NoLeaderError, dledger.NotLeaderError)):
-                    if expired:
-                        outcome = _not_master(outcome)
-                    else:
-                        self.stats["retried_no_leader"] += 1
-                        retry.append(i)
-                elif isinstance(outcome, dledger.OutcomeUnknownError):
-                    if not repeatable or expired:
-                        outcome = OutcomeUnknownError(f"outcome unknown: {outcome}; the write may or may not "
-                                                      "have been committed")
-                    else:
-                        self.stats["retried_unknown"] += 1
-                        retry.append(i)
-                outcomes[i] = outcome
+                if isinstance(outcome, dledger.NotLeaderError) and not expired:
+                    self.stats["retried_no_leader"] += 1
+                    retry.append(i)
+                elif isinstance(outcome, dledger.OutcomeUnknownError) and repeatable and not expired:
+                    self.stats["retried_unknown"] += 1
+                    retry.append(i)
+                else:
+                    outcomes[i] = errors.from_outcome(outcome, self._store)
             if not retry:
                 return outcomes
             todo = retry
@@ -231,39 +213,3 @@ class Batcher:
             submission.settle(start, stop, exc if exc is not None else results[at:at + stop - start])
             at += stop - start
 
-
-def _not_master(exc: dledger.NotLeaderError) -> RocketraftError:
-    if isinstance(exc, dledger.NoLeaderError):
-        return RocketraftError(f"no master in this broker group: {exc}", Code.HA_NOT_AVAILABLE)
-    return NotMasterError(f"not the master: {exc}", getattr(exc, "leader_address", None))
-
-
-MAP_FULL_MARKERS = ("MDB_MAP_FULL", "MapFullError")
-
-
-def is_map_full(exc: BaseException) -> bool:
-    """LMDB's map (its reserved address space) is full: reported as such, never as a full disk. dledger raises
-    StoreFullError, or its replica stops on lmdb.MapFullError and later errors carry that failure's text."""
-    return any(m in str(exc) for m in MAP_FULL_MARKERS)
-
-
-def map_dledger_error(exc: BaseException, map_size_bytes: int | None = None, store_path: str = "",
-                      disk_used_percent: float | None = None) -> BaseException:
-    """The one mapping from dledger's errors to the protocol's."""
-    if is_map_full(exc):
-        size = f"storeMapSizeBytes={map_size_bytes} ({map_size_bytes / 2**20:.0f} MiB)" if map_size_bytes else \
-            "storeMapSizeBytes"
-        disk = f"; its filesystem is only {disk_used_percent:.1f}% used" if disk_used_percent is not None else ""
-        return StoreUnavailableError(
-            f"LMDB map full: the store {store_path} reached its LMDB map size, {size}; this is not a full disk"
-            f"{disk}. The replica stopped writing to protect committed data (reads of applied data go on): restart "
-            f"it with a larger storeMapSizeBytes; committed messages are kept. ({exc})")
-    if isinstance(exc, dledger.AppendRefusedError):  # the master's guards refused a write this replica forwarded
-        return refusal_error(exc.refusal, str(exc))
-    if isinstance(exc, dledger.AppendQueueFullError):
-        return TooManyRequestsError(f"busy: {exc}")
-    if isinstance(exc, dledger.ReplicaClosedError):
-        return StoreUnavailableError(f"store unavailable: {exc}")
-    if isinstance(exc, dledger.EntryTooLargeError):
-        return RocketraftError(f"request too large for one Raft entry: {exc}", Code.PAYLOAD_TOO_LARGE)
-    return exc

@@ -14,7 +14,7 @@ import re
 import tomllib
 from dataclasses import dataclass, fields
 
-from dledger.config import ReplicaConfig
+import dledger
 from rocketraft.protocol import limits
 from rocketraft.protocol.limits import DELAY_LEVELS
 
@@ -46,7 +46,7 @@ class BrokerConfig:
     storePathRootDir: str = os.path.expanduser("~/rocketraft/store")
     flushDiskType: str = "ASYNC_FLUSH"  # or SYNC_FLUSH; see docs/architecture.md for what an ack means
     # LMDB map of the replica's store: address space reserved, not disk used; the store cannot grow past it
-    storeMapSizeBytes: int = ReplicaConfig.map_size_bytes
+    storeMapSizeBytes: int = dledger.ReplicaConfig.map_size_bytes
     # a slave (follower) forwards writes to the master through Raft; false: it refuses them, naming the master
     slaveForwardEnable: bool = True
     # limits
@@ -124,6 +124,13 @@ class BrokerConfig:
     @property
     def data_dir(self) -> str:
         return os.path.join(self.storePathRootDir, self.brokerName, self.dLegerSelfId)
+
+    def replica_config(self) -> dledger.ReplicaConfig:
+        """This replica's dledger configuration."""
+        return dledger.ReplicaConfig(
+            group_id=self.brokerName, self_id=self.dLegerSelfId, peers=self.peers,
+            data_dir=os.path.join(self.data_dir, "dledger"),
+            flush_policy=dledger.FlushPolicy[self.flushDiskType], map_size_bytes=self.storeMapSizeBytes)
 
     def validate(self) -> BrokerConfig:
         peers = self.peers

@@ -56,21 +56,6 @@ class HandleResult:
     handle: str  # the new receipt handle (CHANGE_INVISIBLE) or the one acknowledged
 
 
-def encode_handle(queue: int, offset: int, gen: int) -> str:
-    return f"{queue:x}.{offset:x}.{gen:x}"
-
-
-def decode_handle(handle: str) -> tuple[int, int, int] | None:
-    parts = handle.split(".")
-    if len(parts) != 3:
-        return None
-    try:
-        queue, offset, gen = (int(p, 16) for p in parts)
-    except ValueError:
-        return None
-    return queue, offset, gen
-
-
 def send_fields(send: spb.SendCommand) -> tuple[str, str, str]:
     """(topic, message id, tag) of a stored send, from its copies or, in older logs, from its message."""
     if send.topic:
@@ -413,21 +398,10 @@ class BrokerStateMachine:
             self._pop_queue(command, queue, accept, index, out, txn)
         return out
 
-    def _inflight_of_queue(self, group: str, topic: str, queue: int, txn) -> list[tuple[int, t.Inflight]]:
-        prefix = t.group_queue_key(group, topic, queue)
-        cur = txn.cursor(db=self.db[t.INFLIGHT])
-        found = []
-        if cur.set_range(prefix):
-            for key, value in cur:
-                if not key.startswith(prefix):
-                    break
-                found.append((t.offset_of_cq_key(key), t.inflight_of(value)))
-        return found
-
     def _pop_queue(self, command: spb.PopCommand, queue: int, accept, index: int, out: list, txn) -> None:
         group, topic, now = command.group, command.topic, command.now_ms
-        inflight = self._inflight_of_queue(group, topic, queue, txn)
-        if command.fifo and any(state.deadline_ms > now for _, state in inflight):
+        inflight = t.inflight_of_queue(txn, self.db[t.INFLIGHT], group, topic, queue)
+        if command.fifo and t.fifo_locked(inflight, now):
             return  # ordered consumption: the queue is locked while a message of it is being consumed
         for offset, state in inflight:
             if len(out) >= command.batch_size:
@@ -466,7 +440,7 @@ class BrokerStateMachine:
             return
         deadline = command.now_ms + command.invisible_ms
         txn.put(key, t.inflight_value(deadline, attempt, index), db=self.db[t.INFLIGHT])
-        out.append(Popped(topic, queue, offset, cq.index, cq.slot, attempt, encode_handle(queue, offset, index),
+        out.append(Popped(topic, queue, offset, cq.index, cq.slot, attempt, t.receipt_handle(queue, offset, index),
                           deadline))
 
     def _dead_letter(self, group: str, cq: t.CqEntry, now_ms: int, txn) -> None:
@@ -476,7 +450,7 @@ class BrokerStateMachine:
 
     def _advance_consumed(self, group: str, topic: str, queue: int, txn) -> None:
         """The group's consumer offset: the lowest offset in flight, or the next one never delivered."""
-        inflight = self._inflight_of_queue(group, topic, queue, txn)
+        inflight = t.inflight_of_queue(txn, self.db[t.INFLIGHT], group, topic, queue)
         if inflight:
             consumed = inflight[0][0]
         else:
@@ -485,7 +459,7 @@ class BrokerStateMachine:
         txn.put(t.group_queue_key(group, topic, queue), t.u64(consumed), db=self.db[t.OFFSETS])
 
     def _handle(self, command: spb.HandleCommand, index: int, txn):
-        decoded = decode_handle(command.receipt_handle)
+        decoded = t.parse_receipt_handle(command.receipt_handle)
         if decoded is None:
             return ApplyError(Code.INVALID_RECEIPT_HANDLE, f"receipt handle {command.receipt_handle!r} is "
                               "malformed; use the handle of the last delivery")
@@ -501,7 +475,7 @@ class BrokerStateMachine:
         if command.kind == spb.HandleCommand.CHANGE_INVISIBLE:
             txn.put(key, t.inflight_value(command.now_ms + command.invisible_ms, state.attempt, index),
                     db=self.db[t.INFLIGHT])
-            return HandleResult(encode_handle(queue, offset, index))
+            return HandleResult(t.receipt_handle(queue, offset, index))
         txn.delete(key, db=self.db[t.INFLIGHT])
         self._touched.add(command.topic)  # wakes long polls: for a FIFO group the queue is unlocked now
         if command.kind == spb.HandleCommand.DEAD_LETTER:

@@ -15,6 +15,9 @@ committed read transactions. All integers are big-endian so keys sort by number.
   offsets   group 0 topic 0 queue:u16             -> offset:u64 (everything below is consumed)
   popped    group 0 topic 0 queue:u16             -> offset:u64 (next offset never delivered to the group)
   inflight  group 0 topic 0 queue:u16 offset:u64  -> deadline_ms:u64 attempt:u32 handle_gen:u64
+
+A receipt handle names one delivery: "queue.offset.generation" in hex, generation = the Raft index of the command
+that made the delivery (a newer delivery or ChangeInvisibleDuration invalidates older handles).
 """
 
 from __future__ import annotations
@@ -158,3 +161,38 @@ def inflight_value(deadline_ms: int, attempt: int, handle_gen: int) -> bytes:
 
 def inflight_of(value: bytes) -> Inflight:
     return Inflight(*_INFLIGHT.unpack(value))
+
+
+def inflight_of_queue(txn, inflight_db, group: str, topic: str, queue: int) -> list[tuple[int, Inflight]]:
+    """(offset, state) of every message of one queue in flight to a group, by offset: what a pop redelivers,
+    what locks a FIFO queue, where the group's consumption stands."""
+    prefix = group_queue_key(group, topic, queue)
+    cur = txn.cursor(db=inflight_db)
+    found = []
+    if cur.set_range(prefix):
+        for key, value in cur:
+            if not key.startswith(prefix):
+                break
+            found.append((offset_of_cq_key(key), inflight_of(value)))
+    return found
+
+
+def fifo_locked(inflight: list[tuple[int, Inflight]], now_ms: int) -> bool:
+    """For a FIFO group a queue is locked while one of its messages is invisible (being consumed)."""
+    return any(state.deadline_ms > now_ms for _, state in inflight)
+
+
+# -- receipt handles ------------------------------------------------------------------------------------------
+def receipt_handle(queue: int, offset: int, gen: int) -> str:
+    return f"{queue:x}.{offset:x}.{gen:x}"
+
+
+def parse_receipt_handle(handle: str) -> tuple[int, int, int] | None:
+    parts = handle.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        queue, offset, gen = (int(p, 16) for p in parts)
+    except ValueError:
+        return None
+    return queue, offset, gen

@@ -6,8 +6,7 @@ import pytest
 from brokerkit import admin_stub, messaging_stub, raw_message
 
 from broker import config as broker_config
-from broker.core import Broker
-from dledger.config import ReplicaConfig
+from dledger import ReplicaConfig
 from rocketraft.protocol.wire import Code, ipb, svc
 
 
@@ -40,6 +39,6 @@ def test_forwarding_is_on_by_default_and_the_key_reads_rocketmq_style_booleans()
 def test_store_map_size_defaults_to_dledgers_reaches_the_replica_and_a_tiny_map_is_refused():
     assert broker_config.load(None, {}, environ={}).storeMapSizeBytes == ReplicaConfig.map_size_bytes
     config = broker_config.load(None, {"storeMapSizeBytes": 64 * 1024 * 1024}, environ={})
-    assert Broker._replica_config(config).map_size_bytes == 64 * 1024 * 1024
+    assert config.replica_config().map_size_bytes == 64 * 1024 * 1024
     with pytest.raises(ValueError, match="storeMapSizeBytes 1024: use at least 16777216"):
         broker_config.load(None, {"storeMapSizeBytes": 1024}, environ={})
