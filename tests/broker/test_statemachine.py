@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from broker import tables as t
-from broker.statemachine import ApplyError, BrokerStateMachine, Popped, SendResult
+from broker.statemachine import ApplyError, BrokerStateMachine, InvariantError, Popped, SendResult
 from dledger import LogEntry
 from dledger.store import Store
 from rocketraft.proto import store_pb2 as spb
@@ -148,3 +148,77 @@ def test_a_send_command_without_copied_fields_is_applied_as_one_with_them(sm):
         assert read(sm, t.KEYS, t.key_index_key("T", "k", 2, slot)) == b""
         assert t.msgid_entry(read(sm, t.MSGID, t.msgid_key("T", f"id-{copies}"))).offset == slot
     assert sm.apply_entry([old]) == [SendResult(0, 0, True)]
+
+
+# -- what apply refuses by name, and what stops the replica ---------------------------------------------------
+def handle(kind, receipt_handle: str, group: str = "G", topic_name: str = "T") -> bytes:
+    return spb.Command(handle=spb.HandleCommand(kind=kind, group=group, topic=topic_name,
+                                                receipt_handle=receipt_handle, invisible_ms=1000,
+                                                now_ms=1)).SerializeToString()
+
+
+@pytest.mark.parametrize("receipt_handle", ["10000.0.1", "-1.0.1", "0.-1.1", "0.10000000000000000.1", "garbage"])
+def test_a_receipt_handle_that_cannot_name_an_inflight_row_is_refused_by_name_on_every_kind(sm, receipt_handle):
+    sm.apply_entry([topic("T", 1)])
+    kinds = (spb.HandleCommand.ACK, spb.HandleCommand.CHANGE_INVISIBLE, spb.HandleCommand.DEAD_LETTER)
+    for result in sm.apply_entry([handle(kind, receipt_handle) for kind in kinds]):
+        assert isinstance(result, ApplyError) and result.code == Code.INVALID_RECEIPT_HANDLE, result
+        assert "malformed" in result.message and receipt_handle in result.message
+
+
+def test_a_message_id_or_key_too_long_for_an_lmdb_key_is_refused_by_name_before_any_write(sm):
+    sm.apply_entry([topic("T", 1)])
+    emoji = "\U0001F600" * 128  # 512 bytes of UTF-8: over LMDB's 511-byte keys
+    long_id, long_key, stored = sm.apply_entry([send("T", emoji, 0), send("T", "ok-id", 0, keys=("fine", emoji)),
+                                                send("T", "next", 0)])
+    assert isinstance(long_id, ApplyError) and long_id.code == Code.ILLEGAL_MESSAGE_ID, long_id
+    assert isinstance(long_key, ApplyError) and long_key.code == Code.ILLEGAL_MESSAGE_KEY, long_key
+    assert stored == SendResult(0, 0, deduplicated=False), "the refused ones took no offset"
+    assert read(sm, t.KEYS, t.key_index_key("T", "fine", 2, 1)) is None, "no key of the refused message is indexed"
+    assert read(sm, t.MSGID, t.msgid_key("T", "ok-id")) is None
+
+
+def test_an_lmdb_error_inside_apply_raises_out_of_apply(tmp_path):
+    """An LMDB map too small for the writes: before, apply recorded an ApplyError and went on (this replica then
+    lacked a write the others made); now MapFullError leaves apply, and dledger stops the replica."""
+    import lmdb
+
+    store = Store(str(tmp_path / "small"), 1 << 20, sync_commits=False)
+    store.bind_writer()
+    machine = BrokerStateMachine()
+    machine.attach(store)
+    try:
+        machine.apply(LogEntry(1, 1, [topic("T", 1)]), store.write_txn())
+        store.commit()
+        keys = tuple(f"{k:03d}" + "k" * 200 for k in range(32))
+        with pytest.raises(lmdb.MapFullError):
+            for index in range(2, 2000):
+                machine.apply(LogEntry(index, 1, [send("T", f"m{index}", 0, keys=keys)]), store.write_txn())
+                store.commit()
+    finally:
+        store.close()
+
+
+def test_a_consume_queue_offset_that_already_holds_an_entry_is_a_broken_invariant(sm):
+    sm.apply_entry([topic("T", 1)])
+    sm.apply_entry([send("T", "a", 0)])
+    txn = sm._store.write_txn()  # the qmax table falls behind the consume queue (corruption, a bug)
+    txn.put(t.queue_key("T", 0), t.u64(0), db=sm.db[t.QMAX])
+    sm._store.commit()
+    with pytest.raises(InvariantError, match="consume queue T/0: offset 0, the queue's stored max offset, already"):
+        sm.apply_entry([send("T", "b", 0)])
+
+
+def test_the_applied_index_only_grows_also_across_attach(sm):
+    sm.apply_entry([topic("T", 1)])  # index 1
+    sm.apply_entry([send("T", "a", 0)])  # index 2
+    with pytest.raises(InvariantError, match="entry 2 came to apply after entry 2"):
+        sm.apply(LogEntry(2, 1, [send("T", "b", 0)]), sm._store.write_txn())
+    sm._store.abort()
+    again = BrokerStateMachine()
+    again.attach(sm._store)  # as after a restart or a snapshot install: the store says what was applied
+    with pytest.raises(InvariantError, match="entry 1 came to apply after entry 2"):
+        again.apply(LogEntry(1, 1, [send("T", "c", 0)]), sm._store.write_txn())
+    sm._store.abort()
+    assert again.apply(LogEntry(3, 1, [send("T", "c", 0)]), sm._store.write_txn()) == [SendResult(0, 1, False)]
+    sm._store.commit()
