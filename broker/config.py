@@ -18,6 +18,8 @@ import dledger
 from rocketraft.protocol import limits
 from rocketraft.protocol.limits import DELAY_LEVELS
 
+from .tables import QUEUE_IDS_MAX
+
 STORE_MAP_SIZE_BYTES_MIN = 16 * 1024 * 1024
 
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -148,6 +150,9 @@ class BrokerConfig:
         if not 1 <= self.storeMapMaxUsedRatio <= 99:
             raise ValueError(f"storeMapMaxUsedRatio {self.storeMapMaxUsedRatio}: use 1..99 (percent of "
                              "storeMapSizeBytes)")
+        if not 1 <= self.topicQueueNumsMax <= QUEUE_IDS_MAX:
+            raise ValueError(f"topicQueueNumsMax {self.topicQueueNumsMax}: use 1..{QUEUE_IDS_MAX} (queue ids are "
+                             "16-bit in the store's keys)")
         if not 1 <= self.defaultTopicQueueNums <= self.topicQueueNumsMax:
             raise ValueError(f"defaultTopicQueueNums {self.defaultTopicQueueNums}: use 1..{self.topicQueueNumsMax}")
         if not self.namesrv_addresses:

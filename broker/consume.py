@@ -114,9 +114,7 @@ class Consume:
     async def _handle(self, kind: int, group: str, topic: str, handle: str, invisible_ms: int = 0) -> HandleResult:
         validation.group_name(group)
         validation.topic_name(topic)
-        if not handle:
-            raise RocketraftError("receipt handle is empty; use the handle of the message's delivery",
-                                  Code.INVALID_RECEIPT_HANDLE)
+        validation.receipt_handle(handle)
         return await self.broker.commit(spb.Command(handle=spb.HandleCommand(
             kind=kind, group=group, topic=topic, receipt_handle=handle, invisible_ms=invisible_ms,
             now_ms=now_ms())))
@@ -149,10 +147,12 @@ class Consume:
             return self.broker.read(lambda txn: reads.queue_range(sm, txn, topic, queue))[0]
         if policy == pb.QueryOffsetPolicy.END:
             return self.broker.read(lambda txn: reads.queue_end(sm, txn, topic, queue))
-        timestamp_ms = timestamp.ToMilliseconds()
+        timestamp_ms = validation.timestamp_ms(timestamp, "timestamp", Code.BAD_REQUEST)
         return self.broker.read(lambda txn: reads.offset_at_time(sm, txn, topic, queue, timestamp_ms))
 
     def consumer_offset(self, group: str, topic: str, queue: int) -> int | None:
+        """The group's committed offset (None if it has none; the topic need not exist here yet)."""
+        validation.queue_id(queue)
         return self.broker.read(lambda txn: reads.consumer_offset(self.broker.sm, txn, group, topic, queue))
 
     async def update_offset(self, group: str, topic: str, queue: int, offset: int) -> None:

@@ -139,17 +139,14 @@ class Writes:
         """0, or when a delayed message enters its queue (validation made `kind` DELAY iff it has a
         delivery_timestamp)."""
         level = message.user_properties.get(DELAY_LEVEL_PROPERTY)
-        if level is None:
+        if level is None:  # (validation checked the delivery timestamp of a DELAY message)
             return message.system_properties.delivery_timestamp.ToMilliseconds() if kind == validation.DELAY else 0
         props = message.system_properties
-        levels = self.config.delay_levels_ms
-        if not level.isdigit() or not 1 <= int(level) <= len(levels):
-            raise RocketraftError(f"delay level {level!r}: use 1..{len(levels)} ({self.config.messageDelayLevel})",
-                                  Code.ILLEGAL_DELIVERY_TIME)
+        delay_ms = self.config.delay_levels_ms[validation.delay_level(level, self.config) - 1]
         if props.message_type not in (validation.TYPE_UNSPECIFIED, validation.DELAY, validation.NORMAL):
             raise RocketraftError("a delay level can only be set on a NORMAL or DELAY message",
                                   Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)
-        props.delivery_timestamp.FromMilliseconds(now + levels[int(level) - 1])
+        props.delivery_timestamp.FromMilliseconds(now + delay_ms)
         props.message_type = validation.DELAY
         return props.delivery_timestamp.ToMilliseconds()
 
@@ -163,9 +160,10 @@ class Writes:
         where = (f"topic {topic.name} has {topic.queue_nums} queues on broker group {self.config.brokerName} "
                  f"(use 0..{topic.queue_nums - 1})")
         if not (value.isascii() and value.isdigit()):
-            raise BadRequestError(f"{QUEUE_ID_PROPERTY} property {value!r} is not a decimal queue id; {where}")
-        if int(value) >= topic.queue_nums:
-            raise BadRequestError(f"{QUEUE_ID_PROPERTY} {value}: queue {int(value)} does not exist; {where}")
+            raise BadRequestError(f"{QUEUE_ID_PROPERTY} property {value[:40]!r} is not a decimal queue id; {where}")
+        if len(value) > validation.DECIMAL_DIGITS_MAX or int(value) >= topic.queue_nums:
+            queue = int(value) if len(value) <= validation.DECIMAL_DIGITS_MAX else value[:40]
+            raise BadRequestError(f"{QUEUE_ID_PROPERTY} {value[:40]}: queue {queue} does not exist; {where}")
         return int(value)
 
     def _choose_queue(self, message_group: str, queue_nums: int) -> int:

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from broker import tables as t
+from broker import validation
+from broker.config import BrokerConfig
 from broker.statemachine import ApplyError, BrokerStateMachine, InvariantError, Popped, SendResult
 from dledger import LogEntry
 from dledger.store import Store
 from rocketraft.proto import store_pb2 as spb
+from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.wire import Code, ipb, pb
 
 
@@ -18,7 +23,7 @@ def sm(tmp_path):
     store.bind_writer()
     machine = BrokerStateMachine()
     machine.attach(store)
-    machine.entries = iter(range(1, 1000))
+    machine.entries = iter(range(1, 1_000_000))
     machine.apply_entry = lambda payloads: _apply(store, machine, payloads)
     machine.log = {}  # index -> payloads: the Raft log that stored_send reads, without Raft
     machine.stored_send = lambda _txn, index, slot: _stored_send(machine.log, index, slot)
@@ -222,3 +227,34 @@ def test_the_applied_index_only_grows_also_across_attach(sm):
     sm._store.abort()
     assert again.apply(LogEntry(3, 1, [send("T", "c", 0)]), sm._store.write_txn()) == [SendResult(0, 1, False)]
     sm._store.commit()
+
+
+LONGEST_TOPIC = "T" * 127
+unicode_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=140)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(message_id=unicode_text, keys=st.lists(unicode_text, max_size=3), tag=unicode_text)
+def test_a_send_the_door_accepts_is_stored_by_apply_whatever_its_strings(sm, message_id, keys, tag):
+    message = pb.Message(topic=pb.Resource(name=LONGEST_TOPIC), body=b"x", system_properties=pb.SystemProperties(
+        message_id=message_id, tag=tag, keys=keys, body_encoding=pb.Encoding.IDENTITY))
+    try:
+        validation.message(message, BrokerConfig(), now_ms=1)
+    except RocketraftError:
+        return
+    assert sm.apply_entry([topic(LONGEST_TOPIC, 1)]) == [None]
+    [result] = sm.apply_entry([send(LONGEST_TOPIC, message_id, 0, tag=tag, keys=tuple(keys))])
+    assert isinstance(result, SendResult), result
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(receipt_handle=st.one_of(st.text(max_size=40), st.builds(
+    lambda q, o, g: f"{q:x}.{o:x}.{g:x}", st.integers(-2, 2**17), st.integers(-2, 2**65), st.integers(-2, 2**65))))
+def test_a_receipt_handle_the_door_accepts_never_makes_apply_raise(sm, receipt_handle):
+    try:
+        validation.receipt_handle(receipt_handle)
+    except RocketraftError:
+        return
+    kinds = (spb.HandleCommand.ACK, spb.HandleCommand.CHANGE_INVISIBLE, spb.HandleCommand.DEAD_LETTER)
+    for result in sm.apply_entry([handle(kind, receipt_handle, group="G" * 255) for kind in kinds]):
+        assert isinstance(result, ApplyError) and result.code == Code.INVALID_RECEIPT_HANDLE, result
