@@ -63,12 +63,11 @@ class _Submission:
 
 
 class Batcher:
-    def __init__(self, replica: dledger.Replica, config: BrokerConfig, store: errors.StoreFacts | None = None,
-                 write_retry_ms: int = 2500):
+    def __init__(self, replica: dledger.Replica, config: BrokerConfig, store: errors.StoreFacts | None = None):
         self._replica = replica
         self._config = config
         self._store = store  # what an "LMDB map full" error names
-        self._write_retry_s = write_retry_ms / 1000
+        self._write_retry_s = config.writeRetryMillis / 1000
         self._queue: collections.deque[_Submission] = collections.deque()
         self._queued = 0  # commands in the queue not yet in an entry
         self._in_flight = 0

@@ -21,6 +21,7 @@ from rocketraft.protocol.limits import DELAY_LEVELS
 from .tables import QUEUE_IDS_MAX
 
 STORE_MAP_SIZE_BYTES_MIN = 16 * 1024 * 1024
+WRITE_RETRY_MILLIS_MAX = 60_000
 
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -64,6 +65,9 @@ class BrokerConfig:
     batchBytesMax: int = 1024 * 1024  # one Raft entry carries at most this many payload bytes
     batchCommandsMax: int = 1024
     appendsInFlightMax: int = 8  # Raft entries in flight from this replica's batcher
+    # a write refused for want of a leader (an election), or a send whose outcome is unknown, is retried for up
+    # to this long before the client is answered (inside the SDKs' 3 s request timeout)
+    writeRetryMillis: int = 2_500
     # topics and groups
     autoCreateTopicEnable: bool = False
     autoCreateSubscriptionGroup: bool = True
@@ -150,6 +154,9 @@ class BrokerConfig:
         if not 1 <= self.storeMapMaxUsedRatio <= 99:
             raise ValueError(f"storeMapMaxUsedRatio {self.storeMapMaxUsedRatio}: use 1..99 (percent of "
                              "storeMapSizeBytes)")
+        if not 0 <= self.writeRetryMillis <= WRITE_RETRY_MILLIS_MAX:
+            raise ValueError(f"writeRetryMillis {self.writeRetryMillis}: use 0..{WRITE_RETRY_MILLIS_MAX} (ms; 0 = "
+                             "answer at once, no retry)")
         if not 1 <= self.topicQueueNumsMax <= QUEUE_IDS_MAX:
             raise ValueError(f"topicQueueNumsMax {self.topicQueueNumsMax}: use 1..{QUEUE_IDS_MAX} (queue ids are "
                              "16-bit in the store's keys)")

@@ -35,7 +35,7 @@ class ScriptedReplica:
 
 def run(replica, coroutine_of, **settings):
     async def main():
-        batcher = Batcher(replica, BrokerConfig(**settings), write_retry_ms=300)
+        batcher = Batcher(replica, BrokerConfig(**{"writeRetryMillis": 300, **settings}))
         batcher.start()
         try:
             return await coroutine_of(batcher)
@@ -102,3 +102,12 @@ def test_an_unknown_outcome_is_retried_only_for_repeatable_commands(repeatable, 
         assert outcomes == [b"ok"] and len(replica.entries) == 2
     else:
         assert outcomes[0].code == Code.PROXY_TIMEOUT and len(replica.entries) == 1
+
+
+def test_write_retry_millis_bounds_the_retries_and_0_answers_after_one_attempt():
+    replica = ScriptedReplica(lambda payloads: dledger.NoLeaderError("election"))
+    outcomes = run(replica, lambda b: b.submit_many([b"a"]), writeRetryMillis=0)
+    assert [o.code for o in outcomes] == [Code.HA_NOT_AVAILABLE] and len(replica.entries) == 1
+    retried = ScriptedReplica(lambda payloads: dledger.NoLeaderError("election"))
+    run(retried, lambda b: b.submit_many([b"a"]), writeRetryMillis=200)
+    assert len(retried.entries) > 1

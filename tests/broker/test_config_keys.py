@@ -42,3 +42,13 @@ def test_store_map_size_defaults_to_dledgers_reaches_the_replica_and_a_tiny_map_
     assert config.replica_config().map_size_bytes == 64 * 1024 * 1024
     with pytest.raises(ValueError, match="storeMapSizeBytes 1024: use at least 16777216"):
         broker_config.load(None, {"storeMapSizeBytes": 1024}, environ={})
+
+
+def test_write_retry_millis_defaults_to_2500_reads_toml_and_env_and_refuses_a_bad_value(tmp_path):
+    assert broker_config.load(None, {}, environ={}).writeRetryMillis == 2500
+    path = tmp_path / "broker.toml"
+    path.write_text("writeRetryMillis = 0\n")
+    assert broker_config.load(str(path), environ={}).writeRetryMillis == 0
+    assert broker_config.load(None, {}, environ={"ROCKETRAFT_WRITE_RETRY_MILLIS": "700"}).writeRetryMillis == 700
+    with pytest.raises(ValueError, match=r"writeRetryMillis -1: use 0\.\.60000"):
+        broker_config.load(None, {"writeRetryMillis": -1}, environ={})
