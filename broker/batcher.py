@@ -14,7 +14,13 @@ future cost more than the rest of the batching: docs/architecture.md, "The broke
 A write refused because there is no leader right now (election) or because a new leader discarded it is
 retried here, within writeRetryMillis, so a failover costs clients a pause, not an error. Commands that are
 safe to repeat (sends: the message id deduplicates) are also retried after an unknown outcome. Only the
-commands that failed are retried.
+commands that failed are retried. A command one attempt of which had an unknown outcome is reported as unknown
+(PROXY_TIMEOUT) if no later attempt succeeds: that attempt may still have been committed.
+
+A submission may carry the request's deadline: it then waits no longer. One whose deadline passed before it
+reached Raft is not submitted (REQUEST_TIMEOUT, nothing stored); at the deadline, commands handed to Raft
+without an outcome yet are answered PROXY_TIMEOUT (they may still commit), and those still queued are dropped
+from the queue and answered REQUEST_TIMEOUT.
 """
 
 from __future__ import annotations
@@ -36,6 +42,9 @@ log = logging.getLogger(__name__)
 RETRY_PAUSE_S = 0.05
 
 
+_PENDING = object()  # a command of a submission without an outcome yet
+
+
 @dataclass(eq=False)
 class _Submission:
     payloads: list[bytes]
@@ -46,7 +55,7 @@ class _Submission:
     pending: int = field(init=False)  # commands without an outcome yet
 
     def __post_init__(self) -> None:
-        self.outcomes = [None] * len(self.payloads)
+        self.outcomes = [_PENDING] * len(self.payloads)
         self.pending = len(self.payloads)
 
     def settle(self, start: int, stop: int, outcomes) -> None:
@@ -94,21 +103,28 @@ class Batcher:
     def queue_length(self) -> int:
         return self._queued
 
-    async def submit_many(self, payloads: list[bytes], repeatable: bool = False) -> list:
+    async def submit_many(self, payloads: list[bytes], repeatable: bool = False,
+                          deadline: float | None = None) -> list:
         """Commit commands through Raft, in this order; returns each one's outcome: the state machine's result,
-        or the protocol error (errors.from_outcome) that refused it."""
+        or the protocol error (errors.from_outcome) that refused it. `deadline` (time.monotonic()) bounds the
+        wait: see the module's docstring."""
         assert payloads, "an empty submission"
-        deadline = time.monotonic() + self._write_retry_s
+        retry_until = time.monotonic() + self._write_retry_s
+        if deadline is not None:
+            retry_until = min(retry_until, deadline)
         outcomes: list = [None] * len(payloads)
         todo = list(range(len(payloads)))
+        unknown: set[int] = set()  # commands an earlier attempt of which may have been committed
         while True:
             try:
-                got = await self._submit_once([payloads[i] for i in todo])
+                got = await self._submit_once([payloads[i] for i in todo], deadline)
             except (RocketraftError, dledger.DledgerError) as exc:  # shutting down
                 got = [exc] * len(todo)
-            expired = time.monotonic() >= deadline
+            expired = time.monotonic() >= retry_until
             retry = []
             for i, outcome in zip(todo, got, strict=True):
+                if isinstance(outcome, dledger.OutcomeUnknownError):
+                    unknown.add(i)
                 if isinstance(outcome, dledger.NotLeaderError) and not expired:
                     self.stats["retried_no_leader"] += 1
                     retry.append(i)
@@ -116,13 +132,26 @@ class Batcher:
                     self.stats["retried_unknown"] += 1
                     retry.append(i)
                 else:
-                    outcomes[i] = errors.from_outcome(outcome, self._store)
+                    outcomes[i] = self._final(outcome, i in unknown)
             if not retry:
                 return outcomes
             todo = retry
-            await asyncio.sleep(RETRY_PAUSE_S)
+            await asyncio.sleep(max(0.0, min(RETRY_PAUSE_S, retry_until - time.monotonic())))
 
-    async def _submit_once(self, payloads: list[bytes]) -> list:
+    def _final(self, outcome, earlier_unknown: bool):
+        """The outcome reported: a failed retry of a command whose earlier attempt may have been committed is
+        unknown too (never a definite failure)."""
+        if earlier_unknown and isinstance(outcome, BaseException) and not isinstance(
+                outcome, dledger.OutcomeUnknownError):
+            outcome = dledger.OutcomeUnknownError(f"an earlier attempt's outcome is unknown and the last attempt "
+                                                  f"failed ({outcome})")
+        return errors.from_outcome(outcome, self._store)
+
+    async def _submit_once(self, payloads: list[bytes], deadline: float | None = None) -> list:
+        if deadline is not None and time.monotonic() >= deadline:
+            self.stats["not_submitted_deadline"] += len(payloads)
+            return [errors.NotSubmittedError("the request's deadline passed before this write reached Raft; it was "
+                                             "not stored")] * len(payloads)
         room = self._config.sendQueueLengthMax - self._queued
         refused: list = []
         if room < len(payloads):
@@ -138,7 +167,28 @@ class Batcher:
         self._queue.append(submission)
         self._queued += len(payloads)
         self._wake.set()
-        return (await submission.future) + refused
+        if deadline is None:
+            return (await submission.future) + refused
+        try:
+            await asyncio.wait((submission.future,), timeout=deadline - time.monotonic())
+        except asyncio.CancelledError:
+            submission.future.cancel()  # as awaiting the future itself would: the batcher drops what it holds
+            raise
+        if submission.future.done():
+            return submission.future.result() + refused
+        return self._abandon(submission) + refused
+
+    def _abandon(self, submission: _Submission) -> list:
+        """At the deadline: what was handed to Raft keeps its outcome if it has one and is unknown otherwise;
+        what is still queued is dropped (cancelling the future makes the batcher skip it) and not stored."""
+        taken = submission.taken
+        submission.future.cancel()
+        self.stats["deadline_unknown"] += sum(o is _PENDING for o in submission.outcomes[:taken])
+        unknown = dledger.OutcomeUnknownError("no outcome before the request's deadline")
+        not_stored = errors.NotSubmittedError("the request's deadline passed while this write waited in the send "
+                                              "queue; it was not stored")
+        return [unknown if o is _PENDING else o for o in submission.outcomes[:taken]] + [not_stored] * (
+            len(submission.outcomes) - taken)
 
     async def _run(self) -> None:
         while True:

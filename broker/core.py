@@ -115,9 +115,10 @@ class Broker:
             raise outcome
         return outcome
 
-    async def submit(self, payloads: list[bytes], repeatable: bool = False) -> list:
-        """Commit encoded commands through Raft as one submission; each one's result or protocol error."""
-        return await self.batcher.submit_many(payloads, repeatable)
+    async def submit(self, payloads: list[bytes], repeatable: bool = False, deadline: float | None = None) -> list:
+        """Commit encoded commands through Raft as one submission; each one's result or protocol error. With a
+        deadline (time.monotonic()) it waits no longer (batcher.py says what is answered then)."""
+        return await self.batcher.submit_many(payloads, repeatable, deadline)
 
     async def require_writable(self) -> None:
         """With slaveForwardEnable=false, a replica that is not the master refuses writes (instead of forwarding

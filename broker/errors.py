@@ -39,6 +39,12 @@ class StoreFacts:
     disk_used_percent: Callable[[], float] | None = None
 
 
+class NotSubmittedError(RocketraftError):
+    """The request's deadline passed before the write reached Raft: it was not stored (the client is gone, or
+    leaves at once)."""
+    code = Code.REQUEST_TIMEOUT
+
+
 def is_map_full(exc: BaseException) -> bool:
     """LMDB's map (its reserved address space) is full: reported as such, never as a full disk. dledger raises
     StoreFullError, or its replica stops on lmdb.MapFullError and later errors carry that failure's text."""

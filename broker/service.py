@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from rocketraft.protocol.errors import RocketraftError
@@ -29,7 +30,7 @@ from .writes import Sent, Writes
 
 log = logging.getLogger(__name__)
 
-DEADLINE_MARGIN_S = 0.3  # answer a long poll this long before the client's deadline
+DEADLINE_MARGIN_S = 0.3  # answer a long poll or a send this long before the client's deadline
 
 
 def unary(response_cls):
@@ -59,6 +60,16 @@ def client_id_of(context) -> str:
 
 def _ms(duration) -> int:
     return duration.seconds * 1000 + duration.nanos // 1_000_000
+
+
+def work_deadline(context) -> float | None:
+    """When (time.monotonic()) to stop working on a call so that its answer reaches the client in time: the
+    margin before its deadline, or half the time left if that is shorter. None: the call has no deadline; a
+    past time: the deadline passed already."""
+    remaining = context.time_remaining()
+    if remaining is None:
+        return None
+    return time.monotonic() + max(remaining - DEADLINE_MARGIN_S, remaining / 2)
 
 
 class MessagingService(svc_grpc.MessagingServiceServicer):
@@ -171,7 +182,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
     async def SendMessage(self, request, context):
         if not request.messages:
             return svc.SendMessageResponse(status=pb.Status(code=Code.BAD_REQUEST, message="no messages to send"))
-        outcomes = await self.writes.send_many(request.messages, client_id_of(context))
+        outcomes = await self.writes.send_many(request.messages, client_id_of(context), work_deadline(context))
         response = svc.SendMessageResponse()
         add, ok, failed = response.entries.add, ok_status(), []
         for message, outcome in zip(request.messages, outcomes, strict=True):

@@ -36,11 +36,12 @@ class Topics:
                 "autoCreateTopicEnable")
         return config
 
-    async def require_caught_up(self, name: str) -> ipb.TopicConfig:
-        """`require`, but a replica that is not the master first gives its log a moment to catch up: a topic the
-        master just created may not be applied here yet."""
+    async def require_caught_up(self, name: str, deadline: float | None = None) -> ipb.TopicConfig:
+        """`require`, but a replica that is not the master first gives its log a moment (up to `deadline`, if
+        sooner) to catch up: a topic the master just created may not be applied here yet."""
         validation.topic_name(name)
-        deadline = time.monotonic() + FOLLOWER_CATCH_UP_S
+        catch_up = time.monotonic() + FOLLOWER_CATCH_UP_S
+        deadline = catch_up if deadline is None else min(deadline, catch_up)
         while not self.broker.is_master and self.get(name) is None and time.monotonic() < deadline:
             await self.broker.wait_for_topic(name, deadline - time.monotonic())
         return self.require(name)

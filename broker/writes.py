@@ -52,10 +52,12 @@ class Writes:
         self._round_robin = itertools.count()
 
     # -- SendMessage ---------------------------------------------------------------------------------------
-    async def send_many(self, messages, producer_client_id: str = "") -> list[Sent | Exception]:
+    async def send_many(self, messages, producer_client_id: str = "",
+                        deadline: float | None = None) -> list[Sent | Exception]:
         """One SendMessage request: each message's Sent, or the error that refused it (its own: one
         invalid message does not fail the others). The request's topics are looked up once, and its commands
-        go to the batcher as one submission."""
+        go to the batcher as one submission. `deadline` (time.monotonic(), from the request's own deadline)
+        bounds every wait: a message without an outcome then is answered PROXY_TIMEOUT (outcome unknown)."""
         await self.broker.require_writable()
         now = now_ms()
         topics: dict[str, ipb.TopicConfig | Exception] = {}
@@ -66,7 +68,7 @@ class Writes:
                 kind = validation.message(message, self.config, now)
                 topic = topics.get(message.topic.name)
                 if topic is None:
-                    topic = topics[message.topic.name] = await self._topic_or_error(message.topic.name)
+                    topic = topics[message.topic.name] = await self._topic_or_error(message.topic.name, deadline)
                 if isinstance(topic, Exception):
                     raise topic
                 payloads.append(self._send_command(message, kind, topic, now, producer_client_id))
@@ -74,14 +76,14 @@ class Writes:
             except Exception as exc:  # noqa: BLE001 - the message's own outcome
                 outcomes[i] = exc
         if payloads:
-            results = await self.broker.submit(payloads, repeatable=True)
+            results = await self.broker.submit(payloads, repeatable=True, deadline=deadline)
             for i, result in zip(accepted, results, strict=True):
                 outcomes[i] = self._sent(messages[i], result)
         return outcomes
 
-    async def _topic_or_error(self, name: str) -> ipb.TopicConfig | Exception:
+    async def _topic_or_error(self, name: str, deadline: float | None) -> ipb.TopicConfig | Exception:
         try:
-            return await self.topics.require_caught_up(name)
+            return await self.topics.require_caught_up(name, deadline)
         except RocketraftError as exc:
             return exc
 
