@@ -184,8 +184,9 @@ def test_a_message_id_or_key_too_long_for_an_lmdb_key_is_refused_by_name_before_
 
 
 def test_an_lmdb_error_inside_apply_raises_out_of_apply(tmp_path):
-    """An LMDB map too small for the writes: before, apply recorded an ApplyError and went on (this replica then
-    lacked a write the others made); now MapFullError leaves apply, and dledger stops the replica."""
+    """An LMDB map too small for the writes: before, apply recorded an ApplyError for the payload that hit it and
+    went on with the next ones (this replica then lacked writes the others made); now MapFullError leaves apply
+    at once, and dledger stops the replica. (16 messages per entry: the map fills inside a payload's writes.)"""
     import lmdb
 
     store = Store(str(tmp_path / "small"), 1 << 20, sync_commits=False)
@@ -196,10 +197,16 @@ def test_an_lmdb_error_inside_apply_raises_out_of_apply(tmp_path):
         machine.apply(LogEntry(1, 1, [topic("T", 1)]), store.write_txn())
         store.commit()
         keys = tuple(f"{k:03d}" + "k" * 200 for k in range(32))
-        with pytest.raises(lmdb.MapFullError):
-            for index in range(2, 2000):
-                machine.apply(LogEntry(index, 1, [send("T", f"m{index}", 0, keys=keys)]), store.write_txn())
-                store.commit()
+        raised = None
+        for index in range(2, 2000):
+            txn = store.write_txn()
+            try:
+                machine.apply(LogEntry(index, 1, [send("T", f"m{index}-{j}", 0, keys=keys) for j in range(16)]), txn)
+            except lmdb.MapFullError as exc:  # out of apply itself, before any commit
+                raised = exc
+                break
+            store.commit()
+        assert raised is not None, "apply went on although LMDB refused its writes"
     finally:
         store.close()
 
