@@ -296,12 +296,9 @@ class BrokerStateMachine:
             known = t.msgid_entry(seen)
             return SendResult(known.queue, known.offset, True)
         if keys:
-            key_keys = [t.key_index_key(topic, key, index, slot) for key in keys]
-            if any(len(k) > t.KEY_BYTES_MAX for k in key_keys):
-                return ApplyError(Code.ILLEGAL_MESSAGE_KEY, f"a key of message {message_id} is too long to index "
-                                  f"(LMDB keys hold {t.KEY_BYTES_MAX} bytes with the topic)")
-            for key_key in key_keys:
-                txn.put(key_key, b"", db=self._keys_db)
+            refused = self._index_keys(topic, message_id, keys, index, slot, txn)
+            if refused is not None:
+                return refused
         if command.half:
             txn.put(t.position_key(index, slot), b"", db=self.db[t.HALF])
             offset = t.NO_OFFSET
@@ -312,6 +309,17 @@ class BrokerStateMachine:
             offset = self._enqueue(topic, queue, index, slot, command.store_ms, tag, txn)
         txn.put(id_key, t.msgid_value(index, slot, queue, offset), db=self._msgid_db)
         return SendResult(queue, offset, False)
+
+    def _index_keys(self, topic: str, message_id: str, keys, index: int, slot: int, txn) -> ApplyError | None:
+        """Index a message under each of its keys (queryMsgByKey); a key too long for an LMDB key is refused
+        before any of them is written."""
+        key_keys = [t.key_index_key(topic, key, index, slot) for key in keys]
+        if any(len(k) > t.KEY_BYTES_MAX for k in key_keys):
+            return ApplyError(Code.ILLEGAL_MESSAGE_KEY, f"a key of message {message_id} is too long to index "
+                              f"(LMDB keys hold {t.KEY_BYTES_MAX} bytes with the topic)")
+        for key_key in key_keys:
+            txn.put(key_key, b"", db=self._keys_db)
+        return None
 
     def _enqueue(self, topic: str, queue: int, index: int, slot: int, store_ms: int, tag: str, txn) -> int:
         qkey = t.queue_key(topic, queue)
