@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from dledger import LogEntry, Store, read_payloads
+from dledger import LogEntry, Store, logformat, read_payloads
 from rocketraft.proto import store_pb2 as spb
 from rocketraft.protocol.names import dlq_topic
 from rocketraft.protocol.rules import tag_filter
@@ -142,8 +142,9 @@ class BrokerStateMachine:
         self._entries.clear()  # a snapshot may have replaced the store
         self.db = {name: store.db(name) for name in t.ALL}
         self._msgid_db, self._cq_db, self._keys_db = self.db[t.MSGID], self.db[t.CQ], self.db[t.KEYS]
-        raw = store.read(lambda txn: txn.get(t.APPLIED_INDEX_KEY, db=self.db[t.META]))
-        self._applied_index = t.u64_of(raw) if raw else 0
+        # dledger records the applied index in the transaction that applies (dledger.logformat)
+        raw = store.read(lambda txn: txn.get(logformat.META_APPLIED_INDEX, db=store.meta_db))
+        self._applied_index = logformat.decode_u64(raw) if raw else 0
 
     def add_listener(self, callback: Callable[[set[str], bool], None]) -> None:
         """callback(topics, configs_changed) runs on the Raft thread after entries touching those topics are
@@ -178,7 +179,6 @@ class BrokerStateMachine:
                 self._flush_qmax(txn)  # other commands read the qmax table
                 results.append(self._apply_other(command, index, txn))
         self._flush_qmax(txn)
-        txn.put(t.APPLIED_INDEX_KEY, t.u64(index), db=self.db[t.META])
         self._applied_index = index
         return results
 

@@ -10,7 +10,7 @@ from broker import tables as t
 from broker import validation
 from broker.config import BrokerConfig
 from broker.statemachine import ApplyError, BrokerStateMachine, InvariantError, Popped, SendResult
-from dledger import LogEntry
+from dledger import LogEntry, logformat
 from dledger.store import Store
 from rocketraft.proto import store_pb2 as spb
 from rocketraft.protocol.errors import RocketraftError
@@ -39,7 +39,9 @@ def _stored_send(log, index, slot):
 def _apply(store, machine, payloads):
     index = next(machine.entries)
     machine.log[index] = payloads
-    results = machine.apply(LogEntry(index, 1, payloads), store.write_txn())
+    txn = store.write_txn()
+    results = machine.apply(LogEntry(index, 1, payloads), txn)
+    txn.put(logformat.META_APPLIED_INDEX, logformat.encode_u64(index), db=store.meta_db)  # as dledger records it
     store.commit()
     return results
 
