@@ -5,13 +5,13 @@ outcome, the master's check-back scan), recall of a delayed message, and the mas
 from __future__ import annotations
 
 import itertools
-import zlib
 from dataclasses import dataclass
 
 from rocketraft.proto import store_pb2 as spb
 from rocketraft.protocol.errors import BadRequestError, RocketraftError
 from rocketraft.protocol.limits import DELAY_LEVEL_PROPERTY, QUEUE_ID_PROPERTY
 from rocketraft.protocol.routing import PERM_WRITE, message_group_slot
+from rocketraft.protocol.rules import body_crc32_hex
 from rocketraft.protocol.wire import Code, MessageType, ipb, pb
 
 from . import tables as t
@@ -23,10 +23,6 @@ from .topics import Topics
 DIGEST_CRC32 = pb.DigestType.CRC32  # a plain int: see validation.NORMAL
 DELIVER_DUE_MESSAGES_MAX = 1024  # delayed messages one DeliverDue command moves into their queues
 HALF_MESSAGES_SCAN_MAX = 1000  # half messages one transaction check-back round looks at
-
-
-def crc32_hex(body: bytes) -> str:
-    return "%08X" % zlib.crc32(body)  # noqa: UP031 - 0.1 us faster than an f-string, once per message
 
 
 def set_timestamp_ms(timestamp, ms: int) -> None:
@@ -104,7 +100,7 @@ class Writes:
         props.store_host = self.config.advertised
         digest = props.body_digest
         digest.type = DIGEST_CRC32
-        digest.checksum = crc32_hex(message.body)
+        digest.checksum = body_crc32_hex(message.body)
         queue = self._requested_queue(message, topic)
         if queue is None:
             queue = self._choose_queue(props.message_group, topic.queue_nums)

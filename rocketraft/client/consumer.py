@@ -25,6 +25,7 @@ from rocketraft.protocol.errors import (
     BadRequestError,
     BrokerUnreachableError,
     InvalidReceiptHandleError,
+    MessageCorruptedError,
     NotMasterError,
     OutcomeUnknownError,
     RocketraftError,
@@ -243,6 +244,11 @@ class ConsumerBase(AsyncClient):
                     if kind == "status" and response.status.code != Code.OK:
                         raise from_status(response.status)
                     if kind == "message":
+                        try:
+                            rules.check_body_digest(response.message)
+                        except MessageCorruptedError as exc:  # redelivered after its invisible time
+                            log.error("%s from %s: %s", what, address, exc.message)
+                            continue
                         messages.append(from_pb(response.message, broker, address))
             except grpc.aio.AioRpcError as exc:
                 raise rpc_error(exc, address, what) from None
@@ -333,6 +339,7 @@ class ConsumerBase(AsyncClient):
                     if kind == "status" and response.status.code not in (Code.OK, Code.MESSAGE_NOT_FOUND):
                         raise from_status(response.status)
                     if kind == "message":
+                        rules.check_body_digest(response.message)  # a pull consumer must not skip it: raise
                         messages.append(from_pb(response.message, queue.broker, address))
                     elif kind == "next_offset":
                         next_offset = response.next_offset

@@ -64,6 +64,11 @@ class InvalidReceiptHandleError(RocketraftError):
     code = Code.INVALID_RECEIPT_HANDLE
 
 
+class MessageCorruptedError(RocketraftError):
+    """A received message's body does not match the digest the broker stored with it."""
+    code = Code.MESSAGE_CORRUPTED
+
+
 class BodyTooLargeError(RocketraftError):
     code = Code.MESSAGE_BODY_TOO_LARGE
 
@@ -154,6 +159,7 @@ _BY_CODE = {
     Code.MESSAGE_NOT_FOUND: MessageNotFoundError,
     Code.INVALID_RECEIPT_HANDLE: InvalidReceiptHandleError,
     Code.MESSAGE_BODY_TOO_LARGE: BodyTooLargeError,
+    Code.MESSAGE_CORRUPTED: MessageCorruptedError,
     Code.TOO_MANY_REQUESTS: TooManyRequestsError,
     Code.HA_NOT_AVAILABLE: NotMasterError,
     Code.PROXY_TIMEOUT: OutcomeUnknownError,

@@ -14,6 +14,7 @@ from rocketraft.protocol import limits, rules
 from rocketraft.protocol.errors import (
     BadRequestError,
     DiskFullError,
+    MessageCorruptedError,
     Reason,
     RocketraftCode,
     StoreMapFullError,
@@ -130,3 +131,28 @@ def test_a_delivery_time_before_1970_is_refused_with_illegal_delivery_time(secon
                                              ("Android", False), ("*", False)])
 def test_a_bare_string_with_a_comparison_or_sql_keyword_is_taken_for_sql92(expression, sql):
     assert rules.looks_like_sql92(expression) is sql
+
+
+def stored(body: bytes) -> pb.Message:
+    """A message as the broker delivers it: its body digest computed when it was stored."""
+    message = to_pb(Message("t", body, message_id="01ABC"))
+    message.system_properties.body_digest.type = pb.DigestType.CRC32
+    message.system_properties.body_digest.checksum = rules.body_crc32_hex(body)
+    return message
+
+
+def test_a_received_body_matching_its_stored_digest_passes():
+    rules.check_body_digest(stored(b"hello"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(body=st.binary(min_size=1, max_size=256), bit=st.integers(min_value=0))
+def test_any_flipped_bit_in_a_received_body_is_refused_as_corrupted(body, bit):
+    message = stored(body)
+    bit %= 8 * len(body)
+    flipped = bytearray(body)
+    flipped[bit // 8] ^= 1 << (bit % 8)
+    message.body = bytes(flipped)
+    with pytest.raises(MessageCorruptedError, match="damaged after it was stored") as refused:
+        rules.check_body_digest(message)
+    assert refused.value.code == Code.MESSAGE_CORRUPTED
