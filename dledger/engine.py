@@ -113,7 +113,7 @@ class RaftEngine:
         self._failed: BaseException | None = None
         self._committed_last_index = 0
         self._async_durable_index = 0
-        self._recorded_applied = applied_index
+        self._recorded_applied = journal.applied_index = applied_index
         self._leader_contact_at = 0.0
         self._lost_leader: str | None = None
         self._prevote: dict | None = None
@@ -271,7 +271,7 @@ class RaftEngine:
         txn = self.store.write_txn()
         result = self._apply_fn(index, term, blob, txn)
         self._record_applied(index, txn)
-        self._recorded_applied = index
+        self._recorded_applied = self.journal.applied_index = index
         return (index, term, result)
 
     # -- tick hooks -------------------------------------------------------------------------------------
@@ -287,7 +287,7 @@ class RaftEngine:
         journal = self.journal
         journal.setRaftCommitIndex(min(journal.getRaftCommitIndex(), journal.last_index))
         journal.setCurrentTerm(so.raftCurrentTerm, so._SyncObj__votedForNodeId)
-        self._recorded_applied = applied_index
+        self._recorded_applied = self.journal.applied_index = applied_index
         self.stats["snapshots_installed"] += 1
 
     def _pre_tick(self) -> None:

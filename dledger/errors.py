@@ -61,6 +61,14 @@ class ReplicaClosedError(DledgerError):
     code = "REPLICA_CLOSED"
 
 
+class AppliedEntryConflictError(DledgerError):
+    """The leader's log conflicts with an entry this replica already applied: truncating it would leave the
+    state machine diverged from its peers, so the replica stops instead (Raft never truncates committed,
+    applied entries; this only happens after a store lost entries it had acknowledged, or a bug)."""
+
+    code = "APPLIED_ENTRY_CONFLICT"
+
+
 class StoreUntrustedError(DledgerError):
     """The store may be corrupt (ASYNC_FLUSH store left open across an OS crash or power loss)."""
 

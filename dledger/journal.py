@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator
 
+from .errors import AppliedEntryConflictError
 from .logformat import (
     META_COMMIT_INDEX,
     META_TERM,
@@ -43,6 +44,7 @@ class LmdbJournal:
         self.durable_index = 0  # highest index known to be fsynced (SYNC_FLUSH bookkeeping)
         self._absorb: list[int] | None = None
         self.truncated_entries = 0  # entries removed from the log's tail (conflicts with a new leader)
+        self.applied_index = 0  # set by the engine: entries up to it may never be truncated
         self.reload()
 
     # -- state loaded from LMDB ----------------------------------------------------------------------
@@ -99,6 +101,13 @@ class LmdbJournal:
         start = self._first + entryFrom
         if not self._last or start > self._last:
             return
+        if start <= self.applied_index:
+            raise AppliedEntryConflictError(
+                f"the leader's log conflicts with entries {start}..{self._last} of this replica, which applied "
+                f"them through {self.applied_index}: truncating applied entries would make its state diverge "
+                "from its peers, so it stops. Rebuild this replica from its peers: stop it, move its data "
+                "directory aside, start it on an empty directory (it rejoins as a non-voter and catches up); "
+                "docs/operations.md, 'Replace a replica's disk'")
         self._delete_range(start, self._last)
         self.truncated_entries += self._last - start + 1
         self._last = start - 1
