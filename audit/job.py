@@ -18,6 +18,8 @@ import time
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
+from devkit.history import pairs, read
+
 from . import checks
 from .source import RocketraftLog
 from .stores import AuditInputError, Problem, StoreMeta, StoreRef, read_meta, resolve
@@ -123,12 +125,10 @@ def _totals(entries: DataFrame, queues: DataFrame) -> dict:
 
 
 def read_acked(path: str) -> list[tuple[str, str | None, str | None]]:
-    """(id, topic, msg_id) of every acknowledged send of a jepsen_tests history (JSONL)."""
-    from jepsen_tests.history import pairs, read
-
+    """(id, topic, msg_id) of every acknowledged send of a chaos run's history (JSONL, devkit/history.py)."""
     if not os.path.isfile(path):
         raise AuditInputError(Problem.BAD_HISTORY, f"history {path} does not exist; pass the history.jsonl a "
-                              "chaos run wrote (jepsen_tests/history.py)")
+                              "chaos run wrote (format: devkit/history.py)")
     try:
         acked: dict[str, tuple[str, str | None, str | None]] = {}
         for invocation, completion in pairs(read(path)):
@@ -136,8 +136,8 @@ def read_acked(path: str) -> list[tuple[str, str | None, str | None]]:
                 value = {**invocation.value, **(completion.value or {})}
                 acked[str(value["id"])] = (str(value["id"]), value.get("topic"), value.get("msg_id"))
     except (ValueError, KeyError, TypeError) as exc:
-        raise AuditInputError(Problem.BAD_HISTORY, f"history {path} is not a jepsen_tests history ({exc}); "
-                              "every line must be one operation as jepsen_tests/history.py writes it") from None
+        raise AuditInputError(Problem.BAD_HISTORY, f"history {path} is not a chaos history ({exc}); "
+                              "every line must be one operation as devkit/history.py writes it") from None
     return list(acked.values())
 
 

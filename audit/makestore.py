@@ -14,9 +14,9 @@ import asyncio
 import sys
 import time
 
+from devkit.devcluster import DevCluster
 from rocketraft.client.message import Message
 from rocketraft.client.producer import Producer
-from rocketraft.devcluster import DevCluster
 
 TOPIC = "audit-scale"
 BATCH_MESSAGES = 256

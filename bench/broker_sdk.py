@@ -41,7 +41,7 @@ from datetime import date
 
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
-from rocketraft.devcluster import DevCluster
+from devkit.devcluster import DevCluster
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
 TOPIC = "bench-sdk"

@@ -41,9 +41,9 @@ import tempfile
 import time
 from datetime import date
 
+from devkit.devcluster import DevCluster
 from rocketraft.client.message import Message
 from rocketraft.client.producer import Producer
-from rocketraft.devcluster import DevCluster
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
 TOPIC = "bench-client"

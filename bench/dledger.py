@@ -19,8 +19,8 @@ import tempfile
 import time
 from datetime import date
 
+from devkit.localcluster import LocalCluster
 from dledger.config import FlushPolicy
-from dledger.localcluster import LocalCluster
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
 

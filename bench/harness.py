@@ -32,7 +32,7 @@ from datetime import date
 from rich.console import Console
 from rich.table import Table
 
-from rocketraft.devcluster import DevCluster
+from devkit.devcluster import DevCluster
 
 from . import client as cb
 from . import plots

@@ -17,10 +17,10 @@ import os
 import statistics
 import time
 
+from devkit.devcluster import DevCluster
 from rocketraft.client.admin import Admin
 from rocketraft.client.message import Message
 from rocketraft.client.producer import Producer
-from rocketraft.devcluster import DevCluster
 
 BODY = b"x" * 1024
 

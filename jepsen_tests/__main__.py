@@ -13,7 +13,9 @@ import json
 import logging
 import sys
 
-from . import checker, history, nemesis, runner, workloads
+from devkit import history
+
+from . import checker, nemesis, runner, workloads
 
 MATRIX = [  # (nemesis, extra flags): every fault family alone, then combined
     ("none", []), ("kill", []), ("pause", []), ("partition", []), ("netem", []), ("disk", []),

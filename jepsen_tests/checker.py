@@ -1,4 +1,4 @@
-"""The queue checker: reads only a history (jepsen_tests/history.py) and says whether the system kept its
+"""The queue checker: reads only a history (devkit/history.py) and says whether the system kept its
 promises, in the shape of Jepsen's queue checkers.
 
 - lost: acknowledged sends never consumed (a safety violation);
@@ -23,7 +23,7 @@ import collections
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .history import Op, pairs
+from devkit.history import Op, pairs
 
 EXAMPLES_MAX = 20  # ids listed per anomaly in the result (counts are always complete)
 

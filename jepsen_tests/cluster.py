@@ -13,8 +13,8 @@ import os
 import signal
 import time
 
-from bench.repro.disk_full import fill, mount_tmpfs, unmount, used_percent
-from rocketraft.devcluster import DevCluster
+from devkit.devcluster import DevCluster
+from devkit.diskfault import fill, mount_tmpfs, unmount, used_percent
 
 from . import netfault
 

@@ -9,7 +9,7 @@ import io
 import json
 from collections import Counter
 
-from .history import Op, pairs
+from devkit.history import Op, pairs
 
 COLORS = {"ok": "#2e7d32", "fail": "#c62828", "info": "#ef6c00"}
 FAMILY_COLORS = {"kill": "#e57373", "pause": "#ba68c8", "partition": "#64b5f6", "netem": "#ffd54f",

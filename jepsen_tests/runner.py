@@ -14,20 +14,23 @@ Phases, all timed on the history's clock:
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import logging
 import os
 import random
 import signal
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 
+from devkit.history import Recorder
 from rocketraft.protocol.wire import MessageType
 
 from . import checker, nemesis, report
 from .cluster import ChaosCluster
-from .history import Recorder
 from .workloads import CONSUMER_GROUP, RECEIVE_WAIT_S, TOPIC, Workload
 from .workloads import make as make_workload
 
@@ -36,6 +39,9 @@ log = logging.getLogger("jepsen_tests")
 SEND_OP_TIMEOUT_S = 10.0  # the harness's own guard; a send ends (ok, fail or info) within send_timeout first
 RECEIVE_OP_TIMEOUT_S = RECEIVE_WAIT_S + 8.0
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE, EXIT_HARNESS = 0, 1, 2, 3
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+AUDIT_BAD_INPUT_EXIT = 2  # `python -m audit` exit codes (audit/__main__.py): 0 valid, 1 invalid, 2 bad input, 3 failed
+AUDIT_TIMEOUT_S = 3600.0  # the audit of a long run's stores takes minutes; beyond this it is reported as failed
 
 
 @dataclass
@@ -304,18 +310,31 @@ class Run:
                  len(clients.consumed), missing)
 
     def _audit(self) -> dict:
-        try:
-            from audit.job import run as audit_run
-            from audit.stores import AuditInputError
-        except ImportError as exc:
-            return {"valid": False, "error": f"the audit needs pyspark ({exc}): pip install -e '.[audit]'"}
+        """The Spark audit as a process of its own (`python -m audit`; jepsen_tests and audit do not import each
+        other); its report is the audit.json it writes."""
+        if importlib.util.find_spec("pyspark") is None:
+            return {"valid": False, "error": "the audit needs pyspark: pip install -e '.[audit]'"}
         log.info("audit: Spark (%s) over the replicas' stores", self.cfg.audit_master)
         self.recorder.flush()
-        try:
-            report = audit_run([self.cluster.dev.base_dir], self.history_path, os.path.join(self.dir, "audit"),
-                               self.cfg.audit_master)
-        except AuditInputError as exc:
-            return {"valid": False, "error": f"the audit could not read its input: {exc}"}
+        out_dir = os.path.join(self.dir, "audit")
+        os.makedirs(out_dir, exist_ok=True)
+        log_path = os.path.join(out_dir, "audit.log")
+        command = [sys.executable, "-m", "audit", "--cluster-dir", self.cluster.dev.base_dir, "--history",
+                   self.history_path, "--out", out_dir, "--master", self.cfg.audit_master]
+        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        with open(log_path, "wb") as output:
+            try:
+                code = subprocess.run(command, stdout=output, stderr=subprocess.STDOUT, env=env,
+                                      timeout=AUDIT_TIMEOUT_S).returncode
+            except subprocess.TimeoutExpired:
+                return {"valid": False, "error": f"the audit did not end in {AUDIT_TIMEOUT_S:.0f} s; see {log_path}"}
+        report_path = os.path.join(out_dir, "audit.json")
+        if code == AUDIT_BAD_INPUT_EXIT:
+            return {"valid": False, "error": f"the audit could not read its input: {_audit_message(log_path)}"}
+        if code not in (EXIT_VALID, EXIT_INVALID) or not os.path.exists(report_path):
+            return {"valid": False, "error": f"the audit failed (exit code {code}); see {log_path}"}
+        with open(report_path) as f:
+            report = json.load(f)
         log.info("audit: %s in %.1f s", "valid" if report["valid"] else "INVALID", report["spark"]["wall_s"])
         return report
 
@@ -344,6 +363,13 @@ def _audit_summary(audit_result: dict | None) -> dict | None:
     if audit_result is None:
         return None
     return {k: v for k, v in audit_result.items() if k in ("valid", "error", "checks", "groups", "totals", "spark")}
+
+
+def _audit_message(log_path: str) -> str:
+    """The reason `python -m audit` printed for refusing its input (its last line starting "audit: ")."""
+    with open(log_path, errors="replace") as f:
+        lines = [line.strip() for line in f if line.startswith("audit: ")]
+    return lines[-1].removeprefix("audit: ") if lines else f"see {log_path}"
 
 
 def _sleep_until(when: float) -> None:

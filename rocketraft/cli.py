@@ -9,21 +9,16 @@ import sys
 from broker import server as broker_server
 from namesrv import server as namesrv_server
 
-from . import __version__, cli_admin, cli_client, demo, dev
+from . import __version__, cli_admin, cli_client
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rocketraft", description="rocketraft: RocketMQ-style messaging on Raft")
     parser.add_argument("--version", action="version", version=f"rocketraft {__version__}")
+    parser.set_defaults(tool=False)
     sub = parser.add_subparsers(dest="command", required=True)
-    demo_parser = sub.add_parser("demo", help="run a local three-replica dledger group with a live view",
-                                 description=demo.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    demo.add_arguments(demo_parser)
-    demo_parser.set_defaults(run=demo.run)
-    dev_parser = sub.add_parser("dev", help="run a local NameServer + 3-replica broker group with a live view",
-                                description=dev.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    dev.add_arguments(dev_parser)
-    dev_parser.set_defaults(run=dev.run)
+    _add_tool(sub, "demo", "run a local three-replica dledger group with a live view", _demo)
+    _add_tool(sub, "dev", "run a local NameServer + 3-replica broker group with a live view", _dev)
     namesrv_parser = sub.add_parser("namesrv", help="run a NameServer")
     namesrv_server.add_arguments(namesrv_parser)
     namesrv_parser.set_defaults(run=namesrv_server.run)
@@ -45,12 +40,38 @@ def main(argv: list[str] | None = None) -> int:
                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     cli_client.add_consume_arguments(consume_parser)
     consume_parser.set_defaults(run=cli_client.run_consume)
-    bench_parser = sub.add_parser("bench", help="benchmarks and reproductions (python -m bench)", add_help=False)
-    bench_parser.add_argument("rest", nargs=argparse.REMAINDER)
-    bench_parser.set_defaults(run=lambda a: _bench(a.rest))
-    args = parser.parse_args(argv)
+    _add_tool(sub, "bench", "benchmarks and reproductions (python -m bench)", _bench)
+    args, rest = parser.parse_known_args(argv)
+    if rest and not args.tool:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return args.run(args)
+    return args.run(rest) if args.tool else args.run(args)
+
+
+# `demo`, `dev` and `bench` run development tooling (devkit/, bench/), which library code never imports
+# (tests/test_layers.py). This entry point is the one exception: it imports them inside the function of the
+# subcommand that runs them, so every other subcommand works without them. Their arguments are parsed there too.
+def _add_tool(sub, name: str, help_text: str, run) -> None:
+    sub.add_parser(name, help=help_text, add_help=False).set_defaults(run=run, tool=True)
+
+
+def _demo(rest: list[str]) -> int:
+    from devkit import demo
+
+    return _run_tool("demo", demo, rest)
+
+
+def _dev(rest: list[str]) -> int:
+    from devkit import dev
+
+    return _run_tool("dev", dev, rest)
+
+
+def _run_tool(name: str, module, rest: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog=f"rocketraft {name}", description=module.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    module.add_arguments(parser)
+    return module.run(parser.parse_args(rest))
 
 
 def _bench(rest: list[str]) -> int:

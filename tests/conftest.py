@@ -2,8 +2,8 @@ import os
 
 import pytest
 
+from devkit.devcluster import DevCluster
 from jepsen_tests import netfault
-from rocketraft.devcluster import DevCluster
 
 
 @pytest.fixture

@@ -20,5 +20,5 @@ def test_demo_runs_a_group_appends_survives_a_leader_kill_and_stops_cleanly(tmp_
     assert ok > 50, final
     assert "stopping replicas" in out
     # every replica process is gone
-    leftovers = subprocess.run(["pgrep", "-f", f"dledger.node --config {data_dir}"], capture_output=True, text=True)
+    leftovers = subprocess.run(["pgrep", "-f", f"devkit.node --config {data_dir}"], capture_output=True, text=True)
     assert leftovers.stdout.strip() == ""

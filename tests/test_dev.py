@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from rocketraft.devcluster import free_port
+from devkit.devcluster import free_port
 
 
 def test_dev_cluster_serves_fails_over_and_stops_cleanly(tmp_path):

@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 STARTER = """
 import json, sys
-from rocketraft.devcluster import DevCluster
+from devkit.devcluster import DevCluster
 cluster = DevCluster(sys.argv[1]).start()
 cluster.wait_master()
 pids = [p.process.pid for p in [*cluster.brokers.values(), *cluster.namesrv_procs]]

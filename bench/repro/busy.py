@@ -20,9 +20,9 @@ import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
+from devkit.devcluster import DevCluster
 from rocketraft import aio
 from rocketraft.client.api import Admin
-from rocketraft.devcluster import DevCluster
 from rocketraft.protocol.wire import Code
 
 from .common import add_common_arguments, raw_message, send_raw, short, step, wait_for, work_dir

@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from rocketraft.devcluster import DevCluster
+from devkit.devcluster import DevCluster
 from rocketraft.protocol.wire import Code, pb, svc, svc_grpc
 
 

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 
 from broker import config as broker_config
-from rocketraft.devcluster import DevCluster
+from devkit.devcluster import DevCluster
+from devkit.diskfault import MiB, fill, mount_tmpfs, unmount, used_percent
 from rocketraft.protocol.errors import RocketraftCode
 from rocketraft.protocol.wire import Code, pb, svc, svc_grpc
 
@@ -43,7 +43,6 @@ from .common import (
 )
 from .report import Checklist
 
-MiB = 1024 * 1024
 RATIO_MAX_PERCENT = 75
 FILL_TARGET_PERCENT = 92  # well above the threshold: a real, nearly full filesystem
 CHECK_INTERVAL_MS = 100
@@ -71,38 +70,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 # -- 1. the filesystem fills up -----------------------------------------------------------------------------------
-def used_percent(path: str) -> float:
-    st = os.statvfs(path)
-    used = (st.f_blocks - st.f_bfree) * st.f_frsize
-    return 100.0 * used / (used + st.f_bavail * st.f_frsize)
-
-
-def mount_tmpfs(mount: str, size_mib: int) -> None:
-    os.makedirs(mount, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mib}m", "tmpfs", mount], check=True)
-
-
-def unmount(mount: str) -> None:
-    subprocess.run(["umount", "-l", mount], check=False)
-    try:
-        os.rmdir(mount)
-    except OSError:
-        pass
-
-
-def fill(path: str, target_percent: float) -> int:
-    """Write a ballast file until the filesystem is target_percent used; returns its size."""
-    written = 0
-    chunk = b"\0" * MiB
-    with open(path, "wb") as f:
-        while used_percent(os.path.dirname(path)) < target_percent:
-            f.write(chunk)
-            f.flush()
-            os.fsync(f.fileno())
-            written += len(chunk)
-    return written
-
-
 def filesystem_full(checks: Checklist, work: str, args: argparse.Namespace) -> None:
     if os.geteuid() != 0:
         checks.check("can mount a tmpfs (needs root)", False, f"euid {os.geteuid()}: run as root")

@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 
-from rocketraft.devcluster import DevCluster
+from devkit.devcluster import DevCluster
 from rocketraft.protocol.wire import Code, pb, svc, svc_grpc
 
 from .common import (

@@ -9,8 +9,8 @@ import pytest
 from auditkit import MESSAGES, TOPIC
 
 import rocketraft
-from jepsen_tests.history import Op, write
-from rocketraft.devcluster import DevCluster
+from devkit.devcluster import DevCluster
+from devkit.history import Op, write
 
 BATCH = 50
 

@@ -14,8 +14,8 @@ from auditkit import MESSAGES, store_of
 from audit.__main__ import main
 from audit.job import run
 from audit.stores import MAX_DBS
+from devkit.history import Op, read, write
 from dledger import logformat
-from jepsen_tests.history import Op, read, write
 
 U64 = struct.Struct(">Q")
 

@@ -13,7 +13,7 @@ from rocketraft.protocol.wire import Code, MessageType, ipb, pb, svc
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    from rocketraft.devcluster import DevCluster
+    from devkit.devcluster import DevCluster
 
     # No auto-creation: a deleted topic must stay deleted when its route is asked for.
     c = DevCluster(str(tmp_path_factory.mktemp("admin")), broker_settings={"autoCreateTopicEnable": False})

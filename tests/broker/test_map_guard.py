@@ -7,9 +7,9 @@ import os
 import pytest
 from brokerkit import messaging_stub, raw_message, wait_until
 
-from bench.repro.disk_full import fill, mount_tmpfs, unmount
 from broker import config as broker_config
-from rocketraft.devcluster import DevCluster
+from devkit.devcluster import DevCluster
+from devkit.diskfault import fill, mount_tmpfs, unmount
 from rocketraft.protocol.errors import RocketraftCode
 from rocketraft.protocol.wire import Code, svc
 

@@ -14,7 +14,7 @@ GROUPS = ["broker-a", "broker-b"]
 
 @pytest.fixture(scope="module")
 def clusters(tmp_path_factory):
-    from rocketraft.devcluster import DevCluster
+    from devkit.devcluster import DevCluster
 
     first = DevCluster(str(tmp_path_factory.mktemp("group-a")), namesrvs=2)
     second = DevCluster(str(tmp_path_factory.mktemp("group-b")), group="broker-b",

@@ -25,7 +25,7 @@ SETTINGS = {"transactionTimeOut": 1000, "transactionCheckInterval": 1000}
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    from rocketraft.devcluster import DevCluster
+    from devkit.devcluster import DevCluster
 
     c = DevCluster(str(tmp_path_factory.mktemp("sdk")), broker_settings=SETTINGS)
     c.start()

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from rocketraft.devcluster import DevCluster
+from devkit.devcluster import DevCluster
 
 logging.getLogger("rocketmq-python-client").setLevel(logging.CRITICAL)
 

@@ -12,9 +12,9 @@ import time
 import pytest
 
 import rocketraft
+from devkit.devcluster import free_port
 from rocketraft import aio
 from rocketraft.client.message import MessageIdGenerator
-from rocketraft.devcluster import free_port
 from rocketraft.protocol.errors import BadRequestError, BodyTooLargeError, OutcomeUnknownError, TopicNotFoundError
 
 

@@ -11,8 +11,8 @@ import sys
 import pytest
 
 import rocketraft
+from devkit.devcluster import DevCluster
 from rocketraft import aio
-from rocketraft.devcluster import DevCluster
 
 # broker-a takes one command per Raft entry, one entry at a time, and fails fast after 5 ms in its queue: under
 # load it answers TOO_MANY_REQUESTS often (a lone admin command rarely waits that long; the admin client also

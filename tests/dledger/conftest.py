@@ -1,6 +1,6 @@
 import pytest
 
-from dledger.localcluster import LocalCluster
+from devkit.localcluster import LocalCluster
 
 
 @pytest.fixture

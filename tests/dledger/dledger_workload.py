@@ -6,7 +6,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from dledger.localcluster import LocalCluster
+from devkit.localcluster import LocalCluster
 
 DEFINITE_FAILURES = {"NOT_LEADER", "NO_LEADER", "APPEND_QUEUE_FULL"}
 

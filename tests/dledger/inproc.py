@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from devkit.localcluster import free_port
 from dledger import Replica, ReplicaConfig, Role
-from dledger.localcluster import free_port
 
 
 def peers_on(ips: list[str], prefix: str) -> dict[str, str]:

@@ -7,9 +7,9 @@ import tempfile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from devkit.counting import CountingStateMachine
+from devkit.localcluster import free_port
 from dledger import Replica, ReplicaConfig, Role
-from dledger.counting import CountingStateMachine
-from dledger.localcluster import free_port
 
 steps = st.lists(
     st.one_of(

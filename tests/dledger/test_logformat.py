@@ -6,10 +6,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pysyncobj.syncobj import _COMMAND_TYPE
 
+from devkit.localcluster import free_port
 from dledger import logformat
 from dledger.codec import encode_batch
 from dledger.config import ReplicaConfig
-from dledger.localcluster import free_port
 from dledger.replica import Replica
 
 SETTINGS = settings(max_examples=200, deadline=None)

@@ -14,11 +14,11 @@ import pysyncobj.tcp_connection as pso_tcp
 import pytest
 from inproc import leader_of, open_group
 
+from devkit.localcluster import free_port
 from dledger import _pysyncobj_seam as seam
 from dledger.config import ReplicaConfig
 from dledger.engine import rewrite_append_entries
 from dledger.journal import LmdbJournal
-from dledger.localcluster import free_port
 from dledger.replica import Replica
 from dledger.store import Store
 

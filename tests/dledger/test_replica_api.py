@@ -8,6 +8,8 @@ import time
 import pytest
 from inproc import leader_of, open_group
 
+from devkit.counting import CountingStateMachine
+from devkit.localcluster import free_port
 from dledger import (
     EntryTooLargeError,
     NoLeaderError,
@@ -18,8 +20,6 @@ from dledger import (
     ReplicaConfig,
     Role,
 )
-from dledger.counting import CountingStateMachine
-from dledger.localcluster import free_port
 
 
 @pytest.fixture

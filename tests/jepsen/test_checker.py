@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jepsen_tests import history
+from devkit import history
+from devkit.history import Op
 from jepsen_tests.checker import check
-from jepsen_tests.history import Op
 
 MS = 1_000_000
 

@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from jepsen_tests import history, netfault, runner
+from devkit import history
+from jepsen_tests import netfault, runner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from dledger.localcluster import free_port
+from devkit.localcluster import free_port
 from rocketraft.protocol.errors import RocketraftCode
 from rocketraft.protocol.wire import ALL_MESSAGE_TYPES, Code, Permission, address_of, ipb, ipb_grpc, pb, svc, svc_grpc
 

@@ -1,4 +1,4 @@
-"""One stand-alone dledger replica process: `python -m dledger.node --config replica.json --control host:port`.
+"""One stand-alone dledger replica process: `python -m devkit.node --config replica.json --control host:port`.
 
 The JSON file holds ReplicaConfig fields. Used by the demo, the tests and the benchmarks; the broker
 embeds dledger instead. Stops cleanly on SIGTERM/SIGINT or the control op `shutdown`.
@@ -13,10 +13,10 @@ import signal
 import sys
 import threading
 
-from .config import FlushPolicy, ReplicaConfig
+from dledger import FlushPolicy, Replica, ReplicaConfig
+
 from .control import ControlServer
 from .counting import CountingStateMachine
-from .replica import Replica
 
 
 def load_config(path: str) -> ReplicaConfig:
@@ -27,7 +27,7 @@ def load_config(path: str) -> ReplicaConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dledger.node", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m devkit.node", description=__doc__)
     parser.add_argument("--config", required=True, help="JSON file with ReplicaConfig fields")
     parser.add_argument("--control", required=True, help="host:port of the control channel")
     parser.add_argument("--log-level", default="INFO")

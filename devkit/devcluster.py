@@ -26,10 +26,11 @@ from dataclasses import dataclass, field
 import grpc
 
 from broker import config as broker_config
-from dledger.localcluster import free_port as dledger_free_port
 from rocketraft import parentwatch
 from rocketraft.protocol.routing import MASTER_BROKER_ID
 from rocketraft.protocol.wire import GRPC_OPTIONS, ipb, ipb_grpc, pb, svc, svc_grpc
+
+from .localcluster import free_port as dledger_free_port
 
 READY_TIMEOUT_S = 20.0
 

@@ -16,7 +16,8 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-from .config import FlushPolicy, ReplicaConfig
+from dledger import FlushPolicy, ReplicaConfig
+
 from .control import ControlClient
 
 
@@ -114,7 +115,7 @@ class LocalCluster:
             json.dump(raw, f, indent=2)
         log = open(os.path.join(spec.data_dir, "node.log"), "ab")
         self._procs[node_id] = subprocess.Popen(
-            [sys.executable, "-m", "dledger.node", "--config", config_path,
+            [sys.executable, "-m", "devkit.node", "--config", config_path,
              "--control", f"{spec.ip}:{spec.control_port}", "--log-level", self.log_level],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()

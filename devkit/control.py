@@ -17,8 +17,7 @@ from concurrent.futures import Future
 from dataclasses import asdict
 from multiprocessing.connection import Client, Connection, Listener
 
-from .errors import DledgerError, OutcomeUnknownError
-from .replica import Replica
+from dledger import DledgerError, OutcomeUnknownError, Replica
 
 log = logging.getLogger(__name__)
 

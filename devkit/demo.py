@@ -15,8 +15,9 @@ import sys
 import threading
 import time
 
-from dledger.config import FlushPolicy
-from dledger.localcluster import LocalCluster
+from dledger import FlushPolicy
+
+from .localcluster import LocalCluster
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

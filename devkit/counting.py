@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import struct
 
-from .replica import LogEntry
-from .store import Store
+from dledger import LogEntry, Store
 
 TABLE = b"demo_counts"
 _COUNTS = struct.Struct(">QQQ")  # entries, payloads, bytes
