@@ -276,6 +276,13 @@ class Transport(TCPTransport):
     def _onMessageReceived(self, node, message):  # noqa: N802
         engine = self._syncObj.dl_engine
         kind = message.get("type") if isinstance(message, dict) else None
+        if kind == "dl_hello":
+            engine.on_hello(node, message)
+            return
+        if not engine.accepts(node):
+            return  # no accepted hello on this connection (another group or history), or no history yet
+        if kind == "request_vote" and not engine.identity.voter:
+            return  # a non-voter gives no vote (and takes no term from a candidate)
         if kind in ("dl_prevote", "dl_prevote_resp"):
             engine.on_prevote_message(node, message)
             return
@@ -290,6 +297,7 @@ class Transport(TCPTransport):
                 return
         if kind == "append_entries":
             engine.on_leader_contact(node, message["term"])
+            engine.note_leader_commit(message["commit_index"])
             message = engine.trim_known_entries(message)
             if message.get("serialized"):
                 # pysyncobj acknowledges only the last chunk of a snapshot; without traffic the leader's
@@ -298,10 +306,16 @@ class Transport(TCPTransport):
         super()._onMessageReceived(node, message)
 
     def _onNodeDisconnected(self, node):  # noqa: N802
+        self._syncObj.dl_engine.on_peer_hello_lost(node)
         super()._onNodeDisconnected(node)
         self._syncObj.dl_engine.on_peer_disconnected(node)
 
     def _onNodeConnected(self, node):  # noqa: N802
+        # The hello goes first on every connection: a peer takes nothing else from us before it. Straight onto
+        # the connection: an outgoing one is still CONNECTING here, and send() would drop it.
+        conn = self._connections.get(node)
+        if conn is not None:
+            conn.send(self._syncObj.dl_engine.hello())
         super()._onNodeConnected(node)
         self._syncObj.dl_engine.on_peer_connected(node)
 

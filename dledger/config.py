@@ -73,6 +73,10 @@ class ReplicaConfig:
     # entries, at most once per interval.
     compaction_min_entries: int = 10_000
     compaction_min_interval_ms: int = 30_000
+    # A replica on a new store joins its group's history as a non-voter until it has caught up (amnesia
+    # protection, dledger/identity.py). True makes it a voter at once: only to restart a group that lost a
+    # majority of its disks from the survivors, accepting that entries only the lost disks held are gone.
+    join_as_voter: bool = False
 
     def __post_init__(self) -> None:
         self.validate()

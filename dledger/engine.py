@@ -32,6 +32,7 @@ This module decides when things happen:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import random
@@ -41,10 +42,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import _pysyncobj_seam as seam
+from . import identity as identity_rules
 from . import logformat, raftrules
 from ._pysyncobj_seam import FAIL_REASON, REFUSED, RaftState
 from .codec import decode_batch
 from .config import FlushPolicy, ReplicaConfig
+from .errors import StoreUntrustedError
 from .journal import LmdbJournal
 from .store import Store
 
@@ -68,6 +71,7 @@ class EngineView:
     durable_index: int
     match_index: dict
     connected_peers: tuple
+    identity: identity_rules.Identity
 
 
 def rewrite_append_entries(message: dict, journal: LmdbJournal) -> dict:
@@ -127,6 +131,10 @@ class RaftEngine:
         self.stats = {"acks_sent": 0, "acks_beyond_durable": 0, "commits_checked": 0,
                       "commits_beyond_durable": 0, "prevote_rounds": 0, "elections_started": 0,
                       "snapshots_installed": 0, "sends_held_back": 0}
+        self.identity = self._load_identity()
+        self._accepted_peers: set[str] = set()  # addresses whose hello we accepted on their current connection
+        self._refused_logged: set[str] = set()
+        self._fresh_nonces: dict[str, str] = {}
         self._journal_token = f"dledger-journal:{config.group_id}:{config.self_id}:{id(self)}"
         seam.register_journal(self._journal_token, journal)
         self._address_to_id = {addr: pid for pid, addr in config.peers.items()}
@@ -279,6 +287,89 @@ class RaftEngine:
         """Stop the replica at the start of the next tick (used where pysyncobj would swallow errors)."""
         self._failed = self._failed or exc
 
+    # -- identity: amnesia protection (identity.py) ---------------------------------------------------------
+    def _load_identity(self) -> identity_rules.Identity:
+        raw = self.store.read(lambda txn: txn.get(logformat.META_IDENTITY, db=self.store.meta_db))
+        if raw is not None:
+            found = identity_rules.Identity.decode(raw)
+            if found.group_id != self.config.group_id:
+                raise StoreUntrustedError(
+                    f"{self.store.path} holds a replica of group {found.group_id!r}, not {self.config.group_id!r}: "
+                    "check the data directory and the group name")
+            return found
+        if self.journal.last_index > 1 or self.journal.getCurrentTerm() > 0:
+            made = identity_rules.legacy_identity(self.config.group_id)
+            log.info("store %s predates store identities: history %s", self.store.path, made.history_id)
+        else:
+            made = identity_rules.new_store_identity(self.config.group_id)
+            log.warning("replica %s/%s starts on a new store (incarnation %s): it takes no part in elections until "
+                        "it knows its group's history, and if the group already has one, until it has caught up",
+                        self.config.group_id, self.config.self_id, made.incarnation)
+        made = identity_rules.maybe_genesis(made, self.config.self_id, {}, frozenset(self.config.peers))
+        self._save_identity(made)
+        return made
+
+    def _save_identity(self, identity: identity_rules.Identity) -> None:
+        """Durable before it is acted on: a vote given as a voter must survive a crash."""
+        self.store.write_txn().put(logformat.META_IDENTITY, identity.encode(), db=self.store.meta_db)
+        self.store.commit(fsync=True)
+        self.identity = identity
+
+    def hello(self) -> dict:
+        return identity_rules.hello(self.identity, self.config.self_id)
+
+    def on_hello(self, node, message: dict) -> None:
+        before = self.identity
+        verdict = identity_rules.on_hello(before, self.config.self_id, message, self._fresh_nonces,
+                                          frozenset(self.config.peers), self.config.join_as_voter)
+        if not verdict.accept:
+            self._accepted_peers.discard(node.address)
+            if node.address not in self._refused_logged:
+                self._refused_logged.add(node.address)
+                log.error("replica %s/%s refuses %s: %s", self.config.group_id, self.config.self_id, node.address,
+                          verdict.reason)
+            return
+        self._accepted_peers.add(node.address)
+        self._refused_logged.discard(node.address)
+        if verdict.identity != before:
+            self._save_identity(verdict.identity)
+            now = verdict.identity
+            if now.voter:
+                log.info("replica %s/%s: group history %s%s", self.config.group_id, self.config.self_id,
+                         now.history_id, " (a new group: every replica started on a new store)" if not before.genesis
+                         and now.genesis else "")
+            else:
+                log.warning("replica %s/%s joins history %s of its group as a NON-VOTER: its store is new, so it "
+                            "gives and asks no votes until it holds what the group had committed when it joined",
+                            self.config.group_id, self.config.self_id, now.history_id)
+
+    def accepts(self, node) -> bool:
+        """Messages are taken only from peers whose hello was accepted on this connection, and only once this
+        replica knows its group's history."""
+        return node.address in self._accepted_peers and not self.identity.fresh
+
+    def on_peer_hello_lost(self, node) -> None:
+        self._accepted_peers.discard(node.address)
+
+    def note_leader_commit(self, commit_index: int) -> None:
+        """A non-voter learns what it must hold before it may vote: the leader's commit index on first contact."""
+        if self.identity.catch_up_index == identity_rules.CATCH_UP_PENDING:
+            target = max(commit_index, 1)
+            self._save_identity(dataclasses.replace(self.identity, catch_up_index=target))
+            log.info("replica %s/%s (non-voter) catches up to index %d, the leader's commit index",
+                     self.config.group_id, self.config.self_id, target)
+
+    def _non_voter_tick(self) -> None:
+        so = self.so
+        if identity_rules.caught_up(self.identity, self.journal.durable_index, so.raftCommitIndex):
+            self._save_identity(dataclasses.replace(self.identity, catch_up_index=0))
+            log.warning("replica %s/%s caught up to index %d: it votes again", self.config.group_id,
+                        self.config.self_id, so.raftCommitIndex)
+            return
+        # never a candidate: push the election timer on
+        so._SyncObj__raftElectionDeadline = time.monotonic() + self.config.election_timeout_max_ms / 1000
+        self._prevote = None
+
     def snapshot_installed(self, applied_index: int) -> None:
         """The store was replaced by the leader's copy: its Raft metadata is the leader's, not ours.
         Write back our own term and vote (a replica must never forget a vote) and a commit index that
@@ -287,12 +378,16 @@ class RaftEngine:
         journal = self.journal
         journal.setRaftCommitIndex(min(journal.getRaftCommitIndex(), journal.last_index))
         journal.setCurrentTerm(so.raftCurrentTerm, so._SyncObj__votedForNodeId)
+        self._save_identity(self.identity)  # the copy carries the leader's identity: ours is written back
         self._recorded_applied = self.journal.applied_index = applied_index
         self.stats["snapshots_installed"] += 1
 
     def _pre_tick(self) -> None:
         if self._failed is not None:
             raise self._failed
+        if not self.identity.voter:
+            self._non_voter_tick()
+            return
         if not self.config.pre_vote:
             return
         so = self.so
@@ -336,8 +431,8 @@ class RaftEngine:
             candidate_last, my_last = (message["last_log_term"], message["last_log_index"]), (last[2], last[1])
             log_ok = raftrules.log_up_to_date(candidate_last, my_last)
             leader_alive = self._leader_alive()
-            granted = raftrules.prevote_granted(message["term"], candidate_last, so.raftCurrentTerm, my_last,
-                                                leader_alive)
+            granted = self.identity.voter and raftrules.prevote_granted(
+                message["term"], candidate_last, so.raftCurrentTerm, my_last, leader_alive)
             log.debug("pre-vote for %s in term %d: %s (my term %d, log ok %s, leader alive %s)", node.address,
                      message["term"], "granted" if granted else "refused", so.raftCurrentTerm, log_ok, leader_alive)
             so._SyncObj__transport.send(node, {"type": "dl_prevote_resp", "term": message["term"],
@@ -545,6 +640,7 @@ class RaftEngine:
             durable_index=self.journal.durable_index,
             match_index={n.address: i for n, i in match.items()},
             connected_peers=tuple(sorted(n.address for n in so.otherNodes if so.isNodeConnected(n))),
+            identity=self.identity,
         )
 
     def peer_id(self, address: str | None) -> str | None:

@@ -5,6 +5,7 @@ One LMDB environment per replica (opened with at most MAX_DBS named databases):
     LOG_DB  b"raft_log"   key   = Raft index, u64 big-endian                (index_key / key_index)
                           value = term u64 big-endian + stored command       (encode_value / decode_value)
     META_DB b"raft_meta"  META_TERM, META_COMMIT_INDEX, META_APPLIED_INDEX -> u64 big-endian (encode_u64)
+                          META_IDENTITY -> JSON (dledger.identity: group, history, incarnation, voter state)
                           META_VOTED_FOR -> utf-8 replica address ("" before any vote)
 
 A stored command is pysyncobj's: one command-type byte, then its body. dledger's data entries are
@@ -35,6 +36,7 @@ META_TERM = b"term"
 META_VOTED_FOR = b"voted_for"
 META_COMMIT_INDEX = b"commit_index"
 META_APPLIED_INDEX = b"applied_index"  # written in the transaction that applies the entry
+META_IDENTITY = b"identity"  # JSON of dledger.identity.Identity: group, history, incarnation, voter state
 
 U64 = struct.Struct(">Q")
 TERM_BYTES = U64.size  # the value's term prefix

@@ -87,6 +87,9 @@ class ReplicaStatus:
     peer_match_index: dict = field(default_factory=dict)  # leader only: peer id -> highest replicated index
     connected_peers: tuple = ()
     failure: str | None = None
+    voter: bool = True  # False while the store is new: no history known yet, or catching up (identity.py)
+    history_id: str = ""
+    catch_up_index: int = 0  # a non-voter votes again once it holds this index (-1: not known yet)
 
 
 class StateMachine(Protocol):
@@ -381,6 +384,8 @@ class Replica:
             peer_match_index={self._engine.peer_id(a): i for a, i in view.match_index.items()},
             connected_peers=tuple(self._engine.peer_id(a) for a in view.connected_peers),
             failure=repr(failure) if failure else None,
+            voter=view.identity.voter, history_id=view.identity.history_id,
+            catch_up_index=view.identity.catch_up_index,
         )
 
     def _on_engine_failure(self, exc: BaseException) -> None:
