@@ -1,1 +1,11 @@
-"""broker: see docs/architecture.md (not built yet)."""
+"""broker: one replica of a broker group (a Raft group), with a RocketMQ 5 gRPC front door; docs/broker.md.
+
+  server.py       the process: gRPC server, NameServer registration, the master's timers
+  service.py      gRPC conversion only (MessagingService, BrokerAdmin)
+  validation.py   the door: every request checked before Raft
+  core.py         Broker: the dledger replica and state machine, the batcher, the write guards, events
+  topics.py, writes.py, consume.py, queries.py    the jobs the service calls
+  reads.py        reading stored messages and queue positions
+  batcher.py      group commit; errors.py the one mapping to protocol errors; guards.py disk and LMDB map
+  statemachine.py, tables.py    what applying a committed entry does to the broker's LMDB tables
+"""

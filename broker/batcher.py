@@ -14,7 +14,13 @@ future cost more than the rest of the batching: docs/architecture.md, "The broke
 A write refused because there is no leader right now (election) or because a new leader discarded it is
 retried here, within writeRetryMillis, so a failover costs clients a pause, not an error. Commands that are
 safe to repeat (sends: the message id deduplicates) are also retried after an unknown outcome. Only the
-commands that failed are retried.
+commands that failed are retried. A command one attempt of which had an unknown outcome is reported as unknown
+(PROXY_TIMEOUT) if no later attempt succeeds: that attempt may still have been committed.
+
+A submission may carry the request's deadline: it then waits no longer. One whose deadline passed before it
+reached Raft is not submitted (REQUEST_TIMEOUT, nothing stored); at the deadline, commands handed to Raft
+without an outcome yet are answered PROXY_TIMEOUT (they may still commit), and those still queued are dropped
+from the queue and answered REQUEST_TIMEOUT.
 """
 
 from __future__ import annotations
@@ -26,21 +32,17 @@ import time
 from dataclasses import dataclass, field
 
 import dledger
-from rocketraft.protocol.errors import (
-    NotMasterError,
-    OutcomeUnknownError,
-    RocketraftError,
-    StoreUnavailableError,
-    TooManyRequestsError,
-    refusal_error,
-)
-from rocketraft.protocol.wire import Code
+from rocketraft.protocol.errors import RocketraftError, StoreUnavailableError, TooManyRequestsError
 
+from . import errors
 from .config import BrokerConfig
 
 log = logging.getLogger(__name__)
 
 RETRY_PAUSE_S = 0.05
+
+
+_PENDING = object()  # a command of a submission without an outcome yet
 
 
 @dataclass(eq=False)
@@ -53,7 +55,7 @@ class _Submission:
     pending: int = field(init=False)  # commands without an outcome yet
 
     def __post_init__(self) -> None:
-        self.outcomes = [None] * len(self.payloads)
+        self.outcomes = [_PENDING] * len(self.payloads)
         self.pending = len(self.payloads)
 
     def settle(self, start: int, stop: int, outcomes) -> None:
@@ -70,10 +72,11 @@ class _Submission:
 
 
 class Batcher:
-    def __init__(self, replica: dledger.Replica, config: BrokerConfig, write_retry_ms: int = 2500):
+    def __init__(self, replica: dledger.Replica, config: BrokerConfig, store: errors.StoreFacts | None = None):
         self._replica = replica
         self._config = config
-        self._write_retry_s = write_retry_ms / 1000
+        self._store = store  # what an "LMDB map full" error names
+        self._write_retry_s = config.writeRetryMillis / 1000
         self._queue: collections.deque[_Submission] = collections.deque()
         self._queued = 0  # commands in the queue not yet in an entry
         self._in_flight = 0
@@ -100,48 +103,55 @@ class Batcher:
     def queue_length(self) -> int:
         return self._queued
 
-    async def submit(self, payload: bytes, repeatable: bool = False):
-        """Commit one command through Raft; returns the state machine's result for it."""
-        outcome = (await self.submit_many([payload], repeatable))[0]
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
-
-    async def submit_many(self, payloads: list[bytes], repeatable: bool = False) -> list:
+    async def submit_many(self, payloads: list[bytes], repeatable: bool = False,
+                          deadline: float | None = None) -> list:
         """Commit commands through Raft, in this order; returns each one's outcome: the state machine's result,
-        or the error (a dledger error or a RocketraftError) that refused it."""
+        or the protocol error (errors.from_outcome) that refused it. `deadline` (time.monotonic()) bounds the
+        wait: see the module's docstring."""
         assert payloads, "an empty submission"
-        deadline = time.monotonic() + self._write_retry_s
+        retry_until = time.monotonic() + self._write_retry_s
+        if deadline is not None:
+            retry_until = min(retry_until, deadline)
         outcomes: list = [None] * len(payloads)
         todo = list(range(len(payloads)))
+        unknown: set[int] = set()  # commands an earlier attempt of which may have been committed
         while True:
             try:
-                got = await self._submit_once([payloads[i] for i in todo])
+                got = await self._submit_once([payloads[i] for i in todo], deadline)
             except (RocketraftError, dledger.DledgerError) as exc:  # shutting down
                 got = [exc] * len(todo)
-            expired = time.monotonic() >= deadline
+            expired = time.monotonic() >= retry_until
             retry = []
             for i, outcome in zip(todo, got, strict=True):
-                if isinstance(outcome, (dledger.NoLeaderError, dledger.NotLeaderError)):
-                    if expired:
-                        outcome = _not_master(outcome)
-                    else:
-                        self.stats["retried_no_leader"] += 1
-                        retry.append(i)
-                elif isinstance(outcome, dledger.OutcomeUnknownError):
-                    if not repeatable or expired:
-                        outcome = OutcomeUnknownError(f"outcome unknown: {outcome}; the write may or may not "
-                                                      "have been committed")
-                    else:
-                        self.stats["retried_unknown"] += 1
-                        retry.append(i)
-                outcomes[i] = outcome
+                if isinstance(outcome, dledger.OutcomeUnknownError):
+                    unknown.add(i)
+                if isinstance(outcome, dledger.NotLeaderError) and not expired:
+                    self.stats["retried_no_leader"] += 1
+                    retry.append(i)
+                elif isinstance(outcome, dledger.OutcomeUnknownError) and repeatable and not expired:
+                    self.stats["retried_unknown"] += 1
+                    retry.append(i)
+                else:
+                    outcomes[i] = self._final(outcome, i in unknown)
             if not retry:
                 return outcomes
             todo = retry
-            await asyncio.sleep(RETRY_PAUSE_S)
+            await asyncio.sleep(max(0.0, min(RETRY_PAUSE_S, retry_until - time.monotonic())))
 
-    async def _submit_once(self, payloads: list[bytes]) -> list:
+    def _final(self, outcome, earlier_unknown: bool):
+        """The outcome reported: a failed retry of a command whose earlier attempt may have been committed is
+        unknown too (never a definite failure)."""
+        if earlier_unknown and isinstance(outcome, BaseException) and not isinstance(
+                outcome, dledger.OutcomeUnknownError):
+            outcome = dledger.OutcomeUnknownError(f"an earlier attempt's outcome is unknown and the last attempt "
+                                                  f"failed ({outcome})")
+        return errors.from_outcome(outcome, self._store)
+
+    async def _submit_once(self, payloads: list[bytes], deadline: float | None = None) -> list:
+        if deadline is not None and time.monotonic() >= deadline:
+            self.stats["not_submitted_deadline"] += len(payloads)
+            return [errors.NotSubmittedError("the request's deadline passed before this write reached Raft; it was "
+                                             "not stored")] * len(payloads)
         room = self._config.sendQueueLengthMax - self._queued
         refused: list = []
         if room < len(payloads):
@@ -157,7 +167,28 @@ class Batcher:
         self._queue.append(submission)
         self._queued += len(payloads)
         self._wake.set()
-        return (await submission.future) + refused
+        if deadline is None:
+            return (await submission.future) + refused
+        try:
+            await asyncio.wait((submission.future,), timeout=deadline - time.monotonic())
+        except asyncio.CancelledError:
+            submission.future.cancel()  # as awaiting the future itself would: the batcher drops what it holds
+            raise
+        if submission.future.done():
+            return submission.future.result() + refused
+        return self._abandon(submission) + refused
+
+    def _abandon(self, submission: _Submission) -> list:
+        """At the deadline: what was handed to Raft keeps its outcome if it has one and is unknown otherwise;
+        what is still queued is dropped (cancelling the future makes the batcher skip it) and not stored."""
+        taken = submission.taken
+        submission.future.cancel()
+        self.stats["deadline_unknown"] += sum(o is _PENDING for o in submission.outcomes[:taken])
+        unknown = dledger.OutcomeUnknownError("no outcome before the request's deadline")
+        not_stored = errors.NotSubmittedError("the request's deadline passed while this write waited in the send "
+                                              "queue; it was not stored")
+        return [unknown if o is _PENDING else o for o in submission.outcomes[:taken]] + [not_stored] * (
+            len(submission.outcomes) - taken)
 
     async def _run(self) -> None:
         while True:
@@ -231,39 +262,3 @@ class Batcher:
             submission.settle(start, stop, exc if exc is not None else results[at:at + stop - start])
             at += stop - start
 
-
-def _not_master(exc: dledger.NotLeaderError) -> RocketraftError:
-    if isinstance(exc, dledger.NoLeaderError):
-        return RocketraftError(f"no master in this broker group: {exc}", Code.HA_NOT_AVAILABLE)
-    return NotMasterError(f"not the master: {exc}", getattr(exc, "leader_address", None))
-
-
-MAP_FULL_MARKERS = ("MDB_MAP_FULL", "MapFullError")
-
-
-def is_map_full(exc: BaseException) -> bool:
-    """LMDB's map (its reserved address space) is full: reported as such, never as a full disk. dledger raises
-    StoreFullError, or its replica stops on lmdb.MapFullError and later errors carry that failure's text."""
-    return any(m in str(exc) for m in MAP_FULL_MARKERS)
-
-
-def map_dledger_error(exc: BaseException, map_size_bytes: int | None = None, store_path: str = "",
-                      disk_used_percent: float | None = None) -> BaseException:
-    """The one mapping from dledger's errors to the protocol's."""
-    if is_map_full(exc):
-        size = f"storeMapSizeBytes={map_size_bytes} ({map_size_bytes / 2**20:.0f} MiB)" if map_size_bytes else \
-            "storeMapSizeBytes"
-        disk = f"; its filesystem is only {disk_used_percent:.1f}% used" if disk_used_percent is not None else ""
-        return StoreUnavailableError(
-            f"LMDB map full: the store {store_path} reached its LMDB map size, {size}; this is not a full disk"
-            f"{disk}. The replica stopped writing to protect committed data (reads of applied data go on): restart "
-            f"it with a larger storeMapSizeBytes; committed messages are kept. ({exc})")
-    if isinstance(exc, dledger.AppendRefusedError):  # the master's guards refused a write this replica forwarded
-        return refusal_error(exc.refusal, str(exc))
-    if isinstance(exc, dledger.AppendQueueFullError):
-        return TooManyRequestsError(f"busy: {exc}")
-    if isinstance(exc, dledger.ReplicaClosedError):
-        return StoreUnavailableError(f"store unavailable: {exc}")
-    if isinstance(exc, dledger.EntryTooLargeError):
-        return RocketraftError(f"request too large for one Raft entry: {exc}", Code.PAYLOAD_TOO_LARGE)
-    return exc

@@ -14,11 +14,16 @@ import re
 import tomllib
 from dataclasses import dataclass, fields
 
-from dledger.config import ReplicaConfig
+import dledger
 from rocketraft.protocol import limits
 from rocketraft.protocol.limits import DELAY_LEVELS
 
+from .tables import QUEUE_IDS_MAX
+
 STORE_MAP_SIZE_BYTES_MIN = 16 * 1024 * 1024
+ENTRY_OVERHEAD_BYTES = 64 * 1024  # a send command's fields around the message, and the batch header
+_DLEDGER = dledger.ReplicaConfig  # its class attributes are dledger's defaults
+WRITE_RETRY_MILLIS_MAX = 60_000
 
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -45,8 +50,16 @@ class BrokerConfig:
     advertisedAddress: str = ""  # what clients are told (brokerIP1:port); default listenAddress
     storePathRootDir: str = os.path.expanduser("~/rocketraft/store")
     flushDiskType: str = "ASYNC_FLUSH"  # or SYNC_FLUSH; see docs/architecture.md for what an ack means
+    flushIntervalCommitLog: int = _DLEDGER.async_flush_interval_ms  # ASYNC_FLUSH: fsync the Raft log this often
+    # dledger (the group's Raft): docs/broker.md, "Raft settings", names the dledger field each one sets
+    dLegerPassword: str = ""  # encrypts and authenticates Raft traffic; "" = none. The same on every replica
+    dLegerHeartBeatTimeIntervalMs: int = _DLEDGER.heartbeat_interval_ms
+    dLegerElectionTimeoutMinMs: int = _DLEDGER.election_timeout_min_ms
+    dLegerElectionTimeoutMaxMs: int = _DLEDGER.election_timeout_max_ms
+    dLegerLeaderFallbackTimeoutMs: int = 0  # a master that hears from no majority this long steps down; 0 = min
+    dLegerMaxWaitAckTimeMs: int = _DLEDGER.append_timeout_ms  # then a write's outcome is unknown (PROXY_TIMEOUT)
     # LMDB map of the replica's store: address space reserved, not disk used; the store cannot grow past it
-    storeMapSizeBytes: int = ReplicaConfig.map_size_bytes
+    storeMapSizeBytes: int = dledger.ReplicaConfig.map_size_bytes
     # a slave (follower) forwards writes to the master through Raft; false: it refuses them, naming the master
     slaveForwardEnable: bool = True
     # limits
@@ -62,6 +75,9 @@ class BrokerConfig:
     batchBytesMax: int = 1024 * 1024  # one Raft entry carries at most this many payload bytes
     batchCommandsMax: int = 1024
     appendsInFlightMax: int = 8  # Raft entries in flight from this replica's batcher
+    # a write refused for want of a leader (an election), or a send whose outcome is unknown, is retried for up
+    # to this long before the client is answered (inside the SDKs' 3 s request timeout)
+    writeRetryMillis: int = 2_500
     # topics and groups
     autoCreateTopicEnable: bool = False
     autoCreateSubscriptionGroup: bool = True
@@ -125,6 +141,26 @@ class BrokerConfig:
     def data_dir(self) -> str:
         return os.path.join(self.storePathRootDir, self.brokerName, self.dLegerSelfId)
 
+    def replica_config(self) -> dledger.ReplicaConfig:
+        """This replica's dledger configuration."""
+        return dledger.ReplicaConfig(
+            group_id=self.brokerName, self_id=self.dLegerSelfId, peers=self.peers,
+            data_dir=os.path.join(self.data_dir, "dledger"),
+            flush_policy=dledger.FlushPolicy[self.flushDiskType], map_size_bytes=self.storeMapSizeBytes,
+            async_flush_interval_ms=self.flushIntervalCommitLog, password=self.dLegerPassword or None,
+            heartbeat_interval_ms=self.dLegerHeartBeatTimeIntervalMs,
+            election_timeout_min_ms=self.dLegerElectionTimeoutMinMs,
+            election_timeout_max_ms=self.dLegerElectionTimeoutMaxMs,
+            leader_fallback_timeout_ms=self.dLegerLeaderFallbackTimeoutMs or None,
+            append_timeout_ms=self.dLegerMaxWaitAckTimeMs, entry_bytes_max=self.entry_bytes_max)
+
+    @property
+    def entry_bytes_max(self) -> int:
+        """The largest Raft entry this broker builds: a batch (batchBytesMax), or one message as large as
+        maxMessageSize with its properties, plus the command's own fields."""
+        largest = max(self.batchBytesMax, self.maxMessageSize + self.messagePropertiesBytesMax)
+        return max(dledger.config.ENTRY_BYTES_MAX_DEFAULT, largest + ENTRY_OVERHEAD_BYTES)
+
     def validate(self) -> BrokerConfig:
         peers = self.peers
         if self.dLegerSelfId not in peers:
@@ -141,12 +177,39 @@ class BrokerConfig:
         if not 1 <= self.storeMapMaxUsedRatio <= 99:
             raise ValueError(f"storeMapMaxUsedRatio {self.storeMapMaxUsedRatio}: use 1..99 (percent of "
                              "storeMapSizeBytes)")
+        if not 0 <= self.writeRetryMillis <= WRITE_RETRY_MILLIS_MAX:
+            raise ValueError(f"writeRetryMillis {self.writeRetryMillis}: use 0..{WRITE_RETRY_MILLIS_MAX} (ms; 0 = "
+                             "answer at once, no retry)")
+        if not 1 <= self.topicQueueNumsMax <= QUEUE_IDS_MAX:
+            raise ValueError(f"topicQueueNumsMax {self.topicQueueNumsMax}: use 1..{QUEUE_IDS_MAX} (queue ids are "
+                             "16-bit in the store's keys)")
         if not 1 <= self.defaultTopicQueueNums <= self.topicQueueNumsMax:
             raise ValueError(f"defaultTopicQueueNums {self.defaultTopicQueueNums}: use 1..{self.topicQueueNumsMax}")
         if not self.namesrv_addresses:
             raise ValueError("namesrvAddr is empty: give at least one NameServer host:port")
         self.delay_levels_ms  # noqa: B018 - validates the format
+        self._validate_raft()
         return self
+
+    def _validate_raft(self) -> None:
+        heartbeat, low, high = (self.dLegerHeartBeatTimeIntervalMs, self.dLegerElectionTimeoutMinMs,
+                                self.dLegerElectionTimeoutMaxMs)
+        if heartbeat < 1:
+            raise ValueError(f"dLegerHeartBeatTimeIntervalMs {heartbeat}: use at least 1 (ms)")
+        if low <= 3 * heartbeat:
+            raise ValueError(f"dLegerElectionTimeoutMinMs {low}: must exceed 3 x dLegerHeartBeatTimeIntervalMs "
+                             f"({3 * heartbeat}), or followers start elections between heartbeats")
+        if high <= low:
+            raise ValueError(f"dLegerElectionTimeoutMaxMs {high}: must exceed dLegerElectionTimeoutMinMs ({low})")
+        fallback = self.dLegerLeaderFallbackTimeoutMs
+        if fallback < 0 or 0 < fallback <= heartbeat:
+            raise ValueError(f"dLegerLeaderFallbackTimeoutMs {fallback}: use 0 (= dLegerElectionTimeoutMinMs) or "
+                             f"more than dLegerHeartBeatTimeIntervalMs ({heartbeat})")
+        if self.dLegerMaxWaitAckTimeMs < 1:
+            raise ValueError(f"dLegerMaxWaitAckTimeMs {self.dLegerMaxWaitAckTimeMs}: use at least 1 (ms)")
+        if self.flushIntervalCommitLog < 1:
+            raise ValueError(f"flushIntervalCommitLog {self.flushIntervalCommitLog}: use at least 1 (ms)")
+        self.replica_config()  # dledger's own checks, should one be missing here
 
 
 _FIELDS = {f.name: f for f in fields(BrokerConfig)}

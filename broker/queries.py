@@ -10,30 +10,43 @@ from rocketraft.protocol.errors import BadRequestError
 from rocketraft.protocol.names import retry_topic
 from rocketraft.protocol.wire import ipb, pb
 
+from . import reads, validation
 from . import tables as t
-from . import validation
 from .core import Broker
+from .topics import Topics
 
 QUERY_MESSAGES_DEFAULT = 32
 QUERY_MESSAGES_MAX = 1000
 _AFTER_SEP = b"\x01"  # the byte after tables.SEP: seeking to prefix + name + it skips past that name's keys
 
 
-# -- messages -------------------------------------------------------------------------------------------------
-def query_messages(broker: Broker, topic: str, key: str, message_id: str, max_messages: int) -> list[pb.Message]:
-    """Messages of `topic` carrying `key`, oldest first, or the one with `message_id` (exactly one given).
+class Queries:
+    def __init__(self, broker: Broker, topics: Topics):
+        self.broker = broker
+        self.topics = topics
 
-    A queued message looks as a consumer receives it (queue id and offset, store time of its queue entry).
-    A delayed message not yet due or a transactional half message without an outcome is reported too, with
-    its queue id and no queue_offset. Rolled-back and recalled messages are not reported."""
-    if bool(key) == bool(message_id):
-        raise BadRequestError(f"QueryMessage needs exactly one of key and message_id (got key={key!r}, "
-                              f"message_id={message_id!r})")
-    limit = _messages_limit(max_messages)
-    broker.require_topic(topic)
-    if message_id:
-        return broker.read(lambda txn: _by_id(broker, txn, topic, message_id))
-    return broker.read(lambda txn: _by_key(broker, txn, topic, key, limit))
+    def messages(self, topic: str, key: str, message_id: str, max_messages: int) -> list[pb.Message]:
+        """Messages of `topic` carrying `key`, oldest first, or the one with `message_id` (exactly one given).
+
+        A queued message looks as a consumer receives it (queue id and offset, store time of its queue entry).
+        A delayed message not yet due or a transactional half message without an outcome is reported too, with
+        its queue id and no queue_offset. Rolled-back and recalled messages are not reported."""
+        if bool(key) == bool(message_id):
+            raise BadRequestError(f"QueryMessage needs exactly one of key and message_id (got key={key!r}, "
+                                  f"message_id={message_id!r})")
+        limit = _messages_limit(max_messages)
+        self.topics.require(topic)
+        if message_id:
+            return self.broker.read(lambda txn: _by_id(self.broker, txn, topic, message_id))
+        return self.broker.read(lambda txn: _by_key(self.broker, txn, topic, key, limit))
+
+    def consumer_progress(self, group: str, topic: str) -> list[ipb.QueueProgress]:
+        """One QueueProgress per queue of `topic` ("" = every topic the group has state for on this broker
+        group, and its retry topic if it exists), topics in name order."""
+        validation.group_name(group)
+        if topic:
+            self.topics.require(topic)
+        return self.broker.read(lambda txn: _progress(self.broker, txn, group, topic))
 
 
 def _messages_limit(max_messages: int) -> int:
@@ -79,7 +92,9 @@ def _stored_message(broker: Broker, txn, topic: str, entry: t.MsgIdEntry) -> pb.
     db = broker.sm.db
     if entry.offset != t.NO_OFFSET:
         raw_cq = txn.get(t.cq_key(topic, entry.queue, entry.offset), db=db[t.CQ])
-        return broker.message_at(txn, topic, entry.queue, entry.offset, t.cq_entry(raw_cq)) if raw_cq else None
+        if raw_cq is None:
+            return None
+        return reads.message_at(broker.sm, txn, topic, entry.queue, entry.offset, t.cq_entry(raw_cq))
     send = broker.sm.stored_send(txn, entry.index, entry.slot)
     if send is None:
         return None
@@ -93,15 +108,6 @@ def _stored_message(broker: Broker, txn, topic: str, entry: t.MsgIdEntry) -> pb.
 
 
 # -- consumer progress ---------------------------------------------------------------------------------------
-def consumer_progress(broker: Broker, group: str, topic: str) -> list[ipb.QueueProgress]:
-    """One QueueProgress per queue of `topic` ("" = every topic the group has state for on this broker group,
-    and its retry topic if it exists), topics in name order."""
-    validation.group_name(group)
-    if topic:
-        broker.require_topic(topic)
-    return broker.read(lambda txn: _progress(broker, txn, group, topic))
-
-
 def _progress(broker: Broker, txn, group: str, topic: str) -> list[ipb.QueueProgress]:
     db = broker.sm.db
     names = [topic] if topic else sorted(_topics_with_state(txn, db, group) | {retry_topic(group)})
@@ -132,7 +138,7 @@ def _queue_progress(txn, db, group: str, topic: str, queue: int, broker_group: s
     group_queue = t.group_queue_key(group, topic, queue)
     raw_max = txn.get(t.queue_key(topic, queue), db=db[t.QMAX])
     broker_offset = t.u64_of(raw_max) if raw_max else 0
-    inflight = _inflight_offsets(txn, db, group_queue)
+    inflight = [offset for offset, _ in t.inflight_of_queue(txn, db[t.INFLIGHT], group, topic, queue)]
     raw_popped = txn.get(group_queue, db=db[t.POPPED])
     if raw_popped is not None:  # pop consumption: the lowest offset not yet acknowledged
         consumer_offset = inflight[0] if inflight else t.u64_of(raw_popped)
@@ -147,13 +153,3 @@ def _queue_progress(txn, db, group: str, topic: str, queue: int, broker_group: s
                              consumer_offset=consumer_offset, inflight=len(inflight),
                              lag=max(0, broker_offset - consumer_offset), last_store_ms=last_store_ms)
 
-
-def _inflight_offsets(txn, db, group_queue: bytes) -> list[int]:
-    cur = txn.cursor(db=db[t.INFLIGHT])
-    offsets = []
-    if cur.set_range(group_queue):
-        for key, _ in cur:
-            if not key.startswith(group_queue):
-                break
-            offsets.append(t.offset_of_cq_key(key))
-    return offsets

@@ -24,8 +24,12 @@ from rocketraft.protocol.wire import GRPC_OPTIONS, Code, ipb, ipb_grpc, pb, svc,
 
 from . import config as config_mod
 from .clients import ClientRegistry
+from .consume import Consume
 from .core import Broker, now_ms
+from .queries import Queries
 from .service import BrokerAdminService, MessagingService
+from .topics import Topics
+from .writes import Writes
 
 log = logging.getLogger("broker")
 
@@ -107,6 +111,10 @@ class BrokerServer:
     def __init__(self, config: config_mod.BrokerConfig):
         self.config = config
         self.broker = Broker(config)
+        self.topics = Topics(self.broker)
+        self.writes = Writes(self.broker, self.topics)
+        self.consume = Consume(self.broker, self.topics)
+        self.queries = Queries(self.broker, self.topics)
         self.clients = ClientRegistry(config.clientExpiryMillis)
         self.namesrvs = NameServers(config.namesrv_addresses)
         self.broker.replica_addresses = lambda: self.namesrvs.replica_addresses(config.brokerClusterName,
@@ -122,7 +130,7 @@ class BrokerServer:
         return ipb.BrokerRegistration(
             cluster=cfg.brokerClusterName, group=cfg.brokerName, replica_id=cfg.dLegerSelfId,
             follower_broker_id=cfg.follower_broker_id, role=st.role.value, term=st.term, address=cfg.advertised,
-            topics=self.broker.topics(), auto_create_topic=cfg.autoCreateTopicEnable,
+            topics=self.topics.all(), auto_create_topic=cfg.autoCreateTopicEnable,
             applied_index=st.applied_index, commit_index=st.commit_index,
             heartbeat_timeout_ms=cfg.heartbeatTimeoutMillis, default_queue_nums=cfg.defaultTopicQueueNums,
             leader_address=st.leader_address or "")
@@ -132,9 +140,11 @@ class BrokerServer:
         self.broker.on_role_change(self._register_now.set)
         self.broker.on_topic_change(self._register_now.set)
         server = grpc.aio.server(options=GRPC_OPTIONS)
-        svc_grpc.add_MessagingServiceServicer_to_server(
-            MessagingService(self.broker, self.clients, self.namesrvs.route), server)
-        ipb_grpc.add_BrokerAdminServicer_to_server(BrokerAdminService(self.broker, self.registration), server)
+        svc_grpc.add_MessagingServiceServicer_to_server(MessagingService(
+            self.config, topics=self.topics, writes=self.writes, consume=self.consume, clients=self.clients,
+            route_lookup=self.namesrvs.route), server)
+        ipb_grpc.add_BrokerAdminServicer_to_server(BrokerAdminService(self.topics, self.queries, self.registration),
+                                                   server)
         bound = server.add_insecure_port(self.config.listenAddress)
         if not bound:
             raise OSError(f"cannot listen on {self.config.listenAddress}")
@@ -190,10 +200,10 @@ class BrokerServer:
             if not self.broker.is_master:
                 continue
             try:
-                earliest = self.broker.earliest_timer_ms()
+                earliest = self.writes.earliest_timer_ms()
                 while earliest is not None and earliest <= now_ms():
-                    await self.broker.deliver_due(now_ms())
-                    earliest = self.broker.earliest_timer_ms()
+                    await self.writes.deliver_due(now_ms())
+                    earliest = self.writes.earliest_timer_ms()
             except Exception as exc:  # noqa: BLE001 - tried again on the next tick
                 log.warning("delayed-message delivery failed: %s", exc)
 
@@ -212,7 +222,7 @@ class BrokerServer:
     async def _check_transactions(self) -> None:
         cfg = self.config
         now = time.monotonic()
-        pending = self.broker.half_messages(now_ms() - cfg.transactionTimeOut)
+        pending = self.writes.half_messages(now_ms() - cfg.transactionTimeOut)
         still_half = set()
         for send in pending:
             message = pb.Message.FromString(send.message)
@@ -224,7 +234,7 @@ class BrokerServer:
             if count >= cfg.transactionCheckMax:
                 log.warning("transaction of message %s (topic %s) rolled back: no outcome after %d check-backs",
                             message_id, message.topic.name, count)
-                await self.broker.end_transaction(message.topic.name, message_id, message_id, commit=False)
+                await self.writes.end_transaction(message.topic.name, message_id, message_id, commit=False)
                 self._check_counts.pop(message_id, None)
                 continue
             outboxes = self.clients.producer_outboxes(message.topic.name, send.producer_client_id)

@@ -1,8 +1,8 @@
 """The broker's gRPC front door: apache.rocketmq.v2.MessagingService and rocketraft's BrokerAdmin.
 
-Only conversion lives here: requests to Broker calls, results and errors to responses. Every response
-carries a status; every error becomes one status in one place (`_status_of`). A malformed request gets a
-400xx status, never a crashed server.
+Only conversion lives here: requests to calls of the broker's jobs (topics.py, writes.py, consume.py,
+queries.py), results and errors to responses. Every response carries a status; every error becomes one status
+in one place (`errors.status_of`). A malformed request gets a 400xx status, never a crashed server.
 """
 
 from __future__ import annotations
@@ -10,26 +10,27 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
-from rocketraft.protocol.errors import RocketraftError, to_status
+from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.limits import PUSH_LONG_POLLING_MS, PUSH_RECEIVE_BATCH_SIZE, RETRY_BACKOFF_S
 from rocketraft.protocol.routing import allocate_averagely, one_queue_per_group, readable_master_queues
 from rocketraft.protocol.wire import Code, ipb, ipb_grpc, pb, svc, svc_grpc
+from rocketraft.protocol.wire import ok as ok_status
 
-from . import queries, validation
+from . import validation
 from .clients import ClientRegistry
-from .core import Broker, Sent, ok_status
+from .config import BrokerConfig
+from .consume import Consume
+from .errors import status_of as _status_of
+from .queries import Queries
+from .topics import Topics
+from .writes import Sent, Writes
 
 log = logging.getLogger(__name__)
 
-DEADLINE_MARGIN_S = 0.3  # answer a long poll this long before the client's deadline
-
-
-def _status_of(exc: BaseException) -> pb.Status:
-    if not isinstance(exc, RocketraftError):
-        log.exception("unexpected error while serving a request", exc_info=exc)
-    return to_status(exc)
+DEADLINE_MARGIN_S = 0.3  # answer a long poll or a send this long before the client's deadline
 
 
 def unary(response_cls):
@@ -61,10 +62,23 @@ def _ms(duration) -> int:
     return duration.seconds * 1000 + duration.nanos // 1_000_000
 
 
+def work_deadline(context) -> float | None:
+    """When (time.monotonic()) to stop working on a call so that its answer reaches the client in time: the
+    margin before its deadline, or half the time left if that is shorter. None: the call has no deadline; a
+    past time: the deadline passed already."""
+    remaining = context.time_remaining()
+    if remaining is None:
+        return None
+    return time.monotonic() + max(remaining - DEADLINE_MARGIN_S, remaining / 2)
+
+
 class MessagingService(svc_grpc.MessagingServiceServicer):
-    def __init__(self, broker: Broker, clients: ClientRegistry,
-                 route_lookup: Callable[[str], Awaitable[list[pb.MessageQueue]]]):
-        self.broker = broker
+    def __init__(self, config: BrokerConfig, *, topics: Topics, writes: Writes, consume: Consume,
+                 clients: ClientRegistry, route_lookup: Callable[[str], Awaitable[list[pb.MessageQueue]]]):
+        self.config = config
+        self.topics = topics
+        self.writes = writes
+        self.consume = consume
         self.clients = clients
         self._route_lookup = route_lookup
 
@@ -77,7 +91,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
     @unary(svc.QueryAssignmentResponse)
     async def QueryAssignment(self, request, context):
         """A pull consumer gets its share of the queues (docs/broker.md); others one assignment per group."""
-        self.broker.require_topic(request.topic.name)
+        self.topics.require(request.topic.name)
         queues = await self._route_lookup(request.topic.name)
         client_id = client_id_of(context)
         if self.clients.client_type(client_id) == pb.ClientType.PULL_CONSUMER:
@@ -140,7 +154,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             return svc.TelemetryCommand(status=_status_of(exc))
 
     def _settings_for(self, theirs: pb.Settings) -> pb.Settings:
-        config = self.broker.config
+        config = self.config
         settings = pb.Settings(client_type=theirs.client_type, metric=pb.Metric(on=False))
         settings.request_timeout.CopyFrom(theirs.request_timeout)
         if theirs.HasField("publishing"):
@@ -151,7 +165,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             if not settings.backoff_policy.max_attempts:
                 settings.backoff_policy.max_attempts = 3
         if theirs.HasField("subscription"):
-            group = self.broker.group(theirs.subscription.group.name)
+            group = self.topics.group(theirs.subscription.group.name)
             sub = settings.subscription
             sub.group.CopyFrom(theirs.subscription.group)
             sub.subscriptions.extend(theirs.subscription.subscriptions)
@@ -168,7 +182,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
     async def SendMessage(self, request, context):
         if not request.messages:
             return svc.SendMessageResponse(status=pb.Status(code=Code.BAD_REQUEST, message="no messages to send"))
-        outcomes = await self.broker.send_many(request.messages, client_id_of(context))
+        outcomes = await self.writes.send_many(request.messages, client_id_of(context), work_deadline(context))
         response = svc.SendMessageResponse()
         add, ok, failed = response.entries.add, ok_status(), []
         for message, outcome in zip(request.messages, outcomes, strict=True):
@@ -192,13 +206,13 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
     async def EndTransaction(self, request, context):
         if request.resolution not in (pb.TransactionResolution.COMMIT, pb.TransactionResolution.ROLLBACK):
             raise RocketraftError("EndTransaction needs resolution COMMIT or ROLLBACK", Code.BAD_REQUEST)
-        await self.broker.end_transaction(request.topic.name, request.message_id, request.transaction_id,
+        await self.writes.end_transaction(request.topic.name, request.message_id, request.transaction_id,
                                           request.resolution == pb.TransactionResolution.COMMIT)
         return svc.EndTransactionResponse(status=ok_status())
 
     @unary(svc.RecallMessageResponse)
     async def RecallMessage(self, request, context):
-        message_id = await self.broker.recall(request.topic.name, request.recall_handle)
+        message_id = await self.writes.recall(request.topic.name, request.recall_handle)
         return svc.RecallMessageResponse(status=ok_status(), message_id=message_id)
 
     # -- pop consumption ----------------------------------------------------------------------------------
@@ -221,7 +235,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         yield done
 
     async def _receive(self, request, context) -> list[pb.Message]:
-        config = self.broker.config
+        config = self.config
         group, topic = request.group.name, request.message_queue.topic.name
         client_id = client_id_of(context)
         self.clients.subscribe(client_id, group, topic, request.filter_expression)
@@ -233,13 +247,13 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         remaining = context.time_remaining()
         if remaining is not None:
             polling_ms = max(0, min(polling_ms, int((remaining - DEADLINE_MARGIN_S) * 1000)))
-        return await self.broker.receive(group, topic, request.filter_expression, request.batch_size or 1,
+        return await self.consume.receive(group, topic, request.filter_expression, request.batch_size or 1,
                                          invisible_ms, polling_ms)
 
     @unary(svc.AckMessageResponse)
     async def AckMessage(self, request, context):
         group, topic = request.group.name, request.topic.name
-        outcomes = await asyncio.gather(*(self.broker.ack(group, topic, e.receipt_handle) for e in request.entries),
+        outcomes = await asyncio.gather(*(self.consume.ack(group, topic, e.receipt_handle) for e in request.entries),
                                         return_exceptions=True)
         entries = []
         for entry, outcome in zip(request.entries, outcomes, strict=True):
@@ -253,13 +267,13 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
 
     @unary(svc.ChangeInvisibleDurationResponse)
     async def ChangeInvisibleDuration(self, request, context):
-        handle = await self.broker.change_invisible(request.group.name, request.topic.name, request.receipt_handle,
+        handle = await self.consume.change_invisible(request.group.name, request.topic.name, request.receipt_handle,
                                                     _ms(request.invisible_duration))
         return svc.ChangeInvisibleDurationResponse(status=ok_status(), receipt_handle=handle)
 
     @unary(svc.ForwardMessageToDeadLetterQueueResponse)
     async def ForwardMessageToDeadLetterQueue(self, request, context):
-        await self.broker.dead_letter(request.group.name, request.topic.name, request.receipt_handle)
+        await self.consume.dead_letter(request.group.name, request.topic.name, request.receipt_handle)
         return svc.ForwardMessageToDeadLetterQueueResponse(status=ok_status())
 
     # -- offset-based consumption ---------------------------------------------------------------------------
@@ -269,7 +283,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             remaining = context.time_remaining()
             if remaining is not None:
                 polling_ms = max(0, min(polling_ms, int((remaining - DEADLINE_MARGIN_S) * 1000)))
-            messages, next_offset = await self.broker.pull(
+            messages, next_offset = await self.consume.pull(
                 request.message_queue.topic.name, request.message_queue.id, request.offset,
                 request.batch_size or 32, request.filter_expression, polling_ms)
         except asyncio.CancelledError:
@@ -285,14 +299,14 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
 
     @unary(svc.UpdateOffsetResponse)
     async def UpdateOffset(self, request, context):
-        await self.broker.update_offset(request.group.name, request.message_queue.topic.name,
+        await self.consume.update_offset(request.group.name, request.message_queue.topic.name,
                                         request.message_queue.id, request.offset)
         return svc.UpdateOffsetResponse(status=ok_status())
 
     @unary(svc.GetOffsetResponse)
     async def GetOffset(self, request, context):
         queue = request.message_queue
-        offset = self.broker.consumer_offset(request.group.name, queue.topic.name, queue.id)
+        offset = self.consume.consumer_offset(request.group.name, queue.topic.name, queue.id)
         if offset is None:
             return svc.GetOffsetResponse(status=pb.Status(
                 code=Code.OFFSET_NOT_FOUND, message=f"group {request.group.name} has no offset for "
@@ -302,39 +316,31 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
     @unary(svc.QueryOffsetResponse)
     async def QueryOffset(self, request, context):
         queue = request.message_queue
-        self.broker._check_queue(queue.topic.name, queue.id)
-        low, high = self.broker.queue_range(queue.topic.name, queue.id)
-        policy = request.query_offset_policy
-        if policy == pb.QueryOffsetPolicy.BEGINNING:
-            offset = low
-        elif policy == pb.QueryOffsetPolicy.END:
-            offset = high
-        else:
-            offset = self.broker.offset_for_timestamp(queue.topic.name, queue.id, request.timestamp.ToMilliseconds())
+        offset = self.consume.query_offset(queue.topic.name, queue.id, request.query_offset_policy, request.timestamp)
         return svc.QueryOffsetResponse(status=ok_status(), offset=offset)
 
 
 class BrokerAdminService(ipb_grpc.BrokerAdminServicer):
-    def __init__(self, broker: Broker, registration: Callable[[], ipb.BrokerRegistration]):
-        self.broker = broker
+    def __init__(self, topics: Topics, queries: Queries, registration: Callable[[], ipb.BrokerRegistration]):
+        self.topics = topics
+        self.queries = queries
         self._registration = registration
 
     async def CreateTopic(self, request, context):
-        return await _admin_call(self.broker.create_topic(request.topic))
+        return await _admin_call(self.topics.create(request.topic))
 
     async def CreateGroup(self, request, context):
-        return await _admin_call(self.broker.create_group(request.group))
+        return await _admin_call(self.topics.create_group(request.group))
 
     async def Status(self, request, context):
         return ipb.BrokerStatusResponse(registration=self._registration())
 
     async def DeleteTopic(self, request, context):
-        return await _admin_call(self.broker.delete_topic(request.topic))
+        return await _admin_call(self.topics.delete(request.topic))
 
     async def QueryMessage(self, request, context):
         try:
-            messages = queries.query_messages(self.broker, request.topic, request.key, request.message_id,
-                                              request.max_messages)
+            messages = self.queries.messages(request.topic, request.key, request.message_id, request.max_messages)
         except Exception as exc:  # noqa: BLE001 - every failure is answered with a code
             status = _status_of(exc)
             return ipb.QueryMessageResponse(code=status.code, message=status.message)
@@ -343,7 +349,7 @@ class BrokerAdminService(ipb_grpc.BrokerAdminServicer):
 
     async def ConsumerProgress(self, request, context):
         try:
-            queues = queries.consumer_progress(self.broker, request.group, request.topic)
+            queues = self.queries.consumer_progress(request.group, request.topic)
         except Exception as exc:  # noqa: BLE001 - every failure is answered with a code
             status = _status_of(exc)
             return ipb.ConsumerProgressResponse(code=status.code, message=status.message)

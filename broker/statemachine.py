@@ -2,8 +2,15 @@
 
 Each dledger payload is one `store.v1.Command`. Apply is deterministic: it reads only the tables, the log
 and the command (the leader's clock travels inside the command), so every replica reaches the same state.
-It never raises for a bad command: it returns an `ApplyError`, which the replica that proposed the
-command turns into a response. Results go back to the proposer through dledger's AppendResult.
+Results go back to the proposer through dledger's AppendResult.
+
+Apply refuses a command only by a named, deterministic check (the topic does not exist at apply time, a stale
+receipt handle, a key too long for LMDB, ...): it returns an `ApplyError`, the same on every replica, which
+the proposing replica turns into a response. Anything else that goes wrong (an LMDB error, a broken invariant,
+a payload that is not a command) raises: dledger then stops this replica loudly rather than let it skip a
+write the other replicas made. The door (broker/validation.py) refuses bad requests before Raft, so that one
+bad request cannot stop every replica at once; the named checks here repeat the ones a request could still
+reach apply with (a command from a replica running an older version, an old log).
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from dledger import LogEntry, Store, read_payloads
+from dledger import LogEntry, Store, logformat, read_payloads
 from rocketraft.proto import store_pb2 as spb
 from rocketraft.protocol.names import dlq_topic
 from rocketraft.protocol.rules import tag_filter
@@ -25,10 +32,17 @@ from . import tables as t
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class ApplyError:
+    """A deliberate refusal of one command by a named check: deterministic, so every replica refuses it."""
     code: int
     message: str
+
+
+class InvariantError(RuntimeError):
+    """The tables or the log broke an invariant apply relies on. Raised out of apply, so dledger stops the
+    replica (`status().failure` names it) instead of applying on top of state that may differ from the others'."""
 
 
 class SendResult(NamedTuple):
@@ -54,21 +68,6 @@ class Popped:
 @dataclass(frozen=True)
 class HandleResult:
     handle: str  # the new receipt handle (CHANGE_INVISIBLE) or the one acknowledged
-
-
-def encode_handle(queue: int, offset: int, gen: int) -> str:
-    return f"{queue:x}.{offset:x}.{gen:x}"
-
-
-def decode_handle(handle: str) -> tuple[int, int, int] | None:
-    parts = handle.split(".")
-    if len(parts) != 3:
-        return None
-    try:
-        queue, offset, gen = (int(p, 16) for p in parts)
-    except ValueError:
-        return None
-    return queue, offset, gen
 
 
 def send_fields(send: spb.SendCommand) -> tuple[str, str, str]:
@@ -118,6 +117,7 @@ class EntryCache:
 class BrokerStateMachine:
     def __init__(self) -> None:
         self._store: Store | None = None
+        self._applied_index = 0  # the last entry applied: entries come in increasing index order only
         self._touched: set[str] = set()
         self._configs_changed = False  # a topic was created, changed or deleted (not merely written to)
         self._listeners: list[Callable[[set[str], bool], None]] = []
@@ -142,6 +142,9 @@ class BrokerStateMachine:
         self._entries.clear()  # a snapshot may have replaced the store
         self.db = {name: store.db(name) for name in t.ALL}
         self._msgid_db, self._cq_db, self._keys_db = self.db[t.MSGID], self.db[t.CQ], self.db[t.KEYS]
+        # dledger records the applied index in the transaction that applies (dledger.logformat)
+        raw = store.read(lambda txn: txn.get(logformat.META_APPLIED_INDEX, db=store.meta_db))
+        self._applied_index = logformat.decode_u64(raw) if raw else 0
 
     def add_listener(self, callback: Callable[[set[str], bool], None]) -> None:
         """callback(topics, configs_changed) runs on the Raft thread after entries touching those topics are
@@ -160,22 +163,23 @@ class BrokerStateMachine:
                 log.exception("state machine listener failed")
 
     def apply(self, entry: LogEntry, txn) -> list:
+        """One result per payload: the command's result, or an ApplyError. Raises on anything unexpected."""
+        index = entry.index
+        if index <= self._applied_index:
+            raise InvariantError(f"entry {index} came to apply after entry {self._applied_index}: the applied "
+                                 "index only grows (an entry applied twice, or out of order)")
         self._queue_nums.clear()
         self._qmax.clear()
         results = []
-        index = entry.index
         for slot, payload in enumerate(entry.payloads):
-            try:
-                command = spb.Command.FromString(payload)
-                if command.WhichOneof("body") == "send":
-                    results.append(self._send(command.send, index, slot, txn))
-                else:
-                    self._flush_qmax(txn)  # other commands read the qmax table
-                    results.append(self._apply_other(command, index, txn))
-            except Exception as exc:  # noqa: BLE001 - a bad payload must not stop the replica
-                log.exception("could not apply payload %d of entry %d", slot, index)
-                results.append(ApplyError(Code.INTERNAL_ERROR, f"could not apply: {type(exc).__name__}: {exc}"))
+            command = spb.Command.FromString(payload)
+            if command.WhichOneof("body") == "send":
+                results.append(self._send(command.send, index, slot, txn))
+            else:
+                self._flush_qmax(txn)  # other commands read the qmax table
+                results.append(self._apply_other(command, index, txn))
         self._flush_qmax(txn)
+        self._applied_index = index
         return results
 
     def _flush_qmax(self, txn) -> None:
@@ -215,6 +219,9 @@ class BrokerStateMachine:
                                   "nothing to delete")
             self._purge_topic(config.name, txn)
         else:
+            if config.queue_nums > t.QUEUE_IDS_MAX:
+                return ApplyError(Code.BAD_REQUEST, f"topic {config.name}: {config.queue_nums} queues; at most "
+                                  f"{t.QUEUE_IDS_MAX} per broker group")
             existing = ipb.TopicConfig.FromString(raw).queue_nums if raw is not None else 0
             if existing > config.queue_nums:
                 return ApplyError(Code.BAD_REQUEST, f"topic {config.name} has {existing} queues; queues are never "
@@ -278,16 +285,20 @@ class BrokerStateMachine:
             if queue_nums is None:
                 return ApplyError(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist on this group")
         queue = command.queue_id
-        if queue >= queue_nums:
+        if not 0 <= queue < queue_nums:
             return ApplyError(Code.BAD_REQUEST, f"queue {queue} does not exist in topic {topic}")
         id_key = t.msgid_key(topic, message_id)
+        if len(id_key) > t.KEY_BYTES_MAX:
+            return ApplyError(Code.ILLEGAL_MESSAGE_ID, f"message id {message_id[:100]!r} is too long to index: "
+                              f"{len(id_key)} bytes with its topic, LMDB keys hold {t.KEY_BYTES_MAX}")
         seen = txn.get(id_key, db=self._msgid_db)
         if seen is not None:
             known = t.msgid_entry(seen)
             return SendResult(known.queue, known.offset, True)
         if keys:
-            for key in keys:
-                txn.put(t.key_index_key(topic, key, index, slot), b"", db=self._keys_db)
+            refused = self._index_keys(topic, message_id, keys, index, slot, txn)
+            if refused is not None:
+                return refused
         if command.half:
             txn.put(t.position_key(index, slot), b"", db=self.db[t.HALF])
             offset = t.NO_OFFSET
@@ -299,13 +310,27 @@ class BrokerStateMachine:
         txn.put(id_key, t.msgid_value(index, slot, queue, offset), db=self._msgid_db)
         return SendResult(queue, offset, False)
 
+    def _index_keys(self, topic: str, message_id: str, keys, index: int, slot: int, txn) -> ApplyError | None:
+        """Index a message under each of its keys (queryMsgByKey); a key too long for an LMDB key is refused
+        before any of them is written."""
+        key_keys = [t.key_index_key(topic, key, index, slot) for key in keys]
+        if any(len(k) > t.KEY_BYTES_MAX for k in key_keys):
+            return ApplyError(Code.ILLEGAL_MESSAGE_KEY, f"a key of message {message_id} is too long to index "
+                              f"(LMDB keys hold {t.KEY_BYTES_MAX} bytes with the topic)")
+        for key_key in key_keys:
+            txn.put(key_key, b"", db=self._keys_db)
+        return None
+
     def _enqueue(self, topic: str, queue: int, index: int, slot: int, store_ms: int, tag: str, txn) -> int:
         qkey = t.queue_key(topic, queue)
         offset = self._qmax.get(qkey)
         if offset is None:
             offset = self._queue_end(qkey, txn)
             self._touched.add(topic)
-        txn.put(t.cq_key(topic, queue, offset), t.cq_value(index, slot, store_ms, tag), db=self._cq_db)
+        if not txn.put(t.cq_key(topic, queue, offset), t.cq_value(index, slot, store_ms, tag), db=self._cq_db,
+                       overwrite=False):
+            raise InvariantError(f"consume queue {topic}/{queue}: offset {offset}, the queue's stored max offset, "
+                                 "already holds an entry (the qmax table is behind the consume queue)")
         self._qmax[qkey] = offset + 1
         return offset
 
@@ -356,7 +381,7 @@ class BrokerStateMachine:
         return len(due)
 
     def _recall(self, command: spb.RecallCommand, txn):
-        raw = txn.get(t.msgid_key(command.topic, command.message_id), db=self.db[t.MSGID])
+        raw = self._msgid_of(command.topic, command.message_id, txn)
         if raw is None:
             return ApplyError(Code.NOT_FOUND, f"no message {command.message_id} in topic {command.topic}")
         entry = t.msgid_entry(raw)
@@ -371,7 +396,7 @@ class BrokerStateMachine:
 
     # -- transactions ------------------------------------------------------------------------------------
     def _end_transaction(self, command: spb.EndTransactionCommand, txn):
-        raw = txn.get(t.msgid_key(command.topic, command.message_id), db=self.db[t.MSGID])
+        raw = self._msgid_of(command.topic, command.message_id, txn)
         if raw is None:
             return ApplyError(Code.NOT_FOUND, f"no half message {command.message_id} in topic {command.topic}")
         entry = t.msgid_entry(raw)
@@ -390,8 +415,15 @@ class BrokerStateMachine:
             self._enqueue_stored(entry.index, entry.slot, command.now_ms, txn)
         return None
 
+    def _msgid_of(self, topic: str, message_id: str, txn) -> bytes | None:
+        """The message-id entry; None also for an id too long to be a key (no such message can be stored)."""
+        key = t.msgid_key(topic, message_id)
+        return txn.get(key, db=self.db[t.MSGID]) if len(key) <= t.KEY_BYTES_MAX else None
+
     # -- consumer offsets ---------------------------------------------------------------------------------
     def _offset(self, command: spb.OffsetCommand, txn):
+        if not 0 <= command.queue_id < t.QUEUE_IDS_MAX:
+            return ApplyError(Code.BAD_REQUEST, f"queue {command.queue_id} is out of range (0..{t.QUEUE_IDS_MAX - 1})")
         txn.put(t.group_queue_key(command.group, command.topic, command.queue_id), t.u64(command.offset),
                 db=self.db[t.OFFSETS])
         return None
@@ -413,21 +445,10 @@ class BrokerStateMachine:
             self._pop_queue(command, queue, accept, index, out, txn)
         return out
 
-    def _inflight_of_queue(self, group: str, topic: str, queue: int, txn) -> list[tuple[int, t.Inflight]]:
-        prefix = t.group_queue_key(group, topic, queue)
-        cur = txn.cursor(db=self.db[t.INFLIGHT])
-        found = []
-        if cur.set_range(prefix):
-            for key, value in cur:
-                if not key.startswith(prefix):
-                    break
-                found.append((t.offset_of_cq_key(key), t.inflight_of(value)))
-        return found
-
     def _pop_queue(self, command: spb.PopCommand, queue: int, accept, index: int, out: list, txn) -> None:
         group, topic, now = command.group, command.topic, command.now_ms
-        inflight = self._inflight_of_queue(group, topic, queue, txn)
-        if command.fifo and any(state.deadline_ms > now for _, state in inflight):
+        inflight = t.inflight_of_queue(txn, self.db[t.INFLIGHT], group, topic, queue)
+        if command.fifo and t.fifo_locked(inflight, now):
             return  # ordered consumption: the queue is locked while a message of it is being consumed
         for offset, state in inflight:
             if len(out) >= command.batch_size:
@@ -466,7 +487,7 @@ class BrokerStateMachine:
             return
         deadline = command.now_ms + command.invisible_ms
         txn.put(key, t.inflight_value(deadline, attempt, index), db=self.db[t.INFLIGHT])
-        out.append(Popped(topic, queue, offset, cq.index, cq.slot, attempt, encode_handle(queue, offset, index),
+        out.append(Popped(topic, queue, offset, cq.index, cq.slot, attempt, t.receipt_handle(queue, offset, index),
                           deadline))
 
     def _dead_letter(self, group: str, cq: t.CqEntry, now_ms: int, txn) -> None:
@@ -476,7 +497,7 @@ class BrokerStateMachine:
 
     def _advance_consumed(self, group: str, topic: str, queue: int, txn) -> None:
         """The group's consumer offset: the lowest offset in flight, or the next one never delivered."""
-        inflight = self._inflight_of_queue(group, topic, queue, txn)
+        inflight = t.inflight_of_queue(txn, self.db[t.INFLIGHT], group, topic, queue)
         if inflight:
             consumed = inflight[0][0]
         else:
@@ -485,11 +506,10 @@ class BrokerStateMachine:
         txn.put(t.group_queue_key(group, topic, queue), t.u64(consumed), db=self.db[t.OFFSETS])
 
     def _handle(self, command: spb.HandleCommand, index: int, txn):
-        decoded = decode_handle(command.receipt_handle)
-        if decoded is None:
-            return ApplyError(Code.INVALID_RECEIPT_HANDLE, f"receipt handle {command.receipt_handle!r} is "
-                              "malformed; use the handle of the last delivery")
-        queue, offset, gen = decoded
+        try:
+            queue, offset, gen = t.parse_receipt_handle(command.receipt_handle)
+        except ValueError as exc:
+            return ApplyError(Code.INVALID_RECEIPT_HANDLE, f"{exc}; use the handle of the last delivery")
         key = t.inflight_key(command.group, command.topic, queue, offset)
         raw = txn.get(key, db=self.db[t.INFLIGHT])
         if raw is None or t.inflight_of(raw).handle_gen != gen:
@@ -501,7 +521,7 @@ class BrokerStateMachine:
         if command.kind == spb.HandleCommand.CHANGE_INVISIBLE:
             txn.put(key, t.inflight_value(command.now_ms + command.invisible_ms, state.attempt, index),
                     db=self.db[t.INFLIGHT])
-            return HandleResult(encode_handle(queue, offset, index))
+            return HandleResult(t.receipt_handle(queue, offset, index))
         txn.delete(key, db=self.db[t.INFLIGHT])
         self._touched.add(command.topic)  # wakes long polls: for a FIFO group the queue is unlocked now
         if command.kind == spb.HandleCommand.DEAD_LETTER:

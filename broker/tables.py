@@ -15,6 +15,13 @@ committed read transactions. All integers are big-endian so keys sort by number.
   offsets   group 0 topic 0 queue:u16             -> offset:u64 (everything below is consumed)
   popped    group 0 topic 0 queue:u16             -> offset:u64 (next offset never delivered to the group)
   inflight  group 0 topic 0 queue:u16 offset:u64  -> deadline_ms:u64 attempt:u32 handle_gen:u64
+  meta      "applied_index"                       -> index:u64 (the last entry the state machine applied)
+
+Every key must stay within LMDB's key size (KEY_BYTES_MAX): the door's rules keep names, ids and keys short
+enough (rocketraft.protocol.limits), and apply refuses by name a command that would break it.
+
+A receipt handle names one delivery: "queue.offset.generation" in hex, generation = the Raft index of the command
+that made the delivery (a newer delivery or ChangeInvisibleDuration invalidates older handles).
 """
 
 from __future__ import annotations
@@ -37,6 +44,9 @@ INFLIGHT = b"b_inflight"
 ALL = (TOPICS, GROUPS, QMAX, CQ, MSGID, KEYS, TIMER, HALF, OFFSETS, POPPED, INFLIGHT)
 
 NO_OFFSET = 2**64 - 1
+U64_MAX = 2**64 - 1
+QUEUE_IDS_MAX = 2**16  # queue ids are u16 in every key: a topic has at most this many queues per group
+KEY_BYTES_MAX = 511  # LMDB's key size limit (MDB_MAXKEYSIZE); a longer key fails the write (MDB_BAD_VALSIZE)
 SEP = b"\x00"
 _Q = struct.Struct(">H")
 _QO = struct.Struct(">HQ")
@@ -158,3 +168,45 @@ def inflight_value(deadline_ms: int, attempt: int, handle_gen: int) -> bytes:
 
 def inflight_of(value: bytes) -> Inflight:
     return Inflight(*_INFLIGHT.unpack(value))
+
+
+def inflight_of_queue(txn, inflight_db, group: str, topic: str, queue: int) -> list[tuple[int, Inflight]]:
+    """(offset, state) of every message of one queue in flight to a group, by offset: what a pop redelivers,
+    what locks a FIFO queue, where the group's consumption stands."""
+    prefix = group_queue_key(group, topic, queue)
+    cur = txn.cursor(db=inflight_db)
+    found = []
+    if cur.set_range(prefix):
+        for key, value in cur:
+            if not key.startswith(prefix):
+                break
+            found.append((offset_of_cq_key(key), inflight_of(value)))
+    return found
+
+
+def fifo_locked(inflight: list[tuple[int, Inflight]], now_ms: int) -> bool:
+    """For a FIFO group a queue is locked while one of its messages is invisible (being consumed)."""
+    return any(state.deadline_ms > now_ms for _, state in inflight)
+
+
+# -- receipt handles ------------------------------------------------------------------------------------------
+def receipt_handle(queue: int, offset: int, gen: int) -> str:
+    return f"{queue:x}.{offset:x}.{gen:x}"
+
+
+def parse_receipt_handle(handle: str) -> tuple[int, int, int]:
+    """(queue, offset, generation) of a handle; ValueError saying what is wrong with a malformed one (one that
+    could not be a key of the inflight table)."""
+    parts = handle.split(".")
+    if len(parts) != 3:
+        raise ValueError(f"receipt handle {handle[:100]!r} is malformed: it is not queue.offset.generation (hex)")
+    try:
+        queue, offset, gen = (int(p, 16) for p in parts)
+    except ValueError:
+        raise ValueError(f"receipt handle {handle[:100]!r} is malformed: a part is not a hex number") from None
+    if not 0 <= queue < QUEUE_IDS_MAX:
+        raise ValueError(f"receipt handle {handle[:100]!r} is malformed: queue {queue} is out of range "
+                         f"(0..{QUEUE_IDS_MAX - 1})")
+    if not (0 <= offset <= U64_MAX and 0 <= gen <= U64_MAX):
+        raise ValueError(f"receipt handle {handle[:100]!r} is malformed: its offset or generation is out of range")
+    return queue, offset, gen

@@ -1,14 +1,21 @@
 """The broker's door: every request is validated here before anything reaches Raft. The rules themselves live
 in rocketraft.protocol.rules (shared with the clients); this module applies them with this broker's configured
 limits. Each rule raises its own error with its own code and a message that names the value, the rule and what
-to do."""
+to do.
+
+A request that passed the door must not make apply fail: apply stops a replica on anything it did not expect,
+and a committed command is applied by every replica, so one bad request would stop the whole group. So every
+value that ends up in an LMDB key or a fixed-width field (queue ids are u16, offsets u64, LMDB keys at most 511
+bytes) is checked here.
+"""
 
 from __future__ import annotations
 
 from rocketraft.protocol import names, rules
-from rocketraft.protocol.errors import BadRequestError, RocketraftError, UnsupportedError
+from rocketraft.protocol.errors import BadRequestError, InvalidReceiptHandleError, RocketraftError, UnsupportedError
 from rocketraft.protocol.wire import Code, MessageType, pb
 
+from . import tables
 from .config import BrokerConfig
 
 # Plain ints for the send path: looking up a protobuf enum's attribute (EnumTypeWrapper.__getattr__) costs about
@@ -22,6 +29,9 @@ ENCODINGS = frozenset((ENCODING_UNSPECIFIED, IDENTITY, pb.Encoding.GZIP))
 
 topic_name = names.check_topic_name
 group_name = names.check_group_name
+
+TIMESTAMP_SECONDS_MAX = 253_402_300_799  # 9999-12-31T23:59:59Z, the end of protobuf's Timestamp range
+DECIMAL_DIGITS_MAX = 9  # a numeric property longer than this is out of every range (and int() has a limit)
 
 
 def queue_nums(n: int, config: BrokerConfig) -> int:
@@ -56,7 +66,8 @@ def message(msg: pb.Message, config: BrokerConfig, now_ms: int) -> int:
     kind = props.message_type or (DELAY if delayed else FIFO if message_group else NORMAL)
     _type_matches_properties(kind, message_group, delayed)
     if delayed:
-        rules.check_delivery_time(rules.timestamp_ms(props.delivery_timestamp), now_ms, config.timerMaxDelayMillis)
+        deliver_at_ms = timestamp_ms(props.delivery_timestamp, "delivery_timestamp", Code.ILLEGAL_DELIVERY_TIME)
+        rules.check_delivery_time(deliver_at_ms, now_ms, config.timerMaxDelayMillis)
     return kind
 
 
@@ -99,3 +110,40 @@ def batch_size(n: int, config: BrokerConfig) -> int:
     if not 1 <= n <= config.receiveBatchSizeMax:
         raise BadRequestError(f"batch size {n}: use 1..{config.receiveBatchSizeMax}")
     return n
+
+
+def timestamp_ms(timestamp, what: str, code: int) -> int:
+    """A protobuf Timestamp from a request, in ms since the epoch: a valid time between 1970 and protobuf's year
+    9999 (ToMilliseconds would raise for one beyond, and no stored time is before 1970)."""
+    if not (0 <= timestamp.seconds <= TIMESTAMP_SECONDS_MAX and 0 <= timestamp.nanos < 1_000_000_000):
+        raise BadRequestError(f"{what} {timestamp.seconds} s {timestamp.nanos} ns is not a time between 1970 and "
+                              "9999-12-31", code)
+    return timestamp.ToMilliseconds()
+
+
+def delay_level(level: str, config: BrokerConfig) -> int:
+    """The DELAY property: a level 1..len(messageDelayLevel), in ASCII digits."""
+    count = len(config.delay_levels_ms)
+    if not (level.isascii() and level.isdigit() and len(level) <= DECIMAL_DIGITS_MAX and 1 <= int(level) <= count):
+        raise RocketraftError(f"delay level {level[:40]!r}: use 1..{count} ({config.messageDelayLevel})",
+                              Code.ILLEGAL_DELIVERY_TIME)
+    return int(level)
+
+
+def queue_id(queue: int) -> int:
+    """A queue id from a request: a u16 in every table key (whether the topic has that queue is the topic's
+    business)."""
+    if not 0 <= queue < tables.QUEUE_IDS_MAX:
+        raise BadRequestError(f"queue {queue} does not exist: queue ids are 0..{tables.QUEUE_IDS_MAX - 1}")
+    return queue
+
+
+def receipt_handle(handle: str) -> str:
+    """A receipt handle that can name a delivery (whether it is still valid is decided in apply)."""
+    if not handle:
+        raise InvalidReceiptHandleError("receipt handle is empty; use the handle of the message's delivery")
+    try:
+        tables.parse_receipt_handle(handle)
+    except ValueError as exc:
+        raise InvalidReceiptHandleError(f"{exc}; use the handle of the last delivery") from None
+    return handle

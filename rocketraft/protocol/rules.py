@@ -115,12 +115,6 @@ def check_delay_level(level: int, levels: int = limits.DELAY_LEVEL_COUNT) -> int
     return level
 
 
-def timestamp_ms(timestamp) -> int:
-    """A google.protobuf.Timestamp in epoch milliseconds, without protobuf's range check (ToMilliseconds raises
-    ValueError past year 9999: such a time is refused by the range checks here, with a named error)."""
-    return timestamp.seconds * 1000 + timestamp.nanos // 1_000_000
-
-
 def check_delivery_time(deliver_at_ms: int, now_ms: int, delay_ms_max: int = limits.DELIVERY_DELAY_MS_MAX) -> int:
     if deliver_at_ms < 0:
         raise BadRequestError(f"delivery time {deliver_at_ms} ms is before 1970; give an epoch time in milliseconds",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import time
 
 import pytest
 
@@ -35,7 +36,7 @@ class ScriptedReplica:
 
 def run(replica, coroutine_of, **settings):
     async def main():
-        batcher = Batcher(replica, BrokerConfig(**settings), write_retry_ms=300)
+        batcher = Batcher(replica, BrokerConfig(**{"writeRetryMillis": 300, **settings}))
         batcher.start()
         try:
             return await coroutine_of(batcher)
@@ -102,3 +103,57 @@ def test_an_unknown_outcome_is_retried_only_for_repeatable_commands(repeatable, 
         assert outcomes == [b"ok"] and len(replica.entries) == 2
     else:
         assert outcomes[0].code == Code.PROXY_TIMEOUT and len(replica.entries) == 1
+
+
+def test_write_retry_millis_bounds_the_retries_and_0_answers_after_one_attempt():
+    replica = ScriptedReplica(lambda payloads: dledger.NoLeaderError("election"))
+    outcomes = run(replica, lambda b: b.submit_many([b"a"]), writeRetryMillis=0)
+    assert [o.code for o in outcomes] == [Code.HA_NOT_AVAILABLE] and len(replica.entries) == 1
+    retried = ScriptedReplica(lambda payloads: dledger.NoLeaderError("election"))
+    run(retried, lambda b: b.submit_many([b"a"]), writeRetryMillis=200)
+    assert len(retried.entries) > 1
+
+
+class SilentReplica(ScriptedReplica):
+    """Appends that never get an outcome (a quorum that does not answer)."""
+
+    def append(self, payloads: list[bytes]) -> concurrent.futures.Future:
+        self.entries.append(list(payloads))
+        return concurrent.futures.Future()
+
+
+def test_a_submission_whose_deadline_passed_is_not_submitted():
+    replica = ScriptedReplica()
+    outcomes = run(replica, lambda b: b.submit_many([b"a", b"b"], deadline=time.monotonic() - 0.001))
+    assert [o.code for o in outcomes] == [Code.REQUEST_TIMEOUT] * 2
+    assert "not stored" in outcomes[0].message and replica.entries == []
+
+
+def test_at_the_deadline_appended_commands_are_unknown_and_queued_ones_are_dropped_unstored():
+    replica = SilentReplica()
+
+    async def two(batcher):
+        deadline = time.monotonic() + 0.2
+        first = asyncio.ensure_future(batcher.submit_many([b"in-flight"], deadline=deadline))
+        second = asyncio.ensure_future(batcher.submit_many([b"queued"], deadline=deadline))
+        outcomes = await asyncio.gather(first, second)
+        await asyncio.sleep(0.05)  # the batcher runs again: the dropped command must not be appended now
+        return outcomes
+
+    (in_flight,), (queued,) = run(replica, two, appendsInFlightMax=1, batchCommandsMax=1,
+                                  waitTimeMillsInSendQueue=10_000)
+    assert in_flight.code == Code.PROXY_TIMEOUT and "may or may not have been committed" in in_flight.message
+    assert queued.code == Code.REQUEST_TIMEOUT and "not stored" in queued.message
+    assert replica.entries == [[b"in-flight"]]
+
+
+def test_a_retry_refused_after_an_unknown_outcome_is_reported_unknown_not_as_a_definite_failure():
+    attempts = iter([dledger.OutcomeUnknownError("leader changed")])
+
+    def outcome(payloads):
+        return next(attempts, dledger.NoLeaderError("election"))
+
+    replica = ScriptedReplica(outcome)
+    [answer] = run(replica, lambda b: b.submit_many([b"send"], repeatable=True))
+    assert answer.code == Code.PROXY_TIMEOUT, answer
+    assert "earlier attempt's outcome is unknown" in answer.message and len(replica.entries) > 2

@@ -1,13 +1,16 @@
-"""slaveForwardEnable and storeMapSizeBytes: what each key changes, and that a bad value is refused by name."""
+"""Broker settings (slaveForwardEnable, storeMapSizeBytes, writeRetryMillis, the Raft keys): what each key changes,
+and that a bad value is refused by name."""
 
 from __future__ import annotations
 
+import re
+import signal
+
 import pytest
-from brokerkit import admin_stub, messaging_stub, raw_message
+from brokerkit import admin_stub, messaging_stub, raw_message, wait_until
 
 from broker import config as broker_config
-from broker.core import Broker
-from dledger.config import ReplicaConfig
+from dledger import ReplicaConfig
 from rocketraft.protocol.wire import Code, ipb, svc
 
 
@@ -40,6 +43,87 @@ def test_forwarding_is_on_by_default_and_the_key_reads_rocketmq_style_booleans()
 def test_store_map_size_defaults_to_dledgers_reaches_the_replica_and_a_tiny_map_is_refused():
     assert broker_config.load(None, {}, environ={}).storeMapSizeBytes == ReplicaConfig.map_size_bytes
     config = broker_config.load(None, {"storeMapSizeBytes": 64 * 1024 * 1024}, environ={})
-    assert Broker._replica_config(config).map_size_bytes == 64 * 1024 * 1024
+    assert config.replica_config().map_size_bytes == 64 * 1024 * 1024
     with pytest.raises(ValueError, match="storeMapSizeBytes 1024: use at least 16777216"):
         broker_config.load(None, {"storeMapSizeBytes": 1024}, environ={})
+
+
+def test_write_retry_millis_defaults_to_2500_reads_toml_and_env_and_refuses_a_bad_value(tmp_path):
+    assert broker_config.load(None, {}, environ={}).writeRetryMillis == 2500
+    path = tmp_path / "broker.toml"
+    path.write_text("writeRetryMillis = 0\n")
+    assert broker_config.load(str(path), environ={}).writeRetryMillis == 0
+    assert broker_config.load(None, {}, environ={"ROCKETRAFT_WRITE_RETRY_MILLIS": "700"}).writeRetryMillis == 700
+    with pytest.raises(ValueError, match=r"writeRetryMillis -1: use 0\.\.60000"):
+        broker_config.load(None, {"writeRetryMillis": -1}, environ={})
+
+
+RAFT_KEYS = {  # BrokerConfig key -> (dledger ReplicaConfig field, a value other than the default)
+    "flushIntervalCommitLog": ("async_flush_interval_ms", 20),
+    "dLegerPassword": ("password", "s3cret-raft"),
+    "dLegerHeartBeatTimeIntervalMs": ("heartbeat_interval_ms", 100),
+    "dLegerElectionTimeoutMinMs": ("election_timeout_min_ms", 1000),
+    "dLegerElectionTimeoutMaxMs": ("election_timeout_max_ms", 2000),
+    "dLegerLeaderFallbackTimeoutMs": ("leader_fallback_timeout_ms", 1500),
+    "dLegerMaxWaitAckTimeMs": ("append_timeout_ms", 5000),
+}
+
+
+def test_raft_keys_default_to_dledgers_settings_and_each_reaches_the_replica_config(tmp_path):
+    defaults = broker_config.load(None, {}, environ={}).replica_config()
+    for field, _ in RAFT_KEYS.values():
+        assert getattr(defaults, field) == getattr(ReplicaConfig, field), field
+    path = tmp_path / "broker.toml"
+    path.write_text("".join(f"{key} = {value!r}\n".replace("'", '"') for key, (_, value) in RAFT_KEYS.items()))
+    configured = broker_config.load(str(path), environ={}).replica_config()
+    assert {field: getattr(configured, field) for field, _ in RAFT_KEYS.values()} == dict(RAFT_KEYS.values())
+    assert configured.leader_fallback_ms == 1500
+
+
+@pytest.mark.parametrize("settings, words", [
+    ({"dLegerHeartBeatTimeIntervalMs": 0}, "dLegerHeartBeatTimeIntervalMs 0: use at least 1"),
+    ({"dLegerHeartBeatTimeIntervalMs": 300}, "dLegerElectionTimeoutMinMs 600: must exceed 3 x "
+                                             "dLegerHeartBeatTimeIntervalMs (900)"),
+    ({"dLegerElectionTimeoutMaxMs": 600}, "dLegerElectionTimeoutMaxMs 600: must exceed dLegerElectionTimeoutMinMs"),
+    ({"dLegerLeaderFallbackTimeoutMs": 50}, "dLegerLeaderFallbackTimeoutMs 50: use 0"),
+    ({"dLegerLeaderFallbackTimeoutMs": -1}, "dLegerLeaderFallbackTimeoutMs -1: use 0"),
+    ({"dLegerMaxWaitAckTimeMs": 0}, "dLegerMaxWaitAckTimeMs 0: use at least 1"),
+    ({"flushIntervalCommitLog": 0}, "flushIntervalCommitLog 0: use at least 1"),
+])
+def test_a_bad_raft_setting_is_refused_naming_the_key(settings, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        broker_config.load(None, settings, environ={})
+
+
+def test_a_group_with_a_raft_password_forms_and_a_replica_with_another_password_cannot_join(make_cluster):
+    cluster = make_cluster(broker_settings={"dLegerPassword": "s3cret-raft"})
+    cluster.create_topic("sealed")
+    master = cluster.wait_master()
+    master_stub = messaging_stub(cluster, cluster.address_of[master])
+
+    def send(body: bytes, timeout_s: float = 5) -> int:
+        return master_stub.SendMessage(svc.SendMessageRequest(messages=[raw_message("sealed", body)]),
+                                       timeout=timeout_s).status.code
+
+    assert send(b"with the password") == Code.OK
+    known = cluster.replica_status(master).applied_index  # all the replica to be restarted can have
+    wrong, other = (i for i in cluster.ids if i != master)
+    cluster.brokers[wrong].stop()
+    conf = cluster.brokers[wrong].args[-1]  # the replica's TOML file (BrokerConfig keys)
+    with open(conf) as f:
+        text = f.read()
+    assert 'dLegerPassword = "s3cret-raft"' in text
+    with open(conf, "w") as f:
+        f.write(text.replace('dLegerPassword = "s3cret-raft"', 'dLegerPassword = "wrong"'))
+    cluster.start_replica(wrong)
+    logs = [cluster.brokers[i].log_path for i in cluster.ids]  # whichever side receives logs the failure
+    wait_until(lambda: any("InvalidToken" in open(log).read() for log in logs), 10,
+               "a replica to fail to decrypt what the one with the other password sent (or the reverse)")
+    cluster.brokers[other].signal(signal.SIGSTOP)  # a quorum now needs the replica with the wrong password
+    try:
+        assert send(b"needs the wrong one", timeout_s=10) in (Code.PROXY_TIMEOUT, Code.HA_NOT_AVAILABLE)
+    finally:
+        cluster.brokers[other].signal(signal.SIGCONT)
+    wait_until(lambda: send(b"with the other back") == Code.OK, 20, "the group to write again with the other back")
+    master_applied = cluster.replica_status(cluster.wait_master()).applied_index
+    assert cluster.replica_status(wrong).applied_index <= known < master_applied, "it received no new entry"

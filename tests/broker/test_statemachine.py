@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from broker import tables as t
-from broker.statemachine import ApplyError, BrokerStateMachine, Popped, SendResult
-from dledger import LogEntry
+from broker import validation
+from broker.config import BrokerConfig
+from broker.statemachine import ApplyError, BrokerStateMachine, InvariantError, Popped, SendResult
+from dledger import LogEntry, logformat
 from dledger.store import Store
 from rocketraft.proto import store_pb2 as spb
+from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.wire import Code, ipb, pb
 
 
@@ -18,7 +23,7 @@ def sm(tmp_path):
     store.bind_writer()
     machine = BrokerStateMachine()
     machine.attach(store)
-    machine.entries = iter(range(1, 1000))
+    machine.entries = iter(range(1, 1_000_000))
     machine.apply_entry = lambda payloads: _apply(store, machine, payloads)
     machine.log = {}  # index -> payloads: the Raft log that stored_send reads, without Raft
     machine.stored_send = lambda _txn, index, slot: _stored_send(machine.log, index, slot)
@@ -34,7 +39,9 @@ def _stored_send(log, index, slot):
 def _apply(store, machine, payloads):
     index = next(machine.entries)
     machine.log[index] = payloads
-    results = machine.apply(LogEntry(index, 1, payloads), store.write_txn())
+    txn = store.write_txn()
+    results = machine.apply(LogEntry(index, 1, payloads), txn)
+    txn.put(logformat.META_APPLIED_INDEX, logformat.encode_u64(index), db=store.meta_db)  # as dledger records it
     store.commit()
     return results
 
@@ -148,3 +155,115 @@ def test_a_send_command_without_copied_fields_is_applied_as_one_with_them(sm):
         assert read(sm, t.KEYS, t.key_index_key("T", "k", 2, slot)) == b""
         assert t.msgid_entry(read(sm, t.MSGID, t.msgid_key("T", f"id-{copies}"))).offset == slot
     assert sm.apply_entry([old]) == [SendResult(0, 0, True)]
+
+
+# -- what apply refuses by name, and what stops the replica ---------------------------------------------------
+def handle(kind, receipt_handle: str, group: str = "G", topic_name: str = "T") -> bytes:
+    return spb.Command(handle=spb.HandleCommand(kind=kind, group=group, topic=topic_name,
+                                                receipt_handle=receipt_handle, invisible_ms=1000,
+                                                now_ms=1)).SerializeToString()
+
+
+@pytest.mark.parametrize("receipt_handle", ["10000.0.1", "-1.0.1", "0.-1.1", "0.10000000000000000.1", "garbage"])
+def test_a_receipt_handle_that_cannot_name_an_inflight_row_is_refused_by_name_on_every_kind(sm, receipt_handle):
+    sm.apply_entry([topic("T", 1)])
+    kinds = (spb.HandleCommand.ACK, spb.HandleCommand.CHANGE_INVISIBLE, spb.HandleCommand.DEAD_LETTER)
+    for result in sm.apply_entry([handle(kind, receipt_handle) for kind in kinds]):
+        assert isinstance(result, ApplyError) and result.code == Code.INVALID_RECEIPT_HANDLE, result
+        assert "malformed" in result.message and receipt_handle in result.message
+
+
+def test_a_message_id_or_key_too_long_for_an_lmdb_key_is_refused_by_name_before_any_write(sm):
+    sm.apply_entry([topic("T", 1)])
+    emoji = "\U0001F600" * 128  # 512 bytes of UTF-8: over LMDB's 511-byte keys
+    long_id, long_key, stored = sm.apply_entry([send("T", emoji, 0), send("T", "ok-id", 0, keys=("fine", emoji)),
+                                                send("T", "next", 0)])
+    assert isinstance(long_id, ApplyError) and long_id.code == Code.ILLEGAL_MESSAGE_ID, long_id
+    assert isinstance(long_key, ApplyError) and long_key.code == Code.ILLEGAL_MESSAGE_KEY, long_key
+    assert stored == SendResult(0, 0, deduplicated=False), "the refused ones took no offset"
+    assert read(sm, t.KEYS, t.key_index_key("T", "fine", 2, 1)) is None, "no key of the refused message is indexed"
+    assert read(sm, t.MSGID, t.msgid_key("T", "ok-id")) is None
+
+
+def test_an_lmdb_error_inside_apply_raises_out_of_apply(tmp_path):
+    """An LMDB map too small for the writes: before, apply recorded an ApplyError for the payload that hit it and
+    went on with the next ones (this replica then lacked writes the others made); now MapFullError leaves apply
+    at once, and dledger stops the replica. (16 messages per entry: the map fills inside a payload's writes.)"""
+    import lmdb
+
+    store = Store(str(tmp_path / "small"), 1 << 20, sync_commits=False)
+    store.bind_writer()
+    machine = BrokerStateMachine()
+    machine.attach(store)
+    try:
+        machine.apply(LogEntry(1, 1, [topic("T", 1)]), store.write_txn())
+        store.commit()
+        keys = tuple(f"{k:03d}" + "k" * 200 for k in range(32))
+        raised = None
+        for index in range(2, 2000):
+            txn = store.write_txn()
+            try:
+                machine.apply(LogEntry(index, 1, [send("T", f"m{index}-{j}", 0, keys=keys) for j in range(16)]), txn)
+            except lmdb.MapFullError as exc:  # out of apply itself, before any commit
+                raised = exc
+                break
+            store.commit()
+        assert raised is not None, "apply went on although LMDB refused its writes"
+    finally:
+        store.close()
+
+
+def test_a_consume_queue_offset_that_already_holds_an_entry_is_a_broken_invariant(sm):
+    sm.apply_entry([topic("T", 1)])
+    sm.apply_entry([send("T", "a", 0)])
+    txn = sm._store.write_txn()  # the qmax table falls behind the consume queue (corruption, a bug)
+    txn.put(t.queue_key("T", 0), t.u64(0), db=sm.db[t.QMAX])
+    sm._store.commit()
+    with pytest.raises(InvariantError, match="consume queue T/0: offset 0, the queue's stored max offset, already"):
+        sm.apply_entry([send("T", "b", 0)])
+
+
+def test_the_applied_index_only_grows_also_across_attach(sm):
+    sm.apply_entry([topic("T", 1)])  # index 1
+    sm.apply_entry([send("T", "a", 0)])  # index 2
+    with pytest.raises(InvariantError, match="entry 2 came to apply after entry 2"):
+        sm.apply(LogEntry(2, 1, [send("T", "b", 0)]), sm._store.write_txn())
+    sm._store.abort()
+    again = BrokerStateMachine()
+    again.attach(sm._store)  # as after a restart or a snapshot install: the store says what was applied
+    with pytest.raises(InvariantError, match="entry 1 came to apply after entry 2"):
+        again.apply(LogEntry(1, 1, [send("T", "c", 0)]), sm._store.write_txn())
+    sm._store.abort()
+    assert again.apply(LogEntry(3, 1, [send("T", "c", 0)]), sm._store.write_txn()) == [SendResult(0, 1, False)]
+    sm._store.commit()
+
+
+LONGEST_TOPIC = "T" * 127
+unicode_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=140)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(message_id=unicode_text, keys=st.lists(unicode_text, max_size=3), tag=unicode_text)
+def test_a_send_the_door_accepts_is_stored_by_apply_whatever_its_strings(sm, message_id, keys, tag):
+    message = pb.Message(topic=pb.Resource(name=LONGEST_TOPIC), body=b"x", system_properties=pb.SystemProperties(
+        message_id=message_id, tag=tag, keys=keys, body_encoding=pb.Encoding.IDENTITY))
+    try:
+        validation.message(message, BrokerConfig(), now_ms=1)
+    except RocketraftError:
+        return
+    assert sm.apply_entry([topic(LONGEST_TOPIC, 1)]) == [None]
+    [result] = sm.apply_entry([send(LONGEST_TOPIC, message_id, 0, tag=tag, keys=tuple(keys))])
+    assert isinstance(result, SendResult), result
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(receipt_handle=st.one_of(st.text(max_size=40), st.builds(
+    lambda q, o, g: f"{q:x}.{o:x}.{g:x}", st.integers(-2, 2**17), st.integers(-2, 2**65), st.integers(-2, 2**65))))
+def test_a_receipt_handle_the_door_accepts_never_makes_apply_raise(sm, receipt_handle):
+    try:
+        validation.receipt_handle(receipt_handle)
+    except RocketraftError:
+        return
+    kinds = (spb.HandleCommand.ACK, spb.HandleCommand.CHANGE_INVISIBLE, spb.HandleCommand.DEAD_LETTER)
+    for result in sm.apply_entry([handle(kind, receipt_handle, group="G" * 255) for kind in kinds]):
+        assert isinstance(result, ApplyError) and result.code == Code.INVALID_RECEIPT_HANDLE, result

@@ -1,0 +1,164 @@
+"""Consumption: pops (ReceiveMessage) and what a consumer does with a delivery (ack, change invisibility, dead
+letter), and offset-based reads (PullMessage) with their consumer offsets. Pops, handles and offsets are Raft
+commands decided in apply; reads come from this replica's applied tables."""
+
+from __future__ import annotations
+
+import collections
+import time
+
+from rocketraft.proto import store_pb2 as spb
+from rocketraft.protocol.errors import RocketraftError
+from rocketraft.protocol.rules import tag_filter
+from rocketraft.protocol.wire import Code, ipb, pb
+
+from . import reads, validation
+from . import tables as t
+from .core import Broker, now_ms
+from .statemachine import HandleResult, Popped
+from .topics import Topics
+
+NO_MESSAGE_WAIT_S_MAX = 1.0  # a long poll re-checks at least this often (expired invisibility)
+EMPTY_POPS_BEFORE_WAIT = 4  # pops that found nothing (all filtered out) before a long poll waits again
+
+
+class Consume:
+    def __init__(self, broker: Broker, topics: Topics):
+        self.broker = broker
+        self.topics = topics
+        self.config = broker.config
+        self._pop_start: dict[tuple[str, str], int] = collections.defaultdict(int)
+
+    # -- pop consumption (ReceiveMessage) --------------------------------------------------------------------
+    async def receive(self, group: str, topic: str, expression: pb.FilterExpression, batch_size: int,
+                      invisible_ms: int, long_polling_ms: int) -> list[pb.Message]:
+        validation.group_name(group)
+        validation.filter_expression(expression)
+        validation.batch_size(batch_size, self.config)
+        validation.invisible_ms(invisible_ms, self.config)
+        validation.polling_ms(long_polling_ms, self.config)
+        config = await self.topics.require_caught_up(topic)
+        group_config = self.topics.group(group)
+        deadline = time.monotonic() + long_polling_ms / 1000
+        empty_pops = 0
+        while True:
+            now = now_ms()
+            maybe, earliest = self._poppable(group, topic, config.queue_nums, now, group_config.fifo)
+            if maybe and empty_pops < EMPTY_POPS_BEFORE_WAIT:
+                popped = await self.broker.commit(self._pop_command(group, topic, expression, batch_size,
+                                                                    invisible_ms, now, group_config, config))
+                if popped:
+                    return self._read_popped(popped, invisible_ms)
+                empty_pops += 1
+                continue  # progress was made (filtered-out messages); look again
+            empty_pops = 0
+            remaining_s = deadline - time.monotonic()
+            if remaining_s <= 0:
+                return []
+            wait_s = min(remaining_s, NO_MESSAGE_WAIT_S_MAX)
+            if earliest is not None:
+                wait_s = min(wait_s, max(0.0, (earliest - now) / 1000) + 0.001)
+            await self.broker.wait_for_topic(topic, wait_s)
+
+    def _read_popped(self, popped: list[Popped], invisible_ms: int) -> list[pb.Message]:
+        return self.broker.read(lambda txn: reads.popped_messages(self.broker.sm, txn, popped, invisible_ms))
+
+    def _pop_command(self, group: str, topic: str, expression: pb.FilterExpression, batch_size: int,
+                     invisible_ms: int, now: int, group_config: ipb.GroupConfig,
+                     config: ipb.TopicConfig) -> spb.Command:
+        start = self._pop_start[(group, topic)]  # each pop starts at the next queue: no queue starves
+        self._pop_start[(group, topic)] = (start + 1) % config.queue_nums
+        return spb.Command(pop=spb.PopCommand(
+            group=group, topic=topic, filter_type=expression.type, filter_expression=expression.expression,
+            batch_size=batch_size, invisible_ms=invisible_ms, now_ms=now, start_queue=start, only_queue=-1,
+            fifo=group_config.fifo, max_delivery_attempts=group_config.max_delivery_attempts,
+            scan_offsets_max=self.config.popScanOffsetsMax))
+
+    def _poppable(self, group: str, topic: str, queue_nums: int, now: int, fifo: bool) -> tuple[bool, int | None]:
+        """(something may be poppable now, earliest future invisibility deadline), by the same rules as the pop's
+        apply: a message whose invisibility expired is due again; a FIFO queue with a message still invisible is
+        locked; otherwise the queue's messages past the group's pop cursor are new."""
+        sm = self.broker.sm
+
+        def check(txn):
+            earliest, found = None, False
+            for queue in range(queue_nums):
+                inflight = t.inflight_of_queue(txn, sm.db[t.INFLIGHT], group, topic, queue)
+                pending = [state.deadline_ms for _, state in inflight if state.deadline_ms > now]
+                if pending:
+                    earliest = min(pending) if earliest is None else min(earliest, *pending)
+                if fifo and t.fifo_locked(inflight, now):
+                    continue
+                if len(pending) < len(inflight):
+                    found = True
+                    continue
+                raw_pop = txn.get(t.group_queue_key(group, topic, queue), db=sm.db[t.POPPED])
+                if reads.queue_end(sm, txn, topic, queue) > (t.u64_of(raw_pop) if raw_pop else 0):
+                    found = True
+            return found, earliest
+
+        return self.broker.read(check)
+
+    # -- what a consumer does with a delivery ---------------------------------------------------------------
+    async def ack(self, group: str, topic: str, receipt_handle: str) -> None:
+        await self._handle(spb.HandleCommand.ACK, group, topic, receipt_handle)
+
+    async def change_invisible(self, group: str, topic: str, receipt_handle: str, invisible_ms: int) -> str:
+        validation.invisible_ms(invisible_ms, self.config)
+        result = await self._handle(spb.HandleCommand.CHANGE_INVISIBLE, group, topic, receipt_handle, invisible_ms)
+        return result.handle
+
+    async def dead_letter(self, group: str, topic: str, receipt_handle: str) -> None:
+        await self._handle(spb.HandleCommand.DEAD_LETTER, group, topic, receipt_handle)
+
+    async def _handle(self, kind: int, group: str, topic: str, handle: str, invisible_ms: int = 0) -> HandleResult:
+        validation.group_name(group)
+        validation.topic_name(topic)
+        validation.receipt_handle(handle)
+        return await self.broker.commit(spb.Command(handle=spb.HandleCommand(
+            kind=kind, group=group, topic=topic, receipt_handle=handle, invisible_ms=invisible_ms,
+            now_ms=now_ms())))
+
+    # -- offset-based consumption (PullMessage) -------------------------------------------------------------
+    async def pull(self, topic: str, queue: int, offset: int, batch_size: int, expression: pb.FilterExpression,
+                   long_polling_ms: int) -> tuple[list[pb.Message], int]:
+        self.topics.require_queue(topic, queue)
+        validation.filter_expression(expression)
+        validation.batch_size(batch_size, self.config)
+        validation.polling_ms(long_polling_ms, self.config)
+        if offset < 0:
+            raise RocketraftError(f"offset {offset} is negative", Code.ILLEGAL_OFFSET)
+        accept = tag_filter(expression.type, expression.expression)
+        deadline = time.monotonic() + long_polling_ms / 1000
+        sm, scan_max = self.broker.sm, self.config.popScanOffsetsMax
+        while True:
+            messages, next_offset = self.broker.read(lambda txn: reads.queue_messages(
+                sm, txn, topic, queue, offset, batch_size, scan_max, accept))
+            if messages or time.monotonic() >= deadline or next_offset > offset:
+                return messages, next_offset
+            await self.broker.wait_for_topic(topic, min(deadline - time.monotonic(), NO_MESSAGE_WAIT_S_MAX))
+
+    def query_offset(self, topic: str, queue: int, policy: int, timestamp) -> int:
+        """The queue's first offset (BEGINNING), its max offset (END), or the first offset stored at or after
+        `timestamp` (a protobuf Timestamp; TIMESTAMP)."""
+        self.topics.require_queue(topic, queue)
+        sm = self.broker.sm
+        if policy == pb.QueryOffsetPolicy.BEGINNING:
+            return self.broker.read(lambda txn: reads.queue_range(sm, txn, topic, queue))[0]
+        if policy == pb.QueryOffsetPolicy.END:
+            return self.broker.read(lambda txn: reads.queue_end(sm, txn, topic, queue))
+        timestamp_ms = validation.timestamp_ms(timestamp, "timestamp", Code.BAD_REQUEST)
+        return self.broker.read(lambda txn: reads.offset_at_time(sm, txn, topic, queue, timestamp_ms))
+
+    def consumer_offset(self, group: str, topic: str, queue: int) -> int | None:
+        """The group's committed offset (None if it has none; the topic need not exist here yet)."""
+        validation.queue_id(queue)
+        return self.broker.read(lambda txn: reads.consumer_offset(self.broker.sm, txn, group, topic, queue))
+
+    async def update_offset(self, group: str, topic: str, queue: int, offset: int) -> None:
+        validation.group_name(group)
+        self.topics.require_queue(topic, queue)
+        if offset < 0:
+            raise RocketraftError(f"offset {offset} is negative", Code.ILLEGAL_OFFSET)
+        await self.broker.commit(spb.Command(offset=spb.OffsetCommand(group=group, topic=topic, queue_id=queue,
+                                                                      offset=offset)))

@@ -1,0 +1,100 @@
+"""The one mapping from what a write's outcome can be (a dledger error, a state machine refusal) to the
+protocol's errors, and from any error to the Status a client gets.
+
+dledger says what happened to an entry (not appended, outcome unknown, replica stopped, ...); the state machine
+says why it refused a command (`ApplyError`, deterministic, the same on every replica). Clients see neither:
+they see a RocketraftError with a v2 code (or one of rocketraft's own), converted here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import dledger
+from rocketraft.protocol.errors import (
+    NotMasterError,
+    OutcomeUnknownError,
+    RocketraftError,
+    StoreUnavailableError,
+    TooManyRequestsError,
+    refusal_error,
+    to_status,
+)
+from rocketraft.protocol.wire import Code, pb
+
+from .statemachine import ApplyError
+
+log = logging.getLogger(__name__)
+
+MAP_FULL_MARKERS = ("MDB_MAP_FULL", "MapFullError")
+
+
+@dataclass(frozen=True)
+class StoreFacts:
+    """What an "LMDB map full" error names: the map's size, the store's path and its filesystem's real usage."""
+    map_size_bytes: int | None = None
+    path: str = ""
+    disk_used_percent: Callable[[], float] | None = None
+
+
+class NotSubmittedError(RocketraftError):
+    """The request's deadline passed before the write reached Raft: it was not stored (the client is gone, or
+    leaves at once)."""
+    code = Code.REQUEST_TIMEOUT
+
+
+def is_map_full(exc: BaseException) -> bool:
+    """LMDB's map (its reserved address space) is full: reported as such, never as a full disk. dledger raises
+    StoreFullError, or its replica stops on lmdb.MapFullError and later errors carry that failure's text."""
+    return any(m in str(exc) for m in MAP_FULL_MARKERS)
+
+
+def from_dledger(exc: BaseException, store: StoreFacts | None = None) -> BaseException:
+    """The protocol error of a dledger error (anything else is returned as it is)."""
+    if not isinstance(exc, dledger.DledgerError):
+        return exc
+    if isinstance(exc, dledger.NoLeaderError):
+        return RocketraftError(f"no master in this broker group: {exc}", Code.HA_NOT_AVAILABLE)
+    if isinstance(exc, dledger.NotLeaderError):
+        return NotMasterError(f"not the master: {exc}", exc.leader_address)
+    if isinstance(exc, dledger.OutcomeUnknownError):
+        return OutcomeUnknownError(f"outcome unknown: {exc}; the write may or may not have been committed")
+    if is_map_full(exc):
+        return _map_full(exc, store or StoreFacts())
+    if isinstance(exc, dledger.AppendRefusedError):  # the master's guards refused a write this replica forwarded
+        return refusal_error(exc.refusal, str(exc))
+    if isinstance(exc, dledger.AppendQueueFullError):
+        return TooManyRequestsError(f"busy: {exc}")
+    if isinstance(exc, dledger.ReplicaClosedError):
+        return StoreUnavailableError(f"store unavailable: {exc}")
+    if isinstance(exc, dledger.EntryTooLargeError):
+        return RocketraftError(f"request too large for one Raft entry: {exc}", Code.PAYLOAD_TOO_LARGE)
+    return exc
+
+
+def _map_full(exc: BaseException, store: StoreFacts) -> StoreUnavailableError:
+    map_bytes = store.map_size_bytes
+    size = f"storeMapSizeBytes={map_bytes} ({map_bytes / 2**20:.0f} MiB)" if map_bytes else "storeMapSizeBytes"
+    disk = f"; its filesystem is only {store.disk_used_percent():.1f}% used" if store.disk_used_percent else ""
+    return StoreUnavailableError(
+        f"LMDB map full: the store {store.path} reached its LMDB map size, {size}; this is not a full disk"
+        f"{disk}. The replica stopped writing to protect committed data (reads of applied data go on): restart "
+        f"it with a larger storeMapSizeBytes; committed messages are kept. ({exc})")
+
+
+def from_outcome(outcome, store: StoreFacts | None = None):
+    """A command's outcome as the broker reports it: the state machine's result, or a protocol error."""
+    if isinstance(outcome, ApplyError):
+        return RocketraftError(outcome.message, outcome.code)
+    if isinstance(outcome, BaseException):
+        return from_dledger(outcome, store)
+    return outcome
+
+
+def status_of(exc: BaseException) -> pb.Status:
+    """The Status a client gets for an error; an error that is not a RocketraftError is a bug: logged."""
+    if not isinstance(exc, RocketraftError):
+        log.exception("unexpected error while serving a request", exc_info=exc)
+    return to_status(exc)

@@ -1,0 +1,102 @@
+"""Reading stored messages and queue positions inside one committed read transaction (`Broker.read`): what
+consumers (consume.py) and admin queries (queries.py) are served from. Nothing here writes."""
+
+from __future__ import annotations
+
+from rocketraft.protocol.errors import RocketraftError
+from rocketraft.protocol.wire import Code, pb
+
+from . import tables as t
+from .statemachine import BrokerStateMachine, Popped
+
+
+def message_at(sm: BrokerStateMachine, txn, topic: str, queue: int, offset: int, cq: t.CqEntry) -> pb.Message:
+    """The message a consume-queue entry points at, as a consumer receives it."""
+    send = sm.stored_send(txn, cq.index, cq.slot)
+    if send is None:
+        raise RocketraftError(f"consume queue {topic}/{queue}@{offset} points at a missing message "
+                              f"(log index {cq.index} slot {cq.slot})", Code.INTERNAL_ERROR)
+    message = pb.Message.FromString(send.message)
+    if message.topic.name != topic:  # a dead-lettered message, read from %DLQ%<group>
+        message.system_properties.dead_letter_queue.topic = message.topic.name
+        message.system_properties.dead_letter_queue.message_id = message.system_properties.message_id
+        message.topic.name = topic
+    props = message.system_properties
+    props.queue_id = queue
+    props.queue_offset = offset
+    props.store_timestamp.FromMilliseconds(cq.store_ms)
+    if props.delivery_attempt == 0:
+        props.delivery_attempt = 1
+    return message
+
+
+def popped_messages(sm: BrokerStateMachine, txn, popped: list[Popped], invisible_ms: int) -> list[pb.Message]:
+    """The messages a pop delivered, with their receipt handles and delivery attempts."""
+    out = []
+    for p in popped:
+        cq = t.CqEntry(p.index, p.slot, 0, "")
+        raw = txn.get(t.cq_key(p.topic, p.queue, p.offset), db=sm.db[t.CQ])
+        if raw is not None:
+            cq = t.cq_entry(raw)
+        message = message_at(sm, txn, p.topic, p.queue, p.offset, cq)
+        props = message.system_properties
+        props.receipt_handle = p.handle
+        props.delivery_attempt = p.attempt
+        props.invisible_duration.FromMilliseconds(invisible_ms)
+        out.append(message)
+    return out
+
+
+def queue_end(sm: BrokerStateMachine, txn, topic: str, queue: int) -> int:
+    """The queue's max offset: the next one to be written."""
+    raw = txn.get(t.queue_key(topic, queue), db=sm.db[t.QMAX])
+    return t.u64_of(raw) if raw else 0
+
+
+def queue_range(sm: BrokerStateMachine, txn, topic: str, queue: int) -> tuple[int, int]:
+    """(min offset, max offset) of a queue: offsets min..max-1 hold messages."""
+    cur = txn.cursor(db=sm.db[t.CQ])
+    low = 0
+    if cur.set_range(t.cq_key(topic, queue, 0)) and cur.key().startswith(t.queue_key(topic, queue)):
+        low = t.offset_of_cq_key(cur.key())
+    return low, queue_end(sm, txn, topic, queue)
+
+
+def queue_messages(sm: BrokerStateMachine, txn, topic: str, queue: int, offset: int, batch_size: int,
+                   scan_offsets_max: int, accept: frozenset[str] | None) -> tuple[list[pb.Message], int]:
+    """Up to batch_size messages of the queue from `offset` whose tag `accept`s (None: every tag), looking at
+    no more than scan_offsets_max offsets; and the offset to read from next."""
+    end = min(queue_end(sm, txn, topic, queue), offset + scan_offsets_max)
+    out = []
+    cur = txn.cursor(db=sm.db[t.CQ])
+    next_offset = offset
+    if offset < end and cur.set_range(t.cq_key(topic, queue, offset)):
+        for key, value in cur:
+            if not key.startswith(t.queue_key(topic, queue)) or len(out) >= batch_size:
+                break
+            at = t.offset_of_cq_key(key)
+            if at >= end:
+                break
+            cq = t.cq_entry(value)
+            if accept is None or cq.tag in accept:
+                out.append(message_at(sm, txn, topic, queue, at, cq))
+            next_offset = at + 1
+    return out, next_offset
+
+
+def offset_at_time(sm: BrokerStateMachine, txn, topic: str, queue: int, timestamp_ms: int) -> int:
+    """The first offset of the queue stored at or after timestamp_ms (its max offset if none)."""
+    lo, hi = queue_range(sm, txn, topic, queue)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        raw = txn.get(t.cq_key(topic, queue, mid), db=sm.db[t.CQ])
+        if raw is None or t.cq_entry(raw).store_ms < timestamp_ms:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def consumer_offset(sm: BrokerStateMachine, txn, group: str, topic: str, queue: int) -> int | None:
+    raw = txn.get(t.group_queue_key(group, topic, queue), db=sm.db[t.OFFSETS])
+    return t.u64_of(raw) if raw else None

@@ -1,0 +1,229 @@
+"""Producing: SendMessage (each message validated, placed in a queue, its SendCommand encoded; the request
+committed as one batcher submission), delay levels and delivery times, transactions (half messages, their
+outcome, the master's check-back scan), recall of a delayed message, and the master's delivery of due ones."""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+from dataclasses import dataclass
+
+from rocketraft.proto import store_pb2 as spb
+from rocketraft.protocol.errors import BadRequestError, RocketraftError
+from rocketraft.protocol.limits import DELAY_LEVEL_PROPERTY, QUEUE_ID_PROPERTY
+from rocketraft.protocol.routing import PERM_WRITE, message_group_slot
+from rocketraft.protocol.wire import Code, MessageType, ipb, pb
+
+from . import tables as t
+from . import validation
+from .core import Broker, now_ms
+from .statemachine import SendResult
+from .topics import Topics
+
+DIGEST_CRC32 = pb.DigestType.CRC32  # a plain int: see validation.NORMAL
+DELIVER_DUE_MESSAGES_MAX = 1024  # delayed messages one DeliverDue command moves into their queues
+HALF_MESSAGES_SCAN_MAX = 1000  # half messages one transaction check-back round looks at
+
+
+def crc32_hex(body: bytes) -> str:
+    return "%08X" % zlib.crc32(body)  # noqa: UP031 - 0.1 us faster than an f-string, once per message
+
+
+def set_timestamp_ms(timestamp, ms: int) -> None:
+    """Timestamp.FromMilliseconds without its Python wrapper (0.1 us instead of 0.55 us)."""
+    timestamp.seconds = ms // 1000
+    timestamp.nanos = ms % 1000 * 1_000_000
+
+
+@dataclass(slots=True)
+class Sent:
+    """A stored (or deduplicated) message, as its SendResultEntry will report it."""
+    message_id: str
+    offset: int  # 0 while a delayed or half message waits outside its queue
+    transaction_id: str = ""
+    recall_handle: str = ""
+
+
+class Writes:
+    def __init__(self, broker: Broker, topics: Topics):
+        self.broker = broker
+        self.topics = topics
+        self.config = broker.config
+        self._round_robin = itertools.count()
+
+    # -- SendMessage ---------------------------------------------------------------------------------------
+    async def send_many(self, messages, producer_client_id: str = "",
+                        deadline: float | None = None) -> list[Sent | Exception]:
+        """One SendMessage request: each message's Sent, or the error that refused it (its own: one
+        invalid message does not fail the others). The request's topics are looked up once, and its commands
+        go to the batcher as one submission. `deadline` (time.monotonic(), from the request's own deadline)
+        bounds every wait: a message without an outcome then is answered PROXY_TIMEOUT (outcome unknown)."""
+        await self.broker.require_writable()
+        now = now_ms()
+        topics: dict[str, ipb.TopicConfig | Exception] = {}
+        outcomes: list = [None] * len(messages)
+        payloads, accepted = [], []
+        for i, message in enumerate(messages):
+            try:
+                kind = validation.message(message, self.config, now)
+                topic = topics.get(message.topic.name)
+                if topic is None:
+                    topic = topics[message.topic.name] = await self._topic_or_error(message.topic.name, deadline)
+                if isinstance(topic, Exception):
+                    raise topic
+                payloads.append(self._send_command(message, kind, topic, now, producer_client_id))
+                accepted.append(i)
+            except Exception as exc:  # noqa: BLE001 - the message's own outcome
+                outcomes[i] = exc
+        if payloads:
+            results = await self.broker.submit(payloads, repeatable=True, deadline=deadline)
+            for i, result in zip(accepted, results, strict=True):
+                outcomes[i] = self._sent(messages[i], result)
+        return outcomes
+
+    async def _topic_or_error(self, name: str, deadline: float | None) -> ipb.TopicConfig | Exception:
+        try:
+            return await self.topics.require_caught_up(name, deadline)
+        except RocketraftError as exc:
+            return exc
+
+    def _send_command(self, message: pb.Message, kind: int, topic: ipb.TopicConfig, now: int,
+                      producer_client_id: str) -> bytes:
+        """Checks the message against its topic, the disk and the LMDB map, fills the broker's system properties,
+        and encodes its SendCommand."""
+        deliver_at = self._deliver_at_ms(message, kind, now)
+        if deliver_at:  # a DELAY level property makes a NORMAL message a DELAY one (recall handle, type checks)
+            kind = validation.DELAY
+        _check_topic_accepts(topic, kind)
+        self.broker.guards.check_send(len(message.body))
+        props = message.system_properties
+        props.message_type = kind
+        if props.body_encoding == validation.ENCODING_UNSPECIFIED:
+            props.body_encoding = validation.IDENTITY
+        set_timestamp_ms(props.store_timestamp, now)
+        props.store_host = self.config.advertised
+        digest = props.body_digest
+        digest.type = DIGEST_CRC32
+        digest.checksum = crc32_hex(message.body)
+        queue = self._requested_queue(message, topic)
+        if queue is None:
+            queue = self._choose_queue(props.message_group, topic.queue_nums)
+        props.queue_id = queue
+        command = spb.Command()
+        send = command.send  # filled in place: building the nested message from keywords took 1 us longer
+        send.message = message.SerializeToString()
+        send.queue_id = queue
+        send.store_ms = now
+        send.deliver_at_ms = deliver_at
+        send.half = kind == validation.TRANSACTION
+        send.producer_client_id = producer_client_id
+        send.topic = topic.name
+        send.message_id = props.message_id
+        tag, keys = props.tag, props.keys
+        if tag:
+            send.tag = tag
+        if keys:
+            send.keys.extend(keys)
+        return command.SerializeToString()
+
+    def _sent(self, message: pb.Message, result: SendResult | Exception) -> Sent | Exception:
+        if isinstance(result, Exception):
+            return result
+        props = message.system_properties
+        sent = Sent(props.message_id, 0 if result.offset == t.NO_OFFSET else result.offset)
+        if props.message_type == validation.TRANSACTION:
+            sent.transaction_id = props.message_id
+        elif props.message_type == validation.DELAY:
+            sent.recall_handle = f"{self.config.brokerName}:{props.message_id}"
+        return sent
+
+    def _deliver_at_ms(self, message: pb.Message, kind: int, now: int) -> int:
+        """0, or when a delayed message enters its queue (validation made `kind` DELAY iff it has a
+        delivery_timestamp)."""
+        level = message.user_properties.get(DELAY_LEVEL_PROPERTY)
+        if level is None:  # (validation checked the delivery timestamp of a DELAY message)
+            return message.system_properties.delivery_timestamp.ToMilliseconds() if kind == validation.DELAY else 0
+        props = message.system_properties
+        delay_ms = self.config.delay_levels_ms[validation.delay_level(level, self.config) - 1]
+        if props.message_type not in (validation.TYPE_UNSPECIFIED, validation.DELAY, validation.NORMAL):
+            raise RocketraftError("a delay level can only be set on a NORMAL or DELAY message",
+                                  Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)
+        props.delivery_timestamp.FromMilliseconds(now + delay_ms)
+        props.message_type = validation.DELAY
+        return props.delivery_timestamp.ToMilliseconds()
+
+    # -- queue choice -------------------------------------------------------------------------------------------
+    def _requested_queue(self, message: pb.Message, topic: ipb.TopicConfig) -> int | None:
+        """The queue named by the QUEUE_ID property (removed from the message), or None if there is none."""
+        if QUEUE_ID_PROPERTY not in message.user_properties:  # (a protobuf map's pop() would insert it first)
+            return None
+        value = message.user_properties[QUEUE_ID_PROPERTY]
+        del message.user_properties[QUEUE_ID_PROPERTY]
+        where = (f"topic {topic.name} has {topic.queue_nums} queues on broker group {self.config.brokerName} "
+                 f"(use 0..{topic.queue_nums - 1})")
+        if not (value.isascii() and value.isdigit()):
+            raise BadRequestError(f"{QUEUE_ID_PROPERTY} property {value[:40]!r} is not a decimal queue id; {where}")
+        if len(value) > validation.DECIMAL_DIGITS_MAX or int(value) >= topic.queue_nums:
+            queue = int(value) if len(value) <= validation.DECIMAL_DIGITS_MAX else value[:40]
+            raise BadRequestError(f"{QUEUE_ID_PROPERTY} {value[:40]}: queue {queue} does not exist; {where}")
+        return int(value)
+
+    def _choose_queue(self, message_group: str, queue_nums: int) -> int:
+        if message_group:  # stable per message group: the group's order lives in one queue
+            return message_group_slot(message_group, queue_nums)
+        return next(self._round_robin) % queue_nums
+
+    # -- transactions and recall --------------------------------------------------------------------------------
+    async def end_transaction(self, topic: str, message_id: str, transaction_id: str, commit: bool) -> None:
+        validation.topic_name(topic)
+        if transaction_id and transaction_id != message_id:
+            raise RocketraftError(f"transaction id {transaction_id!r} does not belong to message {message_id}",
+                                  Code.INVALID_TRANSACTION_ID)
+        await self.broker.commit(spb.Command(end_transaction=spb.EndTransactionCommand(
+            topic=topic, message_id=message_id, transaction_id=transaction_id, commit=commit, now_ms=now_ms())))
+
+    def half_messages(self, older_than_ms: int, limit: int = HALF_MESSAGES_SCAN_MAX) -> list[spb.SendCommand]:
+        """Transactional half messages stored at or before older_than_ms still without an outcome."""
+        sm = self.broker.sm
+
+        def read(txn):
+            out = []
+            for key, _ in txn.cursor(db=sm.db[t.HALF]):
+                if len(out) >= limit:
+                    break
+                send = sm.stored_send(txn, *t.position_of(key))
+                if send is not None and send.store_ms <= older_than_ms:
+                    out.append(send)
+            return out
+
+        return self.broker.read(read)
+
+    async def recall(self, topic: str, recall_handle: str) -> str:
+        group, sep, message_id = recall_handle.partition(":")
+        if not sep or group != self.config.brokerName or not message_id:
+            raise BadRequestError(f"recall handle {recall_handle!r} does not belong to broker group "
+                                  f"{self.config.brokerName}; use the handle the send returned")
+        validation.topic_name(topic)
+        await self.broker.commit(spb.Command(recall=spb.RecallCommand(topic=topic, message_id=message_id)))
+        return message_id
+
+    # -- delayed messages (the master's timer) -------------------------------------------------------------------
+    def earliest_timer_ms(self) -> int | None:
+        def read(txn):
+            cur = txn.cursor(db=self.broker.sm.db[t.TIMER])
+            return t.timer_of(cur.key())[0] if cur.first() else None
+
+        return self.broker.read(read)
+
+    async def deliver_due(self, now: int) -> int:
+        return await self.broker.commit(spb.Command(deliver_due=spb.DeliverDueCommand(
+            now_ms=now, max_messages=DELIVER_DUE_MESSAGES_MAX)))
+
+
+def _check_topic_accepts(topic: ipb.TopicConfig, kind: int) -> None:
+    if topic.message_types and kind not in topic.message_types:
+        accepted = ", ".join(MessageType.Name(m) for m in topic.message_types)
+        raise RocketraftError(f"topic {topic.name} accepts {accepted} messages, not {MessageType.Name(kind)}",
+                              Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)
+    if not topic.perm & PERM_WRITE:
+        raise RocketraftError(f"topic {topic.name} is not writable (perm={topic.perm})", Code.FORBIDDEN)
