@@ -17,22 +17,46 @@ from .config import FlushPolicy, ReplicaConfig
 from .errors import (
     AppendQueueFullError,
     AppendRefusedError,
+    AppliedEntryConflictError,
     DledgerError,
     EntryTooLargeError,
     NoLeaderError,
     NotLeaderError,
     OutcomeUnknownError,
     ReplicaClosedError,
+    StoreDamagedError,
     StoreUntrustedError,
 )
 from .logformat import read_payloads
 from .replica import AppendResult, LogEntry, Replica, ReplicaStatus, Role, StateMachine
 from .store import Store
+from .storefile import check_data_file
 
 __all__ = [
+    "AppendQueueFullError",
     "AppendRefusedError",
-    "AppendQueueFullError", "AppendResult", "DledgerError", "EntryTooLargeError", "FlushPolicy", "LogEntry",
-    "NoLeaderError", "NotLeaderError", "OutcomeUnknownError", "Replica", "ReplicaClosedError", "ReplicaConfig",
-    "ReplicaStatus", "Role", "StateMachine", "Store", "StoreUntrustedError", "batch_count", "decode_batch",
-    "encode_batch", "logformat", "read_payloads",
+    "AppendResult",
+    "AppliedEntryConflictError",
+    "batch_count",
+    "check_data_file",
+    "decode_batch",
+    "DledgerError",
+    "encode_batch",
+    "EntryTooLargeError",
+    "FlushPolicy",
+    "LogEntry",
+    "logformat",
+    "NoLeaderError",
+    "NotLeaderError",
+    "OutcomeUnknownError",
+    "read_payloads",
+    "Replica",
+    "ReplicaClosedError",
+    "ReplicaConfig",
+    "ReplicaStatus",
+    "Role",
+    "StateMachine",
+    "Store",
+    "StoreDamagedError",
+    "StoreUntrustedError",
 ]

@@ -69,6 +69,12 @@ class AppliedEntryConflictError(DledgerError):
     code = "APPLIED_ENTRY_CONFLICT"
 
 
+class StoreDamagedError(DledgerError):
+    """The store file cannot be used: cut short, or its LMDB meta pages are damaged. Checked before mapping."""
+
+    code = "STORE_DAMAGED"
+
+
 class StoreUntrustedError(DledgerError):
     """The store may be corrupt (ASYNC_FLUSH store left open across an OS crash or power loss)."""
 
