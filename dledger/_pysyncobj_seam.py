@@ -281,8 +281,8 @@ class Transport(TCPTransport):
             return
         if not engine.accepts(node):
             return  # no accepted hello on this connection (another group or history), or no history yet
-        if kind == "request_vote" and not engine.identity.voter:
-            return  # a non-voter gives no vote (and takes no term from a candidate)
+        if kind == "request_vote" and not engine.grants_vote((message["last_log_term"], message["last_log_index"])):
+            return  # a non-voter gives no vote (and takes no term from a candidate); see engine.grants_vote
         if kind in ("dl_prevote", "dl_prevote_resp"):
             engine.on_prevote_message(node, message)
             return

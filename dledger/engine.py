@@ -101,7 +101,7 @@ class RaftEngine:
     def __init__(self, config: ReplicaConfig, store: Store, journal: LmdbJournal, applied_index: int,
                  apply_fn: ApplyFn, after_tick: Callable[[EngineView], None],
                  record_applied: Callable[[int, object], None], on_failure: Callable[[BaseException], None],
-                 snapshot_hooks=None):
+                 snapshot_hooks=None, untrusted: bool = False):
         self.config = config
         self._on_failure = on_failure
         self.store = store
@@ -131,10 +131,13 @@ class RaftEngine:
         self.stats = {"acks_sent": 0, "acks_beyond_durable": 0, "commits_checked": 0,
                       "commits_beyond_durable": 0, "prevote_rounds": 0, "elections_started": 0,
                       "snapshots_installed": 0, "sends_held_back": 0}
-        self.identity = self._load_identity()
+        self.identity = self._load_identity(untrusted)
         self._accepted_peers: set[str] = set()  # addresses whose hello we accepted on their current connection
+        self._peer_hellos: dict[str, dict] = {}  # replica id -> its last accepted hello
+        self._vote_floor: tuple[int, int] | None = None  # whole-group ASYNC recovery: (term, index) a candidate needs
         self._refused_logged: set[str] = set()
         self._fresh_nonces: dict[str, str] = {}
+        self._maybe_recover_whole_group()  # a group of one hears no hello: it decides now
         self._journal_token = f"dledger-journal:{config.group_id}:{config.self_id}:{id(self)}"
         seam.register_journal(self._journal_token, journal)
         self._address_to_id = {addr: pid for pid, addr in config.peers.items()}
@@ -288,7 +291,7 @@ class RaftEngine:
         self._failed = self._failed or exc
 
     # -- identity: amnesia protection (identity.py) ---------------------------------------------------------
-    def _load_identity(self) -> identity_rules.Identity:
+    def _load_identity(self, untrusted: bool) -> identity_rules.Identity:
         raw = self.store.read(lambda txn: txn.get(logformat.META_IDENTITY, db=self.store.meta_db))
         if raw is not None:
             found = identity_rules.Identity.decode(raw)
@@ -296,6 +299,9 @@ class RaftEngine:
                 raise StoreUntrustedError(
                     f"{self.store.path} holds a replica of group {found.group_id!r}, not {self.config.group_id!r}: "
                     "check the data directory and the group name")
+            if untrusted:
+                found = identity_rules.untrusted_at_open(found)
+                self._save_identity(found)
             return found
         if self.journal.last_index > 1 or self.journal.getCurrentTerm() > 0:
             made = identity_rules.legacy_identity(self.config.group_id)
@@ -310,13 +316,29 @@ class RaftEngine:
         return made
 
     def _save_identity(self, identity: identity_rules.Identity) -> None:
-        """Durable before it is acted on: a vote given as a voter must survive a crash."""
+        """Durable before it is acted on: a vote given as a voter must survive a crash. Peers hear of it."""
         self.store.write_txn().put(logformat.META_IDENTITY, identity.encode(), db=self.store.meta_db)
         self.store.commit(fsync=True)
-        self.identity = identity
+        changed, self.identity = identity != getattr(self, "identity", None), identity
+        so = getattr(self, "so", None)
+        if changed and so is not None:
+            for node in so.otherNodes:
+                if node.address in self._accepted_peers:
+                    so._SyncObj__transport.send_now(node, self.hello())
+
+    def _last(self) -> tuple[int, int]:
+        """(last term, last index) of the log; (0, 0) before pysyncobj wrote its first entry."""
+        if not len(self.journal):
+            return 0, 0
+        last = self.journal[-1]
+        return last[2], last[1]
 
     def hello(self) -> dict:
-        return identity_rules.hello(self.identity, self.config.self_id)
+        return identity_rules.hello(self.identity, self.config.self_id, self._last())
+
+    def grants_vote(self, candidate_last: tuple[int, int]) -> bool:
+        """A vote is given only by a voter, and during a whole-group recovery only to the most complete log."""
+        return self.identity.voter and (self._vote_floor is None or tuple(candidate_last) >= self._vote_floor)
 
     def on_hello(self, node, message: dict) -> None:
         before = self.identity
@@ -331,6 +353,7 @@ class RaftEngine:
             return
         self._accepted_peers.add(node.address)
         self._refused_logged.discard(node.address)
+        self._peer_hellos[message.get("replica", node.address)] = message
         if verdict.identity != before:
             self._save_identity(verdict.identity)
             now = verdict.identity
@@ -342,6 +365,20 @@ class RaftEngine:
                 log.warning("replica %s/%s joins history %s of its group as a NON-VOTER: its store is new, so it "
                             "gives and asks no votes until it holds what the group had committed when it joined",
                             self.config.group_id, self.config.self_id, now.history_id)
+        self._maybe_recover_whole_group()
+
+    def _maybe_recover_whole_group(self) -> None:
+        floor = identity_rules.recovery_floor(self.identity, self.config.self_id, self._last(), self._peer_hellos,
+                                              frozenset(self.config.peers))
+        if floor is None:
+            return
+        self._vote_floor = floor
+        log.warning("replica %s/%s: too few trusted replicas are left to elect a leader (the machine went down under "
+                    "ASYNC_FLUSH on most of the group): the group goes on from its most complete log, term %d index "
+                    "%d (this replica holds term %d index %d). Entries acknowledged in the last flush interval "
+                    "(async_flush_interval_ms=%d) that no replica holds are lost", self.config.group_id,
+                    self.config.self_id, floor[0], floor[1], *self._last(), self.config.async_flush_interval_ms)
+        self._save_identity(dataclasses.replace(self.identity, catch_up_index=0, untrusted=False))
 
     def accepts(self, node) -> bool:
         """Messages are taken only from peers whose hello was accepted on this connection, and only once this
@@ -362,7 +399,7 @@ class RaftEngine:
     def _non_voter_tick(self) -> None:
         so = self.so
         if identity_rules.caught_up(self.identity, self.journal.durable_index, so.raftCommitIndex):
-            self._save_identity(dataclasses.replace(self.identity, catch_up_index=0))
+            self._save_identity(dataclasses.replace(self.identity, catch_up_index=0, untrusted=False))
             log.warning("replica %s/%s caught up to index %d: it votes again", self.config.group_id,
                         self.config.self_id, so.raftCommitIndex)
             return
@@ -387,6 +424,10 @@ class RaftEngine:
             raise self._failed
         if not self.identity.voter:
             self._non_voter_tick()
+            return
+        if self._vote_floor is not None and self._last() < self._vote_floor:
+            # whole-group recovery: only the most complete log may lead; this replica waits for it
+            self.so._SyncObj__raftElectionDeadline = time.monotonic() + self.config.election_timeout_max_ms / 1000
             return
         if not self.config.pre_vote:
             return
@@ -431,7 +472,7 @@ class RaftEngine:
             candidate_last, my_last = (message["last_log_term"], message["last_log_index"]), (last[2], last[1])
             log_ok = raftrules.log_up_to_date(candidate_last, my_last)
             leader_alive = self._leader_alive()
-            granted = self.identity.voter and raftrules.prevote_granted(
+            granted = self.grants_vote(candidate_last) and raftrules.prevote_granted(
                 message["term"], candidate_last, so.raftCurrentTerm, my_last, leader_alive)
             log.debug("pre-vote for %s in term %d: %s (my term %d, log ok %s, leader alive %s)", node.address,
                      message["term"], "granted" if granted else "refused", so.raftCurrentTerm, log_ok, leader_alive)
@@ -456,6 +497,7 @@ class RaftEngine:
             self._prevote = None
             self._prevote_granted_term = -1
             self._lost_leader = None
+            self._vote_floor = None  # a leader exists: the whole-group recovery (if any) is over
 
     def trim_known_entries(self, message: dict) -> dict:
         """An incoming append_entries, rewritten so pysyncobj never truncates entries that do not conflict."""

@@ -41,6 +41,9 @@ class Identity:
     catch_up_index: int = 0  # 0 = voter; CATCH_UP_PENDING or an index = non-voter catching up
     genesis_nonce: str = ""  # a new store's contribution to a genesis history (kept across restarts)
     genesis: tuple[tuple[str, str], ...] = field(default=())  # (replica id, nonce) of the genesis, if any
+    # ASYNC_FLUSH store left open across an OS crash: its log may lack the last flush interval, so it is a
+    # non-voter like a new store, but its log still counts when the whole group must restart (recovery_floor)
+    untrusted: bool = False
 
     @property
     def voter(self) -> bool:
@@ -78,11 +81,37 @@ def genesis_history(group_id: str, nonces: dict[str, str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def hello(identity: Identity, replica_id: str) -> dict:
-    """What a replica tells each peer when their connection comes up (before any other message)."""
+def hello(identity: Identity, replica_id: str, last: tuple[int, int]) -> dict:
+    """What a replica tells each peer when their connection comes up (before any other message), and again
+    whenever its identity changes. `last` is its log's (last term, last index)."""
     return {"type": "dl_hello", "replica": replica_id, "group": identity.group_id, "history": identity.history_id,
             "incarnation": identity.incarnation, "nonce": identity.genesis_nonce,
-            "genesis": [list(pair) for pair in identity.genesis]}
+            "genesis": [list(pair) for pair in identity.genesis], "voter": identity.voter,
+            "untrusted": identity.untrusted, "last": list(last)}
+
+
+def untrusted_at_open(identity: Identity) -> Identity:
+    """The machine went down under this ASYNC_FLUSH store: it may have lost what it acknowledged in its last
+    flush interval, so it may not vote until it has caught up (or the whole group restarts: recovery_floor)."""
+    if identity.fresh:
+        return identity
+    return replace(identity, untrusted=True, catch_up_index=CATCH_UP_PENDING)
+
+
+def recovery_floor(mine: Identity, my_id: str, my_last: tuple[int, int], hellos: dict[str, dict],
+                   peer_ids: frozenset[str]) -> tuple[int, int] | None:
+    """When too few voters are left to elect a leader because stores are untrusted (an OS crash or power loss
+    took most of the group down under ASYNC_FLUSH), the group restarts from its most complete log: every
+    untrusted replica votes again, but only for a candidate whose log is at least the most complete one heard
+    (the floor returned). Needs a hello from every replica; new stores (wiped disks) never get a vote this way.
+    None: not this case (a majority of voters exists, or a replica has not been heard yet)."""
+    if not (mine.untrusted and not mine.voter) or set(hellos) | {my_id} != set(peer_ids):
+        return None
+    voters = sum(1 for h in hellos.values() if h.get("voter"))
+    if 2 * voters > len(peer_ids):
+        return None  # the voters can elect a leader; this replica catches up from it
+    lasts = [tuple(h.get("last", (0, 0))) for h in hellos.values()] + [tuple(my_last)]
+    return max(lasts)
 
 
 @dataclass(frozen=True)

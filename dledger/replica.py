@@ -40,7 +40,6 @@ from .errors import (
     NotLeaderError,
     OutcomeUnknownError,
     ReplicaClosedError,
-    StoreUntrustedError,
 )
 from .journal import LmdbJournal
 from .logformat import META_APPLIED_INDEX, decode_u64, encode_u64, index_key, key_index, payload_blob, value_term
@@ -116,26 +115,30 @@ def _boot_id() -> str:
         return "unknown"
 
 
-def check_previous_shutdown(config: ReplicaConfig) -> None:
-    """Refuse an ASYNC_FLUSH store that was open when the machine went down.
+def check_previous_shutdown(config: ReplicaConfig) -> bool:
+    """True if this ASYNC_FLUSH store was open when the machine went down: it may lack what it acknowledged in
+    its last flush interval, so the replica may not vote until it has caught up (identity.untrusted_at_open).
 
-    Under ASYNC_FLUSH, LMDB commits without fsync; LMDB documents that a system crash can then leave
-    the file corrupt (not only without its last transactions). A process crash (kill -9) is harmless:
-    the page cache survives. So: a marker holds the boot id while the store is open; if it is still
-    there with another boot id, the OS went down under an open ASYNC store."""
+    Under ASYNC_FLUSH, LMDB commits without fsync. A process crash (kill -9) is harmless: the page cache
+    survives. So a marker holds the boot id while the store is open; if it is still there with another boot
+    id, the OS went down under an open ASYNC store. The file itself is checked before it is mapped (storefile);
+    its entries are checked by their checksums when read."""
     marker = _open_marker(config)
+    untrusted = False
     if os.path.exists(marker):
         with open(marker) as f:
             boot_id, _, policy = f.read().partition(" ")
         if policy.strip() == FlushPolicy.ASYNC_FLUSH.value and boot_id != _boot_id():
-            raise StoreUntrustedError(
-                f"{config.data_dir}/store was open under ASYNC_FLUSH when the machine went down (OS crash or "
-                "power loss); its LMDB file may be corrupt. Delete that directory and start the replica again: "
-                "it catches up from the rest of the group.")
+            untrusted = True
+            log.warning("%s/store was open under ASYNC_FLUSH when the machine went down (OS crash or power loss): "
+                        "it may lack its last flush interval; the replica takes no part in elections until it has "
+                        "caught up from the group (or, if the whole group went down, the most complete log goes "
+                        "on)", config.data_dir)
     with open(marker, "w") as f:
         f.write(f"{_boot_id()} {config.flush_policy.value}")
         f.flush()
         os.fsync(f.fileno())
+    return untrusted
 
 
 class Replica:
@@ -145,7 +148,7 @@ class Replica:
         os.makedirs(config.data_dir, exist_ok=True)
         if config.python_switch_interval_s is not None:
             sys.setswitchinterval(min(sys.getswitchinterval(), config.python_switch_interval_s))
-        check_previous_shutdown(config)
+        untrusted = check_previous_shutdown(config)
         self.store = Store(os.path.join(config.data_dir, "store"), config.map_size_bytes,
                            sync_commits=config.flush_policy is FlushPolicy.SYNC_FLUSH)
         self.journal = LmdbJournal(self.store, config.cache_bytes_max)
@@ -164,7 +167,7 @@ class Replica:
         self._retention_floor = 0
         self._snapshot = SnapshotHooks(self)
         self._engine = RaftEngine(config, self.store, self.journal, applied, self._apply, self._after_tick,
-                                  self._record_applied, self._on_engine_failure, self._snapshot)
+                                  self._record_applied, self._on_engine_failure, self._snapshot, untrusted=untrusted)
         self._snapshot.bind_engine(self._engine)
         self._status = self._status_from(self._engine.view)
         self._completer = threading.Thread(target=self._complete_loop, name=f"dledger-done-{config.self_id}",

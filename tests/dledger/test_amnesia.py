@@ -158,3 +158,50 @@ def test_a_replica_whose_applied_entries_conflict_with_the_leader_stops_instead_
     healthy = [n for n in cluster.nodes if n != victim]
     index = cluster.append(cluster.wait_leader(among=healthy), [b"after"])["index"]
     cluster.wait_applied(index, nodes=healthy)
+
+
+def fake_reboot(cluster, node_id: str) -> None:
+    """What an OS crash leaves: the store's open marker, written under another boot id (kill -9 left it)."""
+    marker = os.path.join(cluster.nodes[node_id].data_dir, "store.open")
+    with open(marker, "w") as f:
+        f.write("00000000-dead-beef-0000-000000000000 ASYNC_FLUSH")
+
+
+def test_a_whole_group_crash_under_async_flush_goes_on_from_the_most_complete_log(make_cluster):
+    from dledger import FlushPolicy
+
+    cluster = make_cluster(flush_policy=FlushPolicy.ASYNC_FLUSH)
+    leader = cluster.wait_leader()
+    acked = {cluster.append(leader, [f"a{i}".encode()])["index"]: f"a{i}".encode() for i in range(30)}
+    for node in cluster.nodes:
+        cluster.kill(node)
+        fake_reboot(cluster, node)
+    for node in cluster.nodes:
+        cluster.start_node(node)
+    leader = cluster.wait_leader(timeout_s=30)
+    cluster.wait_applied(max(acked))
+    for node in cluster.nodes:
+        log = log_of(cluster, node)
+        assert {i: log.get(i) for i in acked} == {i: [p] for i, p in acked.items()}, f"{node} lost entries"
+    assert any("goes on from its most complete log" in node_log(cluster, n) for n in cluster.nodes)
+    index = cluster.append(leader, [b"after"])["index"]
+    cluster.wait_applied(index)
+
+
+def test_one_replica_crashed_under_async_flush_rejoins_as_a_non_voter_and_catches_up(make_cluster):
+    from dledger import FlushPolicy
+
+    cluster = make_cluster(flush_policy=FlushPolicy.ASYNC_FLUSH)
+    leader = cluster.wait_leader()
+    crashed = followers(cluster, leader)[0]
+    cluster.kill(crashed)
+    fake_reboot(cluster, crashed)
+    last = max(cluster.append(leader, [f"b{i}".encode()])["index"] for i in range(20))
+    cluster.start_node(crashed)
+    assert cluster.status(crashed)["voter"] is False or cluster.status(crashed)["applied_index"] >= last
+    cluster.wait_applied(last)
+    deadline = time.monotonic() + 15
+    while not cluster.status(crashed)["voter"]:
+        assert time.monotonic() < deadline, cluster.status(crashed)
+        time.sleep(0.1)
+    assert log_of(cluster, crashed) == log_of(cluster, leader)

@@ -11,8 +11,8 @@ def fresh(replica: str) -> rules.Identity:
     return rules.new_store_identity("g")
 
 
-def hello_of(identity: rules.Identity, replica: str) -> dict:
-    return rules.hello(identity, replica)
+def hello_of(identity: rules.Identity, replica: str, last: tuple[int, int] = (0, 1)) -> dict:
+    return rules.hello(identity, replica, last)
 
 
 def test_a_new_store_has_no_history_and_no_vote():
@@ -96,3 +96,34 @@ def test_a_non_voter_votes_again_once_its_log_and_commit_index_reach_its_target(
 def test_the_identity_survives_encoding():
     me = rules.Identity(group_id="g", incarnation="a", history_id="H", genesis=(("n1", "x"), ("n2", "y")))
     assert rules.Identity.decode(me.encode()) == me
+
+
+def untrusted(replica: str) -> rules.Identity:
+    return rules.untrusted_at_open(rules.Identity(group_id="g", incarnation=replica, history_id="H"))
+
+
+def test_a_store_left_open_across_an_os_crash_is_an_untrusted_non_voter():
+    me = untrusted("n1")
+    assert me.untrusted and not me.voter and me.history_id == "H"
+
+
+def test_with_a_majority_of_voters_left_an_untrusted_replica_just_catches_up():
+    voter = rules.Identity(group_id="g", incarnation="v", history_id="H")
+    hellos = {"n2": hello_of(voter, "n2", (3, 90)), "n3": hello_of(voter, "n3", (3, 95))}
+    assert rules.recovery_floor(untrusted("n1"), "n1", (3, 100), hellos, PEERS) is None
+
+
+def test_when_the_whole_group_is_untrusted_the_most_complete_log_is_the_floor_for_every_vote():
+    hellos = {"n2": hello_of(untrusted("n2"), "n2", (3, 90)), "n3": hello_of(untrusted("n3"), "n3", (2, 120))}
+    assert rules.recovery_floor(untrusted("n1"), "n1", (3, 100), hellos, PEERS) == (3, 100)
+
+
+def test_the_whole_group_recovery_waits_for_every_replica_to_be_heard():
+    hellos = {"n2": hello_of(untrusted("n2"), "n2", (3, 90))}
+    assert rules.recovery_floor(untrusted("n1"), "n1", (3, 100), hellos, PEERS) is None
+
+
+def test_two_untrusted_and_one_voter_restart_from_the_most_complete_of_the_three():
+    voter = rules.Identity(group_id="g", incarnation="v", history_id="H")
+    hellos = {"n2": hello_of(untrusted("n2"), "n2", (3, 90)), "n3": hello_of(voter, "n3", (3, 120))}
+    assert rules.recovery_floor(untrusted("n1"), "n1", (3, 100), hellos, PEERS) == (3, 120)
