@@ -7,6 +7,7 @@ Every .py file is parsed with `ast` (nothing is imported), so a violation is rep
 from __future__ import annotations
 
 import ast
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,3 +145,26 @@ def test_the_audit_and_the_chaos_runs_do_not_import_each_other():
     violations = [imp for imp in all_imports() if (under(imp, "audit") and top(imp.module) == "jepsen_tests")
                   or (under(imp, "jepsen_tests") and top(imp.module) == "audit")]
     assert not violations, "audit and jepsen_tests must stay independent:\n" + report(violations)
+
+
+FIRST_PARTY = ("dledger", "broker", "namesrv", "rocketraft", "devkit", "bench", "jepsen_tests", "audit")
+
+
+def _resolves(module: str) -> bool:
+    """The module exists, or it is a name inside a module that exists (`from a import b`, b not a module)."""
+    parts = module.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found = importlib.util.find_spec(".".join(parts[:cut]))
+        except (ModuleNotFoundError, AttributeError, ValueError):  # a name inside a module, not a submodule
+            found = None
+        if found is not None:
+            return cut >= len(parts) - 1
+    return False
+
+
+def test_every_first_party_import_names_a_module_that_exists():
+    """A module that moved (rocketraft.devcluster -> devkit.devcluster) leaves no import behind, even one inside a
+    function that only runs in one test."""
+    stale = [imp for imp in all_imports() if top(imp.module) in FIRST_PARTY and not _resolves(imp.module)]
+    assert not stale, "imports of modules that do not exist:\n" + report(stale)

@@ -3,11 +3,12 @@ per-master lanes; retries; route refresh on every routing error; optional durabl
 
 Retry rules (docs/client.md, "What a send result means"):
 - a definite refusal that another group can take (busy, no master, disk full, unreachable master) is retried
-  on another broker group, up to `retries` times, with backoff for TOO_MANY_REQUESTS;
+  on another broker group, up to `retries` times, with backoff for TOO_MANY_REQUESTS; with no other group,
+  on the same group with backoff until `send_timeout_s`;
 - an unknown outcome (the master died with the request in flight, a timeout) is retried on the **same**
   group with the same message id until `send_timeout_s`: the group deduplicates by message id, so the
-  message is stored once; if no attempt succeeds the send fails with OutcomeUnknownError, never a plain
-  failure;
+  message is stored once (a whole group restarting and missing from the routes meanwhile included); if no
+  attempt succeeds the send fails with OutcomeUnknownError, never a plain failure;
 - a FIFO message (message_group) is only ever retried on its own group, so its order is kept;
 - anything else (a bad message, an unknown topic) fails at once with the broker's error.
 """
@@ -27,7 +28,6 @@ from rocketraft.protocol.errors import (
     OutcomeUnknownError,
     RocketraftCode,
     RocketraftError,
-    TopicNotFoundError,
 )
 from rocketraft.protocol.limits import BODY_BYTES_MAX
 from rocketraft.protocol.wire import Code, pb, svc
@@ -47,6 +47,7 @@ BACKOFF_MS_MAX = 1000
 # After an unknown outcome, how long to wait for the route to name another master before sending the retry to
 # whichever master it names (the old one may only have been slow). Elections here take 0.3-1 s.
 NEW_MASTER_WAIT_S = 1.0
+ROUTE_RETRY_S = 0.1  # while a pinned send waits for its group to come back into the route
 
 # Refusals that say the message was not stored and another group (or this one, later) can take it.
 RETRY_ELSEWHERE_CODES = frozenset({Code.TOO_MANY_REQUESTS, Code.HA_NOT_AVAILABLE, Code.INTERNAL_SERVER_ERROR,
@@ -296,7 +297,7 @@ class Producer(AsyncClient):
     async def _target(self, message: Message, attempts: _Attempts,
                       selector: Selector | None) -> tuple[GroupRoute, int]:
         for _ in range(2):
-            route = await self.routes.get(message.topic)
+            route = await self._route_for(message.topic, attempts)
             if attempts.pinned_group is not None:  # after an unknown outcome: same group, same queue
                 group, queue_id = route.groups.get(attempts.pinned_group), attempts.queue_id
             else:
@@ -311,6 +312,21 @@ class Producer(AsyncClient):
             raise attempts.final_error()
         raise NotMasterError(f"no master for {message.topic} on {name or 'any broker group'} within "
                              f"{self.send_timeout_s}s (an election that did not finish?); nothing was stored")
+
+    async def _route_for(self, topic: str, attempts: _Attempts):
+        """The topic's route. Once an attempt's outcome is unknown, a route that cannot be had now (the whole
+        group restarting: the NameServer dropped it) is asked again until the send's deadline, and the send
+        ends unknown, never with the route's error: the earlier attempt may be stored."""
+        while True:
+            try:
+                return await self.routes.get(topic)
+            except RocketraftError as exc:
+                if attempts.pinned_group is None:
+                    raise
+                attempts.last_error = exc
+                if attempts.time_left() <= 0:
+                    raise attempts.final_error() from exc
+                await asyncio.sleep(min(ROUTE_RETRY_S, attempts.time_left()))
 
     async def _wait_for_master(self, topic: str, group: str | None, failed_address: str | None,
                                attempts: _Attempts) -> GroupRoute | None:
@@ -342,21 +358,24 @@ class Producer(AsyncClient):
             await self.routes.wait_master(message.topic, group.name, group.master,
                                           min(attempts.deadline, time.monotonic() + NEW_MASTER_WAIT_S))
             return
-        if isinstance(exc, TopicNotFoundError) or isinstance(exc, BrokerUnreachableError):
-            await self.routes.refresh(message.topic)
         fifo = message.message_group is not None
-        if attempts.pinned_group is None and not fifo:
+        others = []  # a pinned send stays on its group; a route error now is not its outcome (_route_for)
+        if attempts.pinned_group is None:
+            route = await self.routes.refresh(message.topic)
+            others = [g for g in route.writable_groups if g.name not in attempts.excluded | {group.name}]
+        if others and not fifo:  # `retries` are tries on other groups; with none, the same group until the deadline
             if attempts.retries_left <= 0:
                 raise attempts.final_error() from exc
             attempts.retries_left -= 1
             attempts.excluded.add(group.name)
-        route = await self.routes.refresh(message.topic)
-        others = [g for g in route.writable_groups if g.name not in attempts.excluded]
         if exc_code(exc) == Code.TOO_MANY_REQUESTS or not others or fifo or attempts.pinned_group:
             await asyncio.sleep(min(attempts.backoff_ms / 1000, max(0.0, attempts.time_left())))
             attempts.backoff_ms = min(attempts.backoff_ms * 2, BACKOFF_MS_MAX)
         if isinstance(exc, BrokerUnreachableError) and (fifo or not others):
-            await self._wait_for_master(message.topic, group.name, group.master, attempts)
+            # A new master, or the same one back in a new term (the whole group restarted): wait a moment for
+            # the route to name another, then try whichever it names; never the whole send timeout.
+            await self.routes.wait_master(message.topic, group.name, group.master,
+                                          min(attempts.deadline, time.monotonic() + NEW_MASTER_WAIT_S))
 
     def stats(self) -> dict[str, dict[str, int]]:
         """Per broker address written to: SendMessage requests and messages sent (retries included)."""

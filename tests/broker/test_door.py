@@ -16,7 +16,7 @@ TOPIC = "door"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    from rocketraft.devcluster import DevCluster
+    from devkit.devcluster import DevCluster
 
     c = DevCluster(str(tmp_path_factory.mktemp("door")), broker_settings={"autoCreateTopicEnable": False})
     c.start()
