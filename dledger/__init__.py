@@ -7,17 +7,19 @@ of a replica's LMDB store, such as the audit).
 Modules: replica (the Replica surface), engine (the tick loop around pysyncobj), raftrules (pre-vote
 and append_entries trimming as pure functions), _pysyncobj_seam (the only module that imports and
 patches pysyncobj), journal (pysyncobj's journal interface over LMDB), store (the LMDB environment),
-logformat (the stored layout), codec (a batch of payloads), snapshot (compaction and snapshot
-transfer), config, errors.
+logformat (the stored layout), codec (a batch of payloads, with its checksum), repair (fetching a verified copy
+of a corrupt entry from a peer), scrub (background verification of the stored log), snapshot (compaction and
+snapshot transfer), config, errors.
 """
 
 from . import logformat
-from .codec import batch_count, decode_batch, encode_batch
+from .codec import batch_count, decode_batch, encode_batch, verify_batch
 from .config import FlushPolicy, ReplicaConfig
 from .errors import (
     AppendQueueFullError,
     AppendRefusedError,
     DledgerError,
+    EntryCorruptError,
     EntryTooLargeError,
     NoLeaderError,
     NotLeaderError,
@@ -31,8 +33,8 @@ from .store import Store
 
 __all__ = [
     "AppendRefusedError",
-    "AppendQueueFullError", "AppendResult", "DledgerError", "EntryTooLargeError", "FlushPolicy", "LogEntry",
+    "AppendQueueFullError", "AppendResult", "DledgerError", "EntryCorruptError", "EntryTooLargeError", "FlushPolicy", "LogEntry",
     "NoLeaderError", "NotLeaderError", "OutcomeUnknownError", "Replica", "ReplicaClosedError", "ReplicaConfig",
     "ReplicaStatus", "Role", "StateMachine", "Store", "StoreUntrustedError", "batch_count", "decode_batch",
-    "encode_batch", "logformat", "read_payloads",
+    "encode_batch", "logformat", "read_payloads", "verify_batch",
 ]
