@@ -33,7 +33,8 @@ from .store import Store
 
 __all__ = [
     "AppendRefusedError",
-    "AppendQueueFullError", "AppendResult", "DledgerError", "EntryCorruptError", "EntryTooLargeError", "FlushPolicy", "LogEntry",
+    "AppendQueueFullError", "AppendResult", "DledgerError", "EntryCorruptError", "EntryTooLargeError", "FlushPolicy",
+    "LogEntry",
     "NoLeaderError", "NotLeaderError", "OutcomeUnknownError", "Replica", "ReplicaClosedError", "ReplicaConfig",
     "ReplicaStatus", "Role", "StateMachine", "Store", "StoreUntrustedError", "batch_count", "decode_batch",
     "encode_batch", "logformat", "read_payloads", "verify_batch",
