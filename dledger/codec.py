@@ -14,8 +14,9 @@ that disagree with the blob's size. A single flipped bit anywhere in a version-2
 version or count by the size check, anywhere else by the CRC.
 
 Why CRC-32C through google-crc32c and not zlib.crc32: on this project's 2-core machine it checks 256 KiB in
-~15 us against zlib's ~51 us (with the copy it needs, below), and encode+decode of 256 x 1 KiB costs ~104 us
-against ~180 us with zlib (~73 us without a checksum); docs/architecture.md, "Checksums".
+~15 us against zlib's ~51 us (with the copy of the body it needs: it takes bytes only), and in a prototype codec
+encode+decode of 256 x 1 KiB cost ~104 us against ~180 us with zlib (~73 us without a checksum);
+docs/architecture.md, "Checksums", and `python -m bench.checksums`.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ PER_ENTRY_OVERHEAD_BYTES = 4
 
 if google_crc32c.implementation != "c":  # pragma: no cover - the wheels carry the C extension
     logging.getLogger(__name__).warning(
-        "google-crc32c runs its pure-Python fallback: every entry checksum is ~1000x slower; install a wheel "
-        "with the C extension (pip install --force-reinstall google-crc32c)")
+        "google-crc32c runs its pure-Python fallback: every entry checksum is far slower than with its C "
+        "extension; install a wheel that has it (pip install --force-reinstall google-crc32c)")
 
 
 def crc32c(data: bytes) -> int:
