@@ -157,3 +157,101 @@ def _read_or_none(replica: Replica, index: int):
         return replica.read(index, max_entries=1)[0].payloads
     except EntryCorruptError:
         return None
+
+
+class Recording:
+    """A state machine that remembers what it applied (in memory: a reopened replica starts a new record)."""
+
+    def __init__(self):
+        self.applied: list[tuple[int, list[bytes]]] = []
+
+    def attach(self, store) -> None:
+        pass
+
+    def apply(self, entry, txn):
+        self.applied.append((entry.index, entry.payloads))
+
+
+def set_applied_index(data_dir: str, index: int) -> None:
+    """As if the replica had crashed after storing entry index + 1 but before applying it."""
+    env = lmdb.open(os.path.join(data_dir, "store"), max_dbs=logformat.MAX_DBS)
+    try:
+        with env.begin(write=True) as txn:
+            txn.put(logformat.META_APPLIED_INDEX, logformat.encode_u64(index),
+                    db=env.open_db(logformat.META_DB, txn=txn))
+    finally:
+        env.close()
+
+
+def test_apply_waits_for_the_repair_of_a_corrupt_committed_entry_and_never_applies_its_garbage(group, caplog):
+    replicas = group(scrub_bytes_per_s=0)
+    leader = leader_of(replicas)
+    index = leader.append([MARKER]).result(10).index
+    last = leader.append([b"after"]).result(10).index
+    victim_id, victim = next((rid, r) for rid, r in replicas.items() if r is not leader)
+    eventually(lambda: victim.status().applied_index >= last, "the victim applies both entries")
+    config = victim.config
+    victim.close()
+    flip_stored_body(config.data_dir, index, MARKER)
+    set_applied_index(config.data_dir, index - 1)
+    caplog.set_level(logging.WARNING, logger="dledger")
+    recording = Recording()
+    victim = replicas[victim_id] = Replica.open(config, recording)
+    eventually(lambda: victim.status().applied_index >= last, "the victim applies again after the repair")
+    assert recording.applied[:2] == [(index, [MARKER]), (last, [b"after"])]
+    assert victim.stats["repaired"] == 1 and victim.status().failure is None
+    assert f"apply holds before entry {index}" in caplog.text and f"repaired entry {index} " in caplog.text
+
+
+def test_an_entry_no_replica_has_a_good_copy_of_is_logged_lost_and_stays_refused(group, caplog):
+    replicas = group(scrub_bytes_per_s=0, repair_round_ms=200)
+    leader = leader_of(replicas)
+    index = leader.append([MARKER]).result(10).index
+    for replica in replicas.values():
+        eventually(lambda r=replica: r.status().applied_index >= index, "every replica applies the entry")
+    configs = {rid: r.config for rid, r in replicas.items()}
+    for replica in replicas.values():
+        replica.close()
+    for config in configs.values():
+        flip_stored_body(config.data_dir, index, MARKER)
+    caplog.set_level(logging.WARNING, logger="dledger")
+    replicas.update({rid: Replica.open(config) for rid, config in configs.items()})
+    reader = replicas[sorted(replicas)[0]]
+    leader_of(replicas)
+    with pytest.raises(EntryCorruptError):
+        reader.read(index, max_entries=1)
+    eventually(lambda: reader.stats["lost"] == 1, "the entry is declared lost on the reader")
+    assert f"entry {index} (term " in caplog.text and "is lost on this replica" in caplog.text
+    with pytest.raises(EntryCorruptError):
+        reader.read(index, max_entries=1)
+    assert reader.stats["repaired"] == 0 and reader.status().failure is None
+
+
+def test_the_leader_refuses_a_forwarded_append_that_fails_its_check(group):
+    replicas = group()
+    leader = leader_of(replicas)
+    engine = leader._engine
+    command = logformat.REGULAR_COMMAND + logformat.encode_call(engine._func_id, encode_batch([MARKER]))
+    assert engine.refusal_of_forwarded(command) is None
+    code, reason = engine.refusal_of_forwarded(flip_inside(command, MARKER))
+    assert code == "ENTRY_CORRUPT" and "checksum mismatch" in reason
+
+
+def test_a_replica_that_cannot_apply_a_committed_entry_no_one_has_a_good_copy_of_stops_naming_it(group):
+    replicas = group(scrub_bytes_per_s=0, repair_round_ms=200)
+    leader = leader_of(replicas)
+    index = leader.append([MARKER]).result(10).index
+    for replica in replicas.values():
+        eventually(lambda r=replica: r.status().applied_index >= index, "every replica applies the entry")
+    configs = {rid: r.config for rid, r in replicas.items()}
+    for replica in replicas.values():
+        replica.close()
+    for config in configs.values():
+        flip_stored_body(config.data_dir, index, MARKER)
+    victim_id = sorted(configs)[0]
+    set_applied_index(configs[victim_id].data_dir, index - 1)
+    replicas.update({rid: Replica.open(config) for rid, config in configs.items()})
+    victim = replicas[victim_id]
+    failure = eventually(lambda: victim.status().failure, "the replica stops")
+    assert "EntryCorruptError" in failure and f"committed entry {index} " in failure, failure
+    assert victim.status().applied_index == index - 1
