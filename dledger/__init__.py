@@ -7,18 +7,20 @@ of a replica's LMDB store, such as the audit).
 Modules: replica (the Replica surface), engine (the tick loop around pysyncobj), raftrules (pre-vote
 and append_entries trimming as pure functions), _pysyncobj_seam (the only module that imports and
 patches pysyncobj), journal (pysyncobj's journal interface over LMDB), store (the LMDB environment),
-logformat (the stored layout), codec (a batch of payloads), snapshot (compaction and snapshot
-transfer), config, errors.
+logformat (the stored layout), codec (a batch of payloads, with its checksum), repair (fetching a verified copy
+of a corrupt entry from a peer), scrub (background verification of the stored log), snapshot (compaction and
+snapshot transfer), config, errors.
 """
 
 from . import logformat
-from .codec import batch_count, decode_batch, encode_batch
+from .codec import batch_count, decode_batch, encode_batch, verify_batch
 from .config import FlushPolicy, ReplicaConfig
 from .errors import (
     AppendQueueFullError,
     AppendRefusedError,
     AppliedEntryConflictError,
     DledgerError,
+    EntryCorruptError,
     EntryTooLargeError,
     NoLeaderError,
     NotLeaderError,
@@ -42,6 +44,7 @@ __all__ = [
     "decode_batch",
     "DledgerError",
     "encode_batch",
+    "EntryCorruptError",
     "EntryTooLargeError",
     "FlushPolicy",
     "LogEntry",
@@ -59,4 +62,5 @@ __all__ = [
     "Store",
     "StoreDamagedError",
     "StoreUntrustedError",
+    "verify_batch",
 ]

@@ -28,6 +28,9 @@ This module decides when things happen:
   entry is applied twice and restart time does not grow with the log.
 - Snapshots: pysyncobj's serializer hook ships a compacted LMDB copy of the whole store (retained log
   + state machine) to a follower that is behind the leader's first log index (snapshot.py).
+- Checksums: a follower refuses an entry that fails its check on arrival (not stored; the leader sends it
+  again); an entry of our own store that fails its check when read (journal.StoredEntryCorrupt) is never sent
+  nor applied: followers that need it wait, apply waits, and repair.py fetches a verified copy from a peer.
 """
 
 from __future__ import annotations
@@ -47,8 +50,9 @@ from . import logformat, raftrules
 from ._pysyncobj_seam import FAIL_REASON, REFUSED, RaftState
 from .codec import decode_batch
 from .config import FlushPolicy, ReplicaConfig
-from .errors import StoreUntrustedError
-from .journal import LmdbJournal
+from .errors import EntryCorruptError, StoreUntrustedError
+from .journal import LmdbJournal, StoredEntryCorrupt
+from .repair import Repairs
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -130,7 +134,8 @@ class RaftEngine:
         self._sent_commit_at = 0.0
         self.stats = {"acks_sent": 0, "acks_beyond_durable": 0, "commits_checked": 0,
                       "commits_beyond_durable": 0, "prevote_rounds": 0, "elections_started": 0,
-                      "snapshots_installed": 0, "sends_held_back": 0}
+                      "snapshots_installed": 0, "sends_held_back": 0, "corrupt_refused": 0}
+        self.repairs = Repairs(self)
         self.identity = self._load_identity(untrusted)
         self._accepted_peers: set[str] = set()  # addresses whose hello we accepted on their current connection
         self._peer_hellos: dict[str, dict] = {}  # replica id -> its last accepted hello
@@ -148,6 +153,8 @@ class RaftEngine:
         self.so._SyncObj__raftLastApplied = max(applied_index, 1)
         self.so._SyncObj__needLoadDumpFile = False
         self._func_id = self.so.apply_method_id()
+        journal.method_id = self._func_id
+        journal.on_corrupt = self.repairs.request
         self._wakeup = seam.PipeNotifier(self.so._poller)
         self._throttle_snapshot_chunks()
         self._commands = seam.BudgetedQueue(config.append_queue_max, config.append_bytes_per_tick_max, self.wake)
@@ -220,6 +227,7 @@ class RaftEngine:
                 # commit computation counts this replica for it.
                 self._commit_store()
                 self._pre_tick()
+                self.repairs.tick()
                 self.so.doTick(wait_s)
                 self.release_acks()
                 self._restore_throttled()
@@ -242,8 +250,14 @@ class RaftEngine:
     def refusal_of_forwarded(self, command) -> tuple[str, str] | None:
         """On the leader, for an append a follower forwarded: (code, reason) if the admission check refuses
         it, else None. Local appends are not asked (their caller checked before appending)."""
+        if not isinstance(command, bytes):
+            return None
+        try:  # the leader stores what it admits: never a command that fails its check
+            logformat.verify_command(command, self._func_id)
+        except EntryCorruptError as exc:
+            return ("ENTRY_CORRUPT", f"the forwarded entry failed its check on the leader: {exc.message}")
         admission = self.admission
-        if admission is None or not isinstance(command, bytes):
+        if admission is None:
             return None
 
         def payloads() -> list[bytes]:  # decoded only if the admission needs to look (it usually admits at once)
@@ -698,4 +712,118 @@ class RaftEngine:
         """The highest index pysyncobj applied (its no-op entries included)."""
         return self.so.raftLastApplied
 
+
+
+    # -- checksums: refusing, holding back and repairing corrupt entries (repair.py) ---------------------------
+    def refuse_corrupt_entries(self, node, message: dict) -> dict:
+        """A follower stores no entry that fails its check: an append_entries is cut before the first such entry
+        (the entries before it are stored and acknowledged; the leader sends the rest again)."""
+        entries = message.get("entries")
+        if not entries:
+            return message
+        for position, (command, index, term) in enumerate(entries):
+            try:
+                logformat.verify_command(command, self._func_id)
+            except EntryCorruptError as exc:
+                self.stats["corrupt_refused"] += 1
+                log.warning("refused entry %d (term %d) from %s: %s; not stored, the leader sends it again", index,
+                            term, self.peer_id(node.address) or node.address, exc.message)
+                kept = dict(message)
+                kept["entries"] = entries[:position]
+                return kept
+        return message
+
+    def apply_entries(self, apply: Callable[[], bool]) -> bool:
+        """pysyncobj's apply loop, never past an entry of our store that failed its check: apply waits there until
+        the entry is repaired. If every peer said it has no good copy, the replica stops (naming the entry)."""
+        so = self.so
+        corrupt = self.journal.corrupt
+        for _ in range(len(corrupt) + 2):  # each retry has found one more corrupt entry below the last hold
+            commit = so._SyncObj__raftCommitIndex
+            hold = min((i for i in corrupt if so.raftLastApplied < i <= commit), default=None)
+            if hold is not None and self.repairs.is_lost(hold):
+                raise EntryCorruptError(
+                    f"committed entry {hold} (term {corrupt[hold]}) in {self.store.path} failed its check and no "
+                    "other replica has a verified copy: this replica cannot apply it and stops. Rebuild it from its "
+                    "peers (docs/operations.md, 'entry N is corrupt')", index=hold, term=corrupt[hold],
+                    path=self.store.path)
+            if hold is not None:
+                so._SyncObj__raftCommitIndex = hold - 1
+            try:
+                return apply()
+            except StoredEntryCorrupt as exc:
+                log.warning("apply holds before entry %d until it is repaired", exc.index)
+            finally:
+                so._SyncObj__raftCommitIndex = commit
+        return False
+
+    def send_append_entries(self, send: Callable[[], None]) -> None:
+        """pysyncobj's send to followers, which never reads past an entry of our store that failed its check: a
+        follower that needs it is left out of pysyncobj's send and gets, from us, the entries before it (or a
+        heartbeat) until the entry is repaired."""
+        so = self.so
+        connected = so._SyncObj__connectedNodes
+        held: set = set()
+        try:
+            for _ in range(len(so.otherNodes) + 2):  # each retry has found one more corrupt entry
+                for node in self._needing_corrupt() - held:
+                    connected.discard(node)
+                    held.add(node)
+                try:
+                    send()
+                    break
+                except StoredEntryCorrupt as exc:
+                    log.warning("entry %d is held back from followers until it is repaired", exc.index)
+        finally:
+            transport = so._SyncObj__transport
+            for node in held:
+                if transport.is_connected(node):
+                    connected.add(node)
+        for node in held:
+            self._send_before_corrupt(node)
+
+    def _needing_corrupt(self) -> set:
+        """Connected followers that pysyncobj would send a known-corrupt entry (snapshot transfers excepted)."""
+        corrupt = self.journal.corrupt
+        if not corrupt:
+            return set()
+        so = self.so
+        highest = max(corrupt)
+        first = self.journal.first_index
+        next_index = so._SyncObj__raftNextIndex
+        return {node for node in so._SyncObj__connectedNodes if first < next_index.get(node, 0) <= highest}
+
+    def _send_before_corrupt(self, node) -> None:
+        so = self.so
+        journal = self.journal
+        start = so._SyncObj__raftNextIndex[node]
+        stop = min((i for i in journal.corrupt if i >= start), default=journal.last_index + 1)
+        entries, size = [], 0
+        try:
+            for entry in journal.iter_range(start, stop):
+                entries.append(entry)
+                size += len(entry[0])
+                if size >= so._SyncObj__conf.appendEntriesBatchSizeBytes:
+                    break
+        except StoredEntryCorrupt:
+            pass  # another corrupt entry before `stop`: send what precedes it
+        if entries:
+            so._SyncObj__raftNextIndex[node] = entries[-1][1] + 1
+        so._SyncObj__transport.send(node, {
+            "type": "append_entries", "term": so.raftCurrentTerm, "commit_index": so.raftCommitIndex,
+            "entries": entries, "prevLogIdx": start - 1, "prevLogTerm": journal.entry(start - 1)[2]})
+
+    def on_repair_message(self, node, message: dict) -> None:
+        self.repairs.on_message(node, message)
+
+    def repair_peers(self) -> list:
+        """Peers a repair may ask: connected, with an accepted hello (same group and history)."""
+        so = self.so
+        return [node for node in so.otherNodes if so.isNodeConnected(node) and node.address in self._accepted_peers]
+
+    def other_peer_addresses(self) -> set[str]:
+        return {addr for pid, addr in self.config.peers.items() if pid != self.config.self_id}
+
+    def send_to_peer(self, node, message: dict) -> None:
+        self.so._SyncObj__transport.send(node, message)
 

@@ -79,3 +79,18 @@ class StoreUntrustedError(DledgerError):
     """The store may be corrupt (ASYNC_FLUSH store left open across an OS crash or power loss)."""
 
     code = "STORE_UNTRUSTED"
+
+
+class EntryCorruptError(DledgerError, ValueError):
+    """A stored or received Raft entry fails its check (the batch checksum, or its framing): it is never returned
+    as data. `index` and `term` name the entry when known, `path` the store that holds it. A replica that finds
+    one in its own store asks its peers for a verified copy (docs/architecture.md, "Checksums"); a ValueError
+    too, since it is what any malformed batch raises."""
+
+    code = "ENTRY_CORRUPT"
+
+    def __init__(self, message: str, index: int | None = None, term: int | None = None, path: str | None = None):
+        super().__init__(message)
+        self.index = index
+        self.term = term
+        self.path = path

@@ -28,13 +28,14 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .codec import decode_batch, encode_batch, encoded_size
+from .codec import decode_batch, encode_batch, encoded_size, verify_batch
 from .config import FlushPolicy, ReplicaConfig
 from .engine import FAIL_REASON, REFUSED, EngineView, RaftEngine, RaftState
 from .errors import (
     AppendQueueFullError,
     AppendRefusedError,
     DledgerError,
+    EntryCorruptError,
     EntryTooLargeError,
     NoLeaderError,
     NotLeaderError,
@@ -42,7 +43,18 @@ from .errors import (
     ReplicaClosedError,
 )
 from .journal import LmdbJournal
-from .logformat import META_APPLIED_INDEX, decode_u64, encode_u64, index_key, key_index, payload_blob, value_term
+from .logformat import (
+    META_APPLIED_INDEX,
+    corrupt_entry,
+    decode_u64,
+    encode_u64,
+    entry_payloads,
+    index_key,
+    key_index,
+    value_term,
+    watch_corruption,
+)
+from .scrub import Scrub
 from .snapshot import SnapshotHooks
 from .store import Store
 
@@ -174,6 +186,7 @@ class Replica:
                                            daemon=True)
         self._completer.start()
         self._engine.start()
+        self._start_checksum_services()
 
     @classmethod
     def open(cls, config: ReplicaConfig, state_machine: StateMachine | None = None) -> Replica:
@@ -258,7 +271,11 @@ class Replica:
     def read(self, from_index: int, max_entries: int = 1000, max_bytes: int = 16 * 1024 * 1024,
              to_index: int | None = None) -> list[LogEntry]:
         """Committed, applied data entries with from_index <= index <= to_index (default: the applied
-        index), at most max_entries and about max_bytes; pysyncobj's no-op entries are skipped."""
+        index), at most max_entries and about max_bytes; pysyncobj's no-op entries are skipped.
+
+        Every entry is verified first. An entry that fails its check is never returned: the read stops before it
+        (returning the entries before it), or raises EntryCorruptError naming it when it is the first; the
+        replica asks its peers for a verified copy and serves the entry again once repaired."""
         applied = self._status.applied_index if to_index is None else min(to_index, self._status.applied_index)
         store = self.store
 
@@ -271,10 +288,14 @@ class Replica:
                 index = key_index(key)
                 if index > applied or len(out) >= max_entries or (out and size >= max_bytes):
                     break
-                blob = payload_blob(value)
-                if blob is None:
+                try:
+                    payloads = entry_payloads(index, value, store.path)  # reports a corrupt one for repair
+                except EntryCorruptError:
+                    if out:
+                        break  # the caller's next read starts at the corrupt entry and gets the error
+                    raise
+                if payloads is None:
                     continue
-                payloads = decode_batch(blob)
                 size += sum(len(p) for p in payloads)
                 out.append(LogEntry(index, value_term(value), payloads))
             return out
@@ -291,9 +312,13 @@ class Replica:
 
     @property
     def stats(self) -> dict:
+        """Counters: Raft and durability, and checksums: corrupt_found (entries of this store that failed their
+        check), repaired, lost (no peer had a good copy), corrupt_refused (entries refused on arrival),
+        scrubbed_entries / scrubbed_bytes / scrub_passes."""
         return dict(self._engine.stats, fsync_count=self.store.fsync_count, commit_count=self.store.commit_count,
                     fsync_seconds_total=round(self.store.fsync_seconds_total, 6),
-                    truncated_entries=self.journal.truncated_entries)
+                    truncated_entries=self.journal.truncated_entries, **self._engine.repairs.stats,
+                    **self._scrub.stats)
 
     def subscribe(self, callback: Callable[[ReplicaStatus], None]) -> Callable[[], None]:
         """callback(status) runs on a dledger thread whenever role, term or leader changes."""
@@ -325,6 +350,8 @@ class Replica:
             if self._closed:
                 return
             self._closed = True
+        self._scrub.stop()
+        watch_corruption(self.store.path, None)
         self._engine.stop()
         with self._pending_lock:
             pending, self._pending = self._pending, {}
@@ -344,9 +371,24 @@ class Replica:
 
     # -- engine callbacks (tick thread) ------------------------------------------------------------------
     def _apply(self, index: int, term: int, blob: bytes, txn):
+        try:  # garbage is never applied (the journal verified what it read from disk; this covers the rest)
+            payloads = decode_batch(blob) if self._sm is not None else verify_batch(blob)
+        except EntryCorruptError as exc:
+            raise corrupt_entry(index, term, self.store.path, f"found while applying it: {exc.message}") from None
         if self._sm is None:
             return None
-        return self._sm.apply(LogEntry(index, term, decode_batch(blob)), txn)
+        return self._sm.apply(LogEntry(index, term, payloads), txn)
+
+    def _start_checksum_services(self) -> None:
+        """Reads of this store in this process (read, read_payloads) report corrupt entries for repair; the
+        scrub verifies the whole retained log in the background."""
+        engine = self._engine
+        watch_corruption(self.store.path, engine.repairs.request)
+        c = self.config
+        self._scrub = Scrub(self.store, lambda: (engine.view.first_index, engine.view.last_index),
+                            engine.so.apply_method_id(), engine.repairs.request, c.scrub_bytes_per_s,
+                            c.scrub_interval_ms, f"dledger-scrub-{c.self_id}")
+        self._scrub.start()
 
     def _record_applied(self, index: int, txn) -> None:
         txn.put(META_APPLIED_INDEX, encode_u64(index), db=self.store.meta_db)
