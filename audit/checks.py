@@ -45,6 +45,17 @@ def divergence(entries: DataFrame) -> dict:
             "examples": examples}
 
 
+# -- e. every stored entry passes its check (dledger's checksums) ------------------------------------------------
+def checksums(entries: DataFrame) -> dict:
+    """Entries that fail dledger's check (batch checksum, framing, command type): kind "corrupt" in entries.
+    A replica never serves one (it repairs it from a peer); in a stopped store it is still a finding."""
+    bad = entries.filter(F.col("kind") == "corrupt")
+    corrupt = bad.count()
+    examples = _rows(bad.select("group", "replica", "index", "term").orderBy("group", "replica", "index")) \
+        if corrupt else []
+    return {"valid": corrupt == 0, "corrupt": corrupt, "examples": examples}
+
+
 # -- b. committed prefixes are identical, pair by pair ---------------------------------------------------------
 def committed_prefix(spark: SparkSession, entries: DataFrame, metas: list[StoreMeta]) -> dict:
     pairs = []

@@ -81,6 +81,7 @@ def run(stores: list[str], history: str | None, out_dir: str, master: str = "loc
 
     report = {"stores": [vars(m) for m in metas], "groups": _groups(metas),
               "totals": timed("totals", _totals, entries, tables["queues"]), "checks": {}}
+    report["checks"]["checksums"] = timed("checksums", checks.checksums, entries)
     report["checks"]["divergence"] = timed("divergence", checks.divergence, entries)
     report["checks"]["committed_prefix"] = timed("committed_prefix", checks.committed_prefix, spark, entries, metas)
     report["checks"]["consume_queues"] = timed("consume_queues", checks.consume_queues, spark, cq, sends,
@@ -160,6 +161,9 @@ def summary(report: dict) -> str:
     t = report["totals"]
     lines.append(f"  totals: {t['entries']:,} entries, {t['payloads']:,} payloads, {t['queued_messages']:,} "
                  "queued messages (all replicas)")
+    e = c["checksums"]
+    lines.append(f"[{_ok(e)}] e. every stored entry passes its checksum: {e['corrupt']:,} corrupt")
+    lines += [f"      corrupt: {x['replica']} index {x['index']} term {x['term']}" for x in e["examples"]]
     d = c["divergence"]
     lines.append(f"[{_ok(d)}] a. same entry on every replica: {d['indexes_compared']:,} indexes compared, "
                  f"{d['divergent']:,} divergent")

@@ -26,8 +26,18 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from dledger import batch_count, decode_batch
-from dledger.logformat import LOG_DB, index_key, key_index, payload_blob, value_command, value_term
+from dledger import EntryCorruptError, decode_batch, verify_batch
+from dledger.logformat import (
+    LOG_DB,
+    NO_OP_COMMAND,
+    TERM_BYTES,
+    index_key,
+    key_index,
+    payload_blob,
+    value_command,
+    value_term,
+    verify_command,
+)
 
 from .stores import StoreRef, open_env, read_meta, resolve
 
@@ -193,21 +203,29 @@ def _log_values(part: Part) -> Iterator[tuple[int, bytes]]:
 
 
 def _payload_count(value: bytes) -> tuple[str, int]:
-    """(kind, payload count) of one stored log value without copying its payloads (entries needs no more)."""
+    """(kind, payload count) of one stored log value, verified as dledger verifies it (type byte, pickle, batch
+    framing and checksum) without copying its payloads: data, noop (pysyncobj's own entry) or corrupt."""
     try:
-        blob = payload_blob(value)
-        return ("noop", 0) if blob is None else ("data", batch_count(blob))
-    except Exception:  # noqa: BLE001 - a damaged entry is a finding of the audit, not a crash of it
-        return "undecodable", 0
+        command = memoryview(value)[TERM_BYTES:]
+        if command == NO_OP_COMMAND:
+            return "noop", 0
+        verify_command(command)
+        return "data", verify_batch(payload_blob(value))
+    except Exception:  # noqa: BLE001 - a damaged entry is a finding of the audit (check e), not a crash of it
+        return "corrupt", 0
 
 
 def _payloads(value: bytes) -> tuple[str, list[bytes]]:
-    """(kind, payloads) of one stored log value: data, noop (pysyncobj's own entry) or undecodable."""
+    """(kind, payloads) of one stored log value: data, noop or corrupt (its payloads are never used)."""
     try:
+        if memoryview(value)[TERM_BYTES:] == NO_OP_COMMAND:
+            return "noop", []
         blob = payload_blob(value)
-        return ("noop", []) if blob is None else ("data", decode_batch(blob))
-    except Exception:  # noqa: BLE001 - a damaged entry is a finding of the audit, not a crash of it
-        return "undecodable", []
+        if blob is None:
+            raise EntryCorruptError("unknown command type")
+        return "data", decode_batch(blob)
+    except Exception:  # noqa: BLE001 - a damaged entry is a finding of the audit (check e), not a crash of it
+        return "corrupt", []
 
 
 # -- tables -----------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 
 import lmdb
 
+from dledger import StoreDamagedError, check_data_file
 from dledger.logformat import (
     LOG_DB,
     MAX_DBS,
@@ -71,7 +72,9 @@ class StoreMeta:
 
 
 def open_env(path: str) -> lmdb.Environment:
-    """Read-only, with LMDB's reader lock: safe whether the broker that owns the store runs or not."""
+    """Read-only, with LMDB's reader lock: safe whether the broker that owns the store runs or not. A torn file
+    is refused before it is mapped (StoreDamagedError): mapping it would kill the process with SIGBUS."""
+    check_data_file(path)
     return lmdb.open(path, readonly=True, lock=True, max_dbs=MAX_DBS, subdir=True, readahead=False)
 
 
@@ -123,6 +126,8 @@ def read_meta(ref: StoreRef) -> StoreMeta:
     """Log bounds and Raft metadata of one store; AuditInputError if it is no dledger store."""
     try:
         env = open_env(ref.path)
+    except StoreDamagedError as exc:
+        raise AuditInputError(Problem.UNREADABLE, f"{ref.path}: unreadable: {exc}") from None
     except lmdb.Error as exc:
         raise AuditInputError(Problem.UNREADABLE, f"{ref.path}: cannot open as LMDB ({exc}); is it a replica's "
                               "store directory, and readable by this user?") from None

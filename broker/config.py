@@ -58,6 +58,9 @@ class BrokerConfig:
     dLegerElectionTimeoutMaxMs: int = _DLEDGER.election_timeout_max_ms
     dLegerLeaderFallbackTimeoutMs: int = 0  # a master that hears from no majority this long steps down; 0 = min
     dLegerMaxWaitAckTimeMs: int = _DLEDGER.append_timeout_ms  # then a write's outcome is unknown (PROXY_TIMEOUT)
+    # a replica on a new store votes at once instead of after catching up: only to restart a group that lost a
+    # majority of its disks from the survivors (docs/operations.md, "Replace a replica's disk")
+    dLegerJoinAsVoter: bool = False
     # LMDB map of the replica's store: address space reserved, not disk used; the store cannot grow past it
     storeMapSizeBytes: int = dledger.ReplicaConfig.map_size_bytes
     # a slave (follower) forwards writes to the master through Raft; false: it refuses them, naming the master
@@ -152,7 +155,8 @@ class BrokerConfig:
             election_timeout_min_ms=self.dLegerElectionTimeoutMinMs,
             election_timeout_max_ms=self.dLegerElectionTimeoutMaxMs,
             leader_fallback_timeout_ms=self.dLegerLeaderFallbackTimeoutMs or None,
-            append_timeout_ms=self.dLegerMaxWaitAckTimeMs, entry_bytes_max=self.entry_bytes_max)
+            append_timeout_ms=self.dLegerMaxWaitAckTimeMs, entry_bytes_max=self.entry_bytes_max,
+            join_as_voter=self.dLegerJoinAsVoter)
 
     @property
     def entry_bytes_max(self) -> int:

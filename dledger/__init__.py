@@ -7,32 +7,60 @@ of a replica's LMDB store, such as the audit).
 Modules: replica (the Replica surface), engine (the tick loop around pysyncobj), raftrules (pre-vote
 and append_entries trimming as pure functions), _pysyncobj_seam (the only module that imports and
 patches pysyncobj), journal (pysyncobj's journal interface over LMDB), store (the LMDB environment),
-logformat (the stored layout), codec (a batch of payloads), snapshot (compaction and snapshot
-transfer), config, errors.
+logformat (the stored layout), codec (a batch of payloads, with its checksum), repair (fetching a verified copy
+of a corrupt entry from a peer), scrub (background verification of the stored log), snapshot (compaction and
+snapshot transfer), config, errors.
 """
 
 from . import logformat
-from .codec import batch_count, decode_batch, encode_batch
+from .codec import batch_count, decode_batch, encode_batch, verify_batch
 from .config import FlushPolicy, ReplicaConfig
 from .errors import (
     AppendQueueFullError,
     AppendRefusedError,
+    AppliedEntryConflictError,
     DledgerError,
+    EntryCorruptError,
     EntryTooLargeError,
     NoLeaderError,
     NotLeaderError,
     OutcomeUnknownError,
     ReplicaClosedError,
+    StoreDamagedError,
     StoreUntrustedError,
 )
 from .logformat import read_payloads
 from .replica import AppendResult, LogEntry, Replica, ReplicaStatus, Role, StateMachine
 from .store import Store
+from .storefile import check_data_file
 
 __all__ = [
+    "AppendQueueFullError",
     "AppendRefusedError",
-    "AppendQueueFullError", "AppendResult", "DledgerError", "EntryTooLargeError", "FlushPolicy", "LogEntry",
-    "NoLeaderError", "NotLeaderError", "OutcomeUnknownError", "Replica", "ReplicaClosedError", "ReplicaConfig",
-    "ReplicaStatus", "Role", "StateMachine", "Store", "StoreUntrustedError", "batch_count", "decode_batch",
-    "encode_batch", "logformat", "read_payloads",
+    "AppendResult",
+    "AppliedEntryConflictError",
+    "batch_count",
+    "check_data_file",
+    "decode_batch",
+    "DledgerError",
+    "encode_batch",
+    "EntryCorruptError",
+    "EntryTooLargeError",
+    "FlushPolicy",
+    "LogEntry",
+    "logformat",
+    "NoLeaderError",
+    "NotLeaderError",
+    "OutcomeUnknownError",
+    "read_payloads",
+    "Replica",
+    "ReplicaClosedError",
+    "ReplicaConfig",
+    "ReplicaStatus",
+    "Role",
+    "StateMachine",
+    "Store",
+    "StoreDamagedError",
+    "StoreUntrustedError",
+    "verify_batch",
 ]

@@ -13,10 +13,12 @@ Applied once, when this module is first imported (each change pinned by tests/dl
   peer is one IP on the wire and a firewall rule can cut exactly one replica off (tests use 127.0.0.11-13).
 
 And what the engine plugs into a SyncObj:
-- EngineSyncObj: a SyncObj whose one replicated method hands each committed batch to the engine.
+- EngineSyncObj: a SyncObj whose one replicated method hands each committed batch to the engine, and whose
+  apply loop and send to followers go through the engine (entries that fail their check are held back).
 - Transport: pysyncobj's TCP transport with the engine's hooks (acks held until the store is committed,
-  flow control, pre-vote messages, append_entries rewriting, refusal of forwarded appends, fast
-  failover on a lost leader connection); it refuses pysyncobj's unauthenticated utility commands.
+  flow control, pre-vote messages, append_entries rewriting, refusal of entries that fail their check and of
+  forwarded appends, repair messages, fast failover on a lost leader connection); it refuses pysyncobj's
+  unauthenticated utility commands.
 - BudgetedQueue: pysyncobj's command queue with a byte budget per tick.
 - check_internals: the engine refuses to start if the pysyncobj internals it relies on are missing.
 """
@@ -42,6 +44,7 @@ from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.transport import TCPTransport
 
 from .journal import LmdbJournal
+from .repair import FETCH, FETCH_RESP
 
 log = logging.getLogger(__name__)
 
@@ -276,11 +279,21 @@ class Transport(TCPTransport):
     def _onMessageReceived(self, node, message):  # noqa: N802
         engine = self._syncObj.dl_engine
         kind = message.get("type") if isinstance(message, dict) else None
+        if kind == "dl_hello":
+            engine.on_hello(node, message)
+            return
+        if not engine.accepts(node):
+            return  # no accepted hello on this connection (another group or history), or no history yet
+        if kind == "request_vote" and not engine.grants_vote((message["last_log_term"], message["last_log_index"])):
+            return  # a non-voter gives no vote (and takes no term from a candidate); see engine.grants_vote
         if kind in ("dl_prevote", "dl_prevote_resp"):
             engine.on_prevote_message(node, message)
             return
         if kind == "dl_snapshot_progress":
             return  # only there so the leader's connection sees traffic during a long transfer
+        if kind in (FETCH, FETCH_RESP):
+            engine.on_repair_message(node, message)
+            return
         if kind == "apply_command" and self._syncObj._isLeader():
             refusal = engine.refusal_of_forwarded(message.get("command"))
             if refusal is not None:
@@ -290,7 +303,9 @@ class Transport(TCPTransport):
                 return
         if kind == "append_entries":
             engine.on_leader_contact(node, message["term"])
+            engine.note_leader_commit(message["commit_index"])
             message = engine.trim_known_entries(message)
+            message = engine.refuse_corrupt_entries(node, message)
             if message.get("serialized"):
                 # pysyncobj acknowledges only the last chunk of a snapshot; without traffic the leader's
                 # side would close the connection (connectionTimeout) during a long transfer.
@@ -298,10 +313,16 @@ class Transport(TCPTransport):
         super()._onMessageReceived(node, message)
 
     def _onNodeDisconnected(self, node):  # noqa: N802
+        self._syncObj.dl_engine.on_peer_hello_lost(node)
         super()._onNodeDisconnected(node)
         self._syncObj.dl_engine.on_peer_disconnected(node)
 
     def _onNodeConnected(self, node):  # noqa: N802
+        # The hello goes first on every connection: a peer takes nothing else from us before it. Straight onto
+        # the connection: an outgoing one is still CONNECTING here, and send() would drop it.
+        conn = self._connections.get(node)
+        if conn is not None:
+            conn.send(self._syncObj.dl_engine.hello())
         super()._onNodeConnected(node)
         self._syncObj.dl_engine.on_peer_connected(node)
 
@@ -354,6 +375,15 @@ class EngineSyncObj(SyncObj):
     def dl_apply(self, blob):
         return self.dl_engine.apply_blob(blob)
 
+    # pysyncobj calls these as self.__name(): an override here is what its tick runs. The engine keeps both from
+    # reading an entry of our store that failed its check (apply waits for the repair; followers that need it
+    # are served up to it).
+    def _SyncObj__applyLogEntries(self):  # noqa: N802
+        return self.dl_engine.apply_entries(lambda: SyncObj._SyncObj__applyLogEntries(self))
+
+    def _SyncObj__sendAppendEntries(self):  # noqa: N802
+        self.dl_engine.send_append_entries(lambda: SyncObj._SyncObj__sendAppendEntries(self))
+
     def apply_method_id(self) -> int:
         """The id pysyncobj gives dl_apply in every data command (logformat.encode_call)."""
         return self._methodToID[self._getFuncName("dl_apply")]
@@ -364,13 +394,17 @@ _INTERNALS = ("_SyncObj__raftLastApplied", "_SyncObj__needLoadDumpFile", "_SyncO
               "_SyncObj__commandsQueue", "_SyncObj__raftNextIndex", "_SyncObj__connectedNodes",
               "_SyncObj__transport", "_SyncObj__sendAppendEntries", "_SyncObj__serializer",
               "_SyncObj__votedForNodeId", "_SyncObj__applyLogEntries")
+_OVERRIDDEN = ("_SyncObj__applyLogEntries", "_SyncObj__sendAppendEntries")  # by EngineSyncObj
 
 
 def check_internals(so: SyncObj, journal: LmdbJournal) -> None:
     """Fail loudly if this pysyncobj does not have the internals the engine relies on."""
     for name in _INTERNALS:
-        if not hasattr(so, name):
+        if not hasattr(SyncObj, name) and not hasattr(so, name):
             raise RuntimeError(f"pysyncobj internals changed ({name} missing); dledger supports "
                                f"pysyncobj {PYSYNCOBJ_VERSION_RANGE[0]} up to {PYSYNCOBJ_VERSION_RANGE[1]}")
+    for name in _OVERRIDDEN:
+        if not callable(getattr(SyncObj, name, None)):
+            raise RuntimeError(f"pysyncobj internals changed ({name} missing); EngineSyncObj overrides it")
     if so._SyncObj__raftLog is not journal:
         raise RuntimeError("pysyncobj did not take the LMDB journal (createJournal seam failed)")

@@ -73,6 +73,16 @@ class ReplicaConfig:
     # entries, at most once per interval.
     compaction_min_entries: int = 10_000
     compaction_min_interval_ms: int = 30_000
+    # A replica on a new store joins its group's history as a non-voter until it has caught up (amnesia
+    # protection, dledger/identity.py). True makes it a voter at once: only to restart a group that lost a
+    # majority of its disks from the survivors, accepting that entries only the lost disks held are gone.
+    join_as_voter: bool = False
+    # Checksums (docs/architecture.md, "Checksums"): the scrub reads the whole retained log at most this fast,
+    # verifying every entry, one pass at open and then one every scrub_interval_ms (0 bytes/s: no scrub). A
+    # corrupt entry of this store is asked from the peers again after repair_round_ms without an answer.
+    scrub_bytes_per_s: int = 32 * MiB
+    scrub_interval_ms: int = 3_600_000
+    repair_round_ms: int = 1000
 
     def __post_init__(self) -> None:
         self.validate()
@@ -105,5 +115,7 @@ class ReplicaConfig:
             problems.append("entry_bytes_max must be at least 1024")
         if self.append_queue_max < 1 or self.append_timeout_ms < 1:
             problems.append("append_queue_max and append_timeout_ms must be positive")
+        if self.scrub_bytes_per_s < 0 or self.scrub_interval_ms < 1 or self.repair_round_ms < 1:
+            problems.append("scrub_bytes_per_s must be >= 0 (0: off); scrub_interval_ms and repair_round_ms >= 1")
         if problems:
             raise ValueError("invalid dledger config: " + "; ".join(problems))

@@ -28,10 +28,14 @@ This module decides when things happen:
   entry is applied twice and restart time does not grow with the log.
 - Snapshots: pysyncobj's serializer hook ships a compacted LMDB copy of the whole store (retained log
   + state machine) to a follower that is behind the leader's first log index (snapshot.py).
+- Checksums: a follower refuses an entry that fails its check on arrival (not stored; the leader sends it
+  again); an entry of our own store that fails its check when read (journal.StoredEntryCorrupt) is never sent
+  nor applied: followers that need it wait, apply waits, and repair.py fetches a verified copy from a peer.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import random
@@ -41,11 +45,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import _pysyncobj_seam as seam
+from . import identity as identity_rules
 from . import logformat, raftrules
 from ._pysyncobj_seam import FAIL_REASON, REFUSED, RaftState
 from .codec import decode_batch
 from .config import FlushPolicy, ReplicaConfig
-from .journal import LmdbJournal
+from .errors import EntryCorruptError, StoreUntrustedError
+from .journal import LmdbJournal, StoredEntryCorrupt
+from .repair import Repairs
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -68,6 +75,7 @@ class EngineView:
     durable_index: int
     match_index: dict
     connected_peers: tuple
+    identity: identity_rules.Identity
 
 
 def rewrite_append_entries(message: dict, journal: LmdbJournal) -> dict:
@@ -97,7 +105,7 @@ class RaftEngine:
     def __init__(self, config: ReplicaConfig, store: Store, journal: LmdbJournal, applied_index: int,
                  apply_fn: ApplyFn, after_tick: Callable[[EngineView], None],
                  record_applied: Callable[[int, object], None], on_failure: Callable[[BaseException], None],
-                 snapshot_hooks=None):
+                 snapshot_hooks=None, untrusted: bool = False):
         self.config = config
         self._on_failure = on_failure
         self.store = store
@@ -113,7 +121,7 @@ class RaftEngine:
         self._failed: BaseException | None = None
         self._committed_last_index = 0
         self._async_durable_index = 0
-        self._recorded_applied = applied_index
+        self._recorded_applied = journal.applied_index = applied_index
         self._leader_contact_at = 0.0
         self._lost_leader: str | None = None
         self._prevote: dict | None = None
@@ -126,7 +134,15 @@ class RaftEngine:
         self._sent_commit_at = 0.0
         self.stats = {"acks_sent": 0, "acks_beyond_durable": 0, "commits_checked": 0,
                       "commits_beyond_durable": 0, "prevote_rounds": 0, "elections_started": 0,
-                      "snapshots_installed": 0, "sends_held_back": 0}
+                      "snapshots_installed": 0, "sends_held_back": 0, "corrupt_refused": 0}
+        self.repairs = Repairs(self)
+        self.identity = self._load_identity(untrusted)
+        self._accepted_peers: set[str] = set()  # addresses whose hello we accepted on their current connection
+        self._peer_hellos: dict[str, dict] = {}  # replica id -> its last accepted hello
+        self._vote_floor: tuple[int, int] | None = None  # whole-group ASYNC recovery: (term, index) a candidate needs
+        self._refused_logged: set[str] = set()
+        self._fresh_nonces: dict[str, str] = {}
+        self._maybe_recover_whole_group()  # a group of one hears no hello: it decides now
         self._journal_token = f"dledger-journal:{config.group_id}:{config.self_id}:{id(self)}"
         seam.register_journal(self._journal_token, journal)
         self._address_to_id = {addr: pid for pid, addr in config.peers.items()}
@@ -137,6 +153,8 @@ class RaftEngine:
         self.so._SyncObj__raftLastApplied = max(applied_index, 1)
         self.so._SyncObj__needLoadDumpFile = False
         self._func_id = self.so.apply_method_id()
+        journal.method_id = self._func_id
+        journal.on_corrupt = self.repairs.request
         self._wakeup = seam.PipeNotifier(self.so._poller)
         self._throttle_snapshot_chunks()
         self._commands = seam.BudgetedQueue(config.append_queue_max, config.append_bytes_per_tick_max, self.wake)
@@ -209,6 +227,7 @@ class RaftEngine:
                 # commit computation counts this replica for it.
                 self._commit_store()
                 self._pre_tick()
+                self.repairs.tick()
                 self.so.doTick(wait_s)
                 self.release_acks()
                 self._restore_throttled()
@@ -231,8 +250,14 @@ class RaftEngine:
     def refusal_of_forwarded(self, command) -> tuple[str, str] | None:
         """On the leader, for an append a follower forwarded: (code, reason) if the admission check refuses
         it, else None. Local appends are not asked (their caller checked before appending)."""
+        if not isinstance(command, bytes):
+            return None
+        try:  # the leader stores what it admits: never a command that fails its check
+            logformat.verify_command(command, self._func_id)
+        except EntryCorruptError as exc:
+            return ("ENTRY_CORRUPT", f"the forwarded entry failed its check on the leader: {exc.message}")
         admission = self.admission
-        if admission is None or not isinstance(command, bytes):
+        if admission is None:
             return None
 
         def payloads() -> list[bytes]:  # decoded only if the admission needs to look (it usually admits at once)
@@ -271,13 +296,130 @@ class RaftEngine:
         txn = self.store.write_txn()
         result = self._apply_fn(index, term, blob, txn)
         self._record_applied(index, txn)
-        self._recorded_applied = index
+        self._recorded_applied = self.journal.applied_index = index
         return (index, term, result)
 
     # -- tick hooks -------------------------------------------------------------------------------------
     def fail(self, exc: BaseException) -> None:
         """Stop the replica at the start of the next tick (used where pysyncobj would swallow errors)."""
         self._failed = self._failed or exc
+
+    # -- identity: amnesia protection (identity.py) ---------------------------------------------------------
+    def _load_identity(self, untrusted: bool) -> identity_rules.Identity:
+        raw = self.store.read(lambda txn: txn.get(logformat.META_IDENTITY, db=self.store.meta_db))
+        if raw is not None:
+            found = identity_rules.Identity.decode(raw)
+            if found.group_id != self.config.group_id:
+                raise StoreUntrustedError(
+                    f"{self.store.path} holds a replica of group {found.group_id!r}, not {self.config.group_id!r}: "
+                    "check the data directory and the group name")
+            if untrusted:
+                found = identity_rules.untrusted_at_open(found)
+                self._save_identity(found)
+            return found
+        if self.journal.last_index > 1 or self.journal.getCurrentTerm() > 0:
+            made = identity_rules.legacy_identity(self.config.group_id)
+            log.info("store %s predates store identities: history %s", self.store.path, made.history_id)
+        else:
+            made = identity_rules.new_store_identity(self.config.group_id)
+            log.warning("replica %s/%s starts on a new store (incarnation %s): it takes no part in elections until "
+                        "it knows its group's history, and if the group already has one, until it has caught up",
+                        self.config.group_id, self.config.self_id, made.incarnation)
+        made = identity_rules.maybe_genesis(made, self.config.self_id, {}, frozenset(self.config.peers))
+        self._save_identity(made)
+        return made
+
+    def _save_identity(self, identity: identity_rules.Identity) -> None:
+        """Durable before it is acted on: a vote given as a voter must survive a crash. Peers hear of it."""
+        self.store.write_txn().put(logformat.META_IDENTITY, identity.encode(), db=self.store.meta_db)
+        self.store.commit(fsync=True)
+        changed, self.identity = identity != getattr(self, "identity", None), identity
+        so = getattr(self, "so", None)
+        if changed and so is not None:
+            for node in so.otherNodes:
+                if node.address in self._accepted_peers:
+                    so._SyncObj__transport.send_now(node, self.hello())
+
+    def _last(self) -> tuple[int, int]:
+        """(last term, last index) of the log; (0, 0) before pysyncobj wrote its first entry."""
+        if not len(self.journal):
+            return 0, 0
+        last = self.journal[-1]
+        return last[2], last[1]
+
+    def hello(self) -> dict:
+        return identity_rules.hello(self.identity, self.config.self_id, self._last())
+
+    def grants_vote(self, candidate_last: tuple[int, int]) -> bool:
+        """A vote is given only by a voter, and during a whole-group recovery only to the most complete log."""
+        return self.identity.voter and (self._vote_floor is None or tuple(candidate_last) >= self._vote_floor)
+
+    def on_hello(self, node, message: dict) -> None:
+        before = self.identity
+        verdict = identity_rules.on_hello(before, self.config.self_id, message, self._fresh_nonces,
+                                          frozenset(self.config.peers), self.config.join_as_voter)
+        if not verdict.accept:
+            self._accepted_peers.discard(node.address)
+            if node.address not in self._refused_logged:
+                self._refused_logged.add(node.address)
+                log.error("replica %s/%s refuses %s: %s", self.config.group_id, self.config.self_id, node.address,
+                          verdict.reason)
+            return
+        self._accepted_peers.add(node.address)
+        self._refused_logged.discard(node.address)
+        self._peer_hellos[message.get("replica", node.address)] = message
+        if verdict.identity != before:
+            self._save_identity(verdict.identity)
+            now = verdict.identity
+            if now.voter:
+                log.info("replica %s/%s: group history %s%s", self.config.group_id, self.config.self_id,
+                         now.history_id, " (a new group: every replica started on a new store)" if not before.genesis
+                         and now.genesis else "")
+            else:
+                log.warning("replica %s/%s joins history %s of its group as a NON-VOTER: its store is new, so it "
+                            "gives and asks no votes until it holds what the group had committed when it joined",
+                            self.config.group_id, self.config.self_id, now.history_id)
+        self._maybe_recover_whole_group()
+
+    def _maybe_recover_whole_group(self) -> None:
+        floor = identity_rules.recovery_floor(self.identity, self.config.self_id, self._last(), self._peer_hellos,
+                                              frozenset(self.config.peers))
+        if floor is None:
+            return
+        self._vote_floor = floor
+        log.warning("replica %s/%s: too few trusted replicas are left to elect a leader (the machine went down under "
+                    "ASYNC_FLUSH on most of the group): the group goes on from its most complete log, term %d index "
+                    "%d (this replica holds term %d index %d). Entries acknowledged in the last flush interval "
+                    "(async_flush_interval_ms=%d) that no replica holds are lost", self.config.group_id,
+                    self.config.self_id, floor[0], floor[1], *self._last(), self.config.async_flush_interval_ms)
+        self._save_identity(dataclasses.replace(self.identity, catch_up_index=0, untrusted=False))
+
+    def accepts(self, node) -> bool:
+        """Messages are taken only from peers whose hello was accepted on this connection, and only once this
+        replica knows its group's history."""
+        return node.address in self._accepted_peers and not self.identity.fresh
+
+    def on_peer_hello_lost(self, node) -> None:
+        self._accepted_peers.discard(node.address)
+
+    def note_leader_commit(self, commit_index: int) -> None:
+        """A non-voter learns what it must hold before it may vote: the leader's commit index on first contact."""
+        if self.identity.catch_up_index == identity_rules.CATCH_UP_PENDING:
+            target = max(commit_index, 1)
+            self._save_identity(dataclasses.replace(self.identity, catch_up_index=target))
+            log.info("replica %s/%s (non-voter) catches up to index %d, the leader's commit index",
+                     self.config.group_id, self.config.self_id, target)
+
+    def _non_voter_tick(self) -> None:
+        so = self.so
+        if identity_rules.caught_up(self.identity, self.journal.durable_index, so.raftCommitIndex):
+            self._save_identity(dataclasses.replace(self.identity, catch_up_index=0, untrusted=False))
+            log.warning("replica %s/%s caught up to index %d: it votes again", self.config.group_id,
+                        self.config.self_id, so.raftCommitIndex)
+            return
+        # never a candidate: push the election timer on
+        so._SyncObj__raftElectionDeadline = time.monotonic() + self.config.election_timeout_max_ms / 1000
+        self._prevote = None
 
     def snapshot_installed(self, applied_index: int) -> None:
         """The store was replaced by the leader's copy: its Raft metadata is the leader's, not ours.
@@ -287,12 +429,20 @@ class RaftEngine:
         journal = self.journal
         journal.setRaftCommitIndex(min(journal.getRaftCommitIndex(), journal.last_index))
         journal.setCurrentTerm(so.raftCurrentTerm, so._SyncObj__votedForNodeId)
-        self._recorded_applied = applied_index
+        self._save_identity(self.identity)  # the copy carries the leader's identity: ours is written back
+        self._recorded_applied = self.journal.applied_index = applied_index
         self.stats["snapshots_installed"] += 1
 
     def _pre_tick(self) -> None:
         if self._failed is not None:
             raise self._failed
+        if not self.identity.voter:
+            self._non_voter_tick()
+            return
+        if self._vote_floor is not None and self._last() < self._vote_floor:
+            # whole-group recovery: only the most complete log may lead; this replica waits for it
+            self.so._SyncObj__raftElectionDeadline = time.monotonic() + self.config.election_timeout_max_ms / 1000
+            return
         if not self.config.pre_vote:
             return
         so = self.so
@@ -336,8 +486,8 @@ class RaftEngine:
             candidate_last, my_last = (message["last_log_term"], message["last_log_index"]), (last[2], last[1])
             log_ok = raftrules.log_up_to_date(candidate_last, my_last)
             leader_alive = self._leader_alive()
-            granted = raftrules.prevote_granted(message["term"], candidate_last, so.raftCurrentTerm, my_last,
-                                                leader_alive)
+            granted = self.grants_vote(candidate_last) and raftrules.prevote_granted(
+                message["term"], candidate_last, so.raftCurrentTerm, my_last, leader_alive)
             log.debug("pre-vote for %s in term %d: %s (my term %d, log ok %s, leader alive %s)", node.address,
                      message["term"], "granted" if granted else "refused", so.raftCurrentTerm, log_ok, leader_alive)
             so._SyncObj__transport.send(node, {"type": "dl_prevote_resp", "term": message["term"],
@@ -361,6 +511,7 @@ class RaftEngine:
             self._prevote = None
             self._prevote_granted_term = -1
             self._lost_leader = None
+            self._vote_floor = None  # a leader exists: the whole-group recovery (if any) is over
 
     def trim_known_entries(self, message: dict) -> dict:
         """An incoming append_entries, rewritten so pysyncobj never truncates entries that do not conflict."""
@@ -545,6 +696,7 @@ class RaftEngine:
             durable_index=self.journal.durable_index,
             match_index={n.address: i for n, i in match.items()},
             connected_peers=tuple(sorted(n.address for n in so.otherNodes if so.isNodeConnected(n))),
+            identity=self.identity,
         )
 
     def peer_id(self, address: str | None) -> str | None:
@@ -560,4 +712,118 @@ class RaftEngine:
         """The highest index pysyncobj applied (its no-op entries included)."""
         return self.so.raftLastApplied
 
+
+
+    # -- checksums: refusing, holding back and repairing corrupt entries (repair.py) ---------------------------
+    def refuse_corrupt_entries(self, node, message: dict) -> dict:
+        """A follower stores no entry that fails its check: an append_entries is cut before the first such entry
+        (the entries before it are stored and acknowledged; the leader sends the rest again)."""
+        entries = message.get("entries")
+        if not entries:
+            return message
+        for position, (command, index, term) in enumerate(entries):
+            try:
+                logformat.verify_command(command, self._func_id)
+            except EntryCorruptError as exc:
+                self.stats["corrupt_refused"] += 1
+                log.warning("refused entry %d (term %d) from %s: %s; not stored, the leader sends it again", index,
+                            term, self.peer_id(node.address) or node.address, exc.message)
+                kept = dict(message)
+                kept["entries"] = entries[:position]
+                return kept
+        return message
+
+    def apply_entries(self, apply: Callable[[], bool]) -> bool:
+        """pysyncobj's apply loop, never past an entry of our store that failed its check: apply waits there until
+        the entry is repaired. If every peer said it has no good copy, the replica stops (naming the entry)."""
+        so = self.so
+        corrupt = self.journal.corrupt
+        for _ in range(len(corrupt) + 2):  # each retry has found one more corrupt entry below the last hold
+            commit = so._SyncObj__raftCommitIndex
+            hold = min((i for i in corrupt if so.raftLastApplied < i <= commit), default=None)
+            if hold is not None and self.repairs.is_lost(hold):
+                raise EntryCorruptError(
+                    f"committed entry {hold} (term {corrupt[hold]}) in {self.store.path} failed its check and no "
+                    "other replica has a verified copy: this replica cannot apply it and stops. Rebuild it from its "
+                    "peers (docs/operations.md, 'entry N is corrupt')", index=hold, term=corrupt[hold],
+                    path=self.store.path)
+            if hold is not None:
+                so._SyncObj__raftCommitIndex = hold - 1
+            try:
+                return apply()
+            except StoredEntryCorrupt as exc:
+                log.warning("apply holds before entry %d until it is repaired", exc.index)
+            finally:
+                so._SyncObj__raftCommitIndex = commit
+        return False
+
+    def send_append_entries(self, send: Callable[[], None]) -> None:
+        """pysyncobj's send to followers, which never reads past an entry of our store that failed its check: a
+        follower that needs it is left out of pysyncobj's send and gets, from us, the entries before it (or a
+        heartbeat) until the entry is repaired."""
+        so = self.so
+        connected = so._SyncObj__connectedNodes
+        held: set = set()
+        try:
+            for _ in range(len(so.otherNodes) + 2):  # each retry has found one more corrupt entry
+                for node in self._needing_corrupt() - held:
+                    connected.discard(node)
+                    held.add(node)
+                try:
+                    send()
+                    break
+                except StoredEntryCorrupt as exc:
+                    log.warning("entry %d is held back from followers until it is repaired", exc.index)
+        finally:
+            transport = so._SyncObj__transport
+            for node in held:
+                if transport.is_connected(node):
+                    connected.add(node)
+        for node in held:
+            self._send_before_corrupt(node)
+
+    def _needing_corrupt(self) -> set:
+        """Connected followers that pysyncobj would send a known-corrupt entry (snapshot transfers excepted)."""
+        corrupt = self.journal.corrupt
+        if not corrupt:
+            return set()
+        so = self.so
+        highest = max(corrupt)
+        first = self.journal.first_index
+        next_index = so._SyncObj__raftNextIndex
+        return {node for node in so._SyncObj__connectedNodes if first < next_index.get(node, 0) <= highest}
+
+    def _send_before_corrupt(self, node) -> None:
+        so = self.so
+        journal = self.journal
+        start = so._SyncObj__raftNextIndex[node]
+        stop = min((i for i in journal.corrupt if i >= start), default=journal.last_index + 1)
+        entries, size = [], 0
+        try:
+            for entry in journal.iter_range(start, stop):
+                entries.append(entry)
+                size += len(entry[0])
+                if size >= so._SyncObj__conf.appendEntriesBatchSizeBytes:
+                    break
+        except StoredEntryCorrupt:
+            pass  # another corrupt entry before `stop`: send what precedes it
+        if entries:
+            so._SyncObj__raftNextIndex[node] = entries[-1][1] + 1
+        so._SyncObj__transport.send(node, {
+            "type": "append_entries", "term": so.raftCurrentTerm, "commit_index": so.raftCommitIndex,
+            "entries": entries, "prevLogIdx": start - 1, "prevLogTerm": journal.entry(start - 1)[2]})
+
+    def on_repair_message(self, node, message: dict) -> None:
+        self.repairs.on_message(node, message)
+
+    def repair_peers(self) -> list:
+        """Peers a repair may ask: connected, with an accepted hello (same group and history)."""
+        so = self.so
+        return [node for node in so.otherNodes if so.isNodeConnected(node) and node.address in self._accepted_peers]
+
+    def other_peer_addresses(self) -> set[str]:
+        return {addr for pid, addr in self.config.peers.items() if pid != self.config.self_id}
+
+    def send_to_peer(self, node, message: dict) -> None:
+        self.so._SyncObj__transport.send(node, message)
 

@@ -61,7 +61,36 @@ class ReplicaClosedError(DledgerError):
     code = "REPLICA_CLOSED"
 
 
+class AppliedEntryConflictError(DledgerError):
+    """The leader's log conflicts with an entry this replica already applied: truncating it would leave the
+    state machine diverged from its peers, so the replica stops instead (Raft never truncates committed,
+    applied entries; this only happens after a store lost entries it had acknowledged, or a bug)."""
+
+    code = "APPLIED_ENTRY_CONFLICT"
+
+
+class StoreDamagedError(DledgerError):
+    """The store file cannot be used: cut short, or its LMDB meta pages are damaged. Checked before mapping."""
+
+    code = "STORE_DAMAGED"
+
+
 class StoreUntrustedError(DledgerError):
     """The store may be corrupt (ASYNC_FLUSH store left open across an OS crash or power loss)."""
 
     code = "STORE_UNTRUSTED"
+
+
+class EntryCorruptError(DledgerError, ValueError):
+    """A stored or received Raft entry fails its check (the batch checksum, or its framing): it is never returned
+    as data. `index` and `term` name the entry when known, `path` the store that holds it. A replica that finds
+    one in its own store asks its peers for a verified copy (docs/architecture.md, "Checksums"); a ValueError
+    too, since it is what any malformed batch raises."""
+
+    code = "ENTRY_CORRUPT"
+
+    def __init__(self, message: str, index: int | None = None, term: int | None = None, path: str | None = None):
+        super().__init__(message)
+        self.index = index
+        self.term = term
+        self.path = path

@@ -9,6 +9,13 @@ i" never loads the whole log.
 Deleting the log prefix (pysyncobj's log compaction) is capped at `delete_upto_max`, which the
 replica sets from the broker's retention floor and the newest snapshot: Raft compaction never deletes
 a message that is still retained.
+
+Checksums: every entry read from LMDB in bulk (iter_range: what pysyncobj sends to followers and applies) is
+verified first (logformat.verify_value); one that fails is recorded in `corrupt` (index -> term), reported to
+`on_corrupt` and raised as StoredEntryCorrupt, which the engine catches: it holds that entry back from sending
+and applying until `replace` puts a verified copy from a peer in its place. Entries in the memory cache were
+verified when they arrived (or built here) and are not checked again. Single entries (`entry`, `journal[i]`) are
+read by pysyncobj for their index and term only and are not verified.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator
 
+from .errors import AppliedEntryConflictError, EntryCorruptError
 from .logformat import (
     META_COMMIT_INDEX,
     META_TERM,
@@ -27,10 +35,16 @@ from .logformat import (
     encode_value,
     index_key,
     key_index,
+    value_term,
+    verify_value,
 )
 from .store import Store
 
 ITER_CHUNK = 256
+
+
+class StoredEntryCorrupt(EntryCorruptError):
+    """A bulk read of the journal met an entry that fails its check (see the module's docstring)."""
 
 
 class LmdbJournal:
@@ -43,6 +57,10 @@ class LmdbJournal:
         self.durable_index = 0  # highest index known to be fsynced (SYNC_FLUSH bookkeeping)
         self._absorb: list[int] | None = None
         self.truncated_entries = 0  # entries removed from the log's tail (conflicts with a new leader)
+        self.applied_index = 0  # set by the engine: entries up to it may never be truncated
+        self.method_id: int | None = None  # the engine's data-command method id: what a verified command calls
+        self.corrupt: dict[int, int] = {}  # index -> term of stored entries that failed their check, not repaired
+        self.on_corrupt = lambda index, term: None  # told of each entry a bulk read found corrupt
         self.reload()
 
     # -- state loaded from LMDB ----------------------------------------------------------------------
@@ -50,6 +68,7 @@ class LmdbJournal:
         """(Re)read bounds and Raft metadata from the store, e.g. after opening or a snapshot install."""
         self._cache.clear()
         self._cache_bytes = 0
+        self.corrupt.clear()
 
         def bounds(txn):
             cur = txn.cursor(db=self._store.log_db)
@@ -90,6 +109,7 @@ class LmdbJournal:
         if self._absorb is not None:
             return  # snapshot install: the new store already holds the log; see expect_reset()
         self._store.write_txn().drop(self._store.log_db, delete=False)
+        self.corrupt.clear()
         self._first = self._last = 0
         self.durable_index = 0
         self._cache.clear()
@@ -99,6 +119,13 @@ class LmdbJournal:
         start = self._first + entryFrom
         if not self._last or start > self._last:
             return
+        if start <= self.applied_index:
+            raise AppliedEntryConflictError(
+                f"the leader's log conflicts with entries {start}..{self._last} of this replica, which applied "
+                f"them through {self.applied_index}: truncating applied entries would make its state diverge "
+                "from its peers, so it stops. Rebuild this replica from its peers: stop it, move its data "
+                "directory aside, start it on an empty directory (it rejoins as a non-voter and catches up); "
+                "docs/operations.md, 'Replace a replica's disk'")
         self._delete_range(start, self._last)
         self.truncated_entries += self._last - start + 1
         self._last = start - 1
@@ -107,6 +134,8 @@ class LmdbJournal:
         self.durable_index = min(self.durable_index, self._last)
         for idx in [i for i in self._cache if i >= start]:
             self._cache_drop(idx)
+        for idx in [i for i in self.corrupt if i >= start]:
+            del self.corrupt[idx]
 
     def deleteEntriesTo(self, entryTo: int) -> None:  # noqa: N802
         wanted_first = self._first + entryTo
@@ -117,6 +146,8 @@ class LmdbJournal:
         self._first = new_first
         for idx in [i for i in self._cache if i < new_first]:
             self._cache_drop(idx)
+        for idx in [i for i in self.corrupt if i < new_first]:
+            del self.corrupt[idx]
 
     def __getitem__(self, item):
         n = len(self)
@@ -185,9 +216,19 @@ class LmdbJournal:
             if idx in self._cache and (chunk_stop - 1) in self._cache:
                 chunk = [self._cache[i] for i in range(idx, chunk_stop)]
             else:
+                self._refuse_known_corrupt(idx, chunk_stop)
                 chunk = self._read_chunk(idx, chunk_stop)
             yield from chunk
             idx = chunk_stop
+
+    def _refuse_known_corrupt(self, start: int, stop: int) -> None:
+        if self.corrupt:
+            known = [i for i in self.corrupt if start <= i < stop]
+            if known:
+                idx = min(known)
+                raise StoredEntryCorrupt(f"entry {idx} (term {self.corrupt[idx]}) in {self._store.path} failed its "
+                                         "check and is not repaired yet", index=idx, term=self.corrupt[idx],
+                                         path=self._store.path)
 
     def _read_chunk(self, start: int, stop: int) -> list[Entry]:
         def read(txn):
@@ -199,6 +240,7 @@ class LmdbJournal:
                 idx = key_index(key)
                 if idx >= stop:
                     break
+                self._verified(idx, value)
                 out.append(decode_value(idx, value))
             return out
 
@@ -209,6 +251,30 @@ class LmdbJournal:
         if len(chunk) != stop - start:
             raise IndexError(f"raft log range [{start}, {stop}) is incomplete in the store")
         return chunk
+
+    def _verified(self, idx: int, value: bytes) -> None:
+        try:
+            verify_value(idx, value, self.method_id, self._store.path)
+        except EntryCorruptError as exc:
+            term = value_term(value)
+            self.corrupt[idx] = term
+            self.on_corrupt(idx, term)
+            raise StoredEntryCorrupt(exc.message, index=idx, term=term, path=self._store.path) from None
+
+    def stored_value(self, idx: int) -> bytes | None:
+        """The LOG_DB value at idx as stored (the open write transaction's view), unverified."""
+        return self._txn_get(idx)
+
+    def replace(self, idx: int, command: bytes, term: int) -> bool:
+        """Put a verified copy of entry idx in place of the stored one (a repair), if the log still holds idx with
+        that term (the same entry, by Raft's log matching). Tick thread only; durable at the next commit."""
+        value = self._txn_get(idx)
+        if value is None or value_term(value) != term:
+            self.corrupt.pop(idx, None)  # another entry (or none) is there now: it is checked when read
+            return False
+        self._store.write_txn().put(index_key(idx), encode_value(command, term), db=self._store.log_db)
+        self.corrupt.pop(idx, None)  # a cached copy of idx is the same entry: it was verified when it arrived
+        return True
 
     def _txn_get(self, idx: int):
         key = index_key(idx)

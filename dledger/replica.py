@@ -28,22 +28,33 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .codec import decode_batch, encode_batch, encoded_size
+from .codec import decode_batch, encode_batch, encoded_size, verify_batch
 from .config import FlushPolicy, ReplicaConfig
 from .engine import FAIL_REASON, REFUSED, EngineView, RaftEngine, RaftState
 from .errors import (
     AppendQueueFullError,
     AppendRefusedError,
     DledgerError,
+    EntryCorruptError,
     EntryTooLargeError,
     NoLeaderError,
     NotLeaderError,
     OutcomeUnknownError,
     ReplicaClosedError,
-    StoreUntrustedError,
 )
 from .journal import LmdbJournal
-from .logformat import META_APPLIED_INDEX, decode_u64, encode_u64, index_key, key_index, payload_blob, value_term
+from .logformat import (
+    META_APPLIED_INDEX,
+    corrupt_entry,
+    decode_u64,
+    encode_u64,
+    entry_payloads,
+    index_key,
+    key_index,
+    value_term,
+    watch_corruption,
+)
+from .scrub import Scrub
 from .snapshot import SnapshotHooks
 from .store import Store
 
@@ -87,6 +98,9 @@ class ReplicaStatus:
     peer_match_index: dict = field(default_factory=dict)  # leader only: peer id -> highest replicated index
     connected_peers: tuple = ()
     failure: str | None = None
+    voter: bool = True  # False while the store is new: no history known yet, or catching up (identity.py)
+    history_id: str = ""
+    catch_up_index: int = 0  # a non-voter votes again once it holds this index (-1: not known yet)
 
 
 class StateMachine(Protocol):
@@ -113,26 +127,30 @@ def _boot_id() -> str:
         return "unknown"
 
 
-def check_previous_shutdown(config: ReplicaConfig) -> None:
-    """Refuse an ASYNC_FLUSH store that was open when the machine went down.
+def check_previous_shutdown(config: ReplicaConfig) -> bool:
+    """True if this ASYNC_FLUSH store was open when the machine went down: it may lack what it acknowledged in
+    its last flush interval, so the replica may not vote until it has caught up (identity.untrusted_at_open).
 
-    Under ASYNC_FLUSH, LMDB commits without fsync; LMDB documents that a system crash can then leave
-    the file corrupt (not only without its last transactions). A process crash (kill -9) is harmless:
-    the page cache survives. So: a marker holds the boot id while the store is open; if it is still
-    there with another boot id, the OS went down under an open ASYNC store."""
+    Under ASYNC_FLUSH, LMDB commits without fsync. A process crash (kill -9) is harmless: the page cache
+    survives. So a marker holds the boot id while the store is open; if it is still there with another boot
+    id, the OS went down under an open ASYNC store. The file itself is checked before it is mapped (storefile);
+    its entries are checked by their checksums when read."""
     marker = _open_marker(config)
+    untrusted = False
     if os.path.exists(marker):
         with open(marker) as f:
             boot_id, _, policy = f.read().partition(" ")
         if policy.strip() == FlushPolicy.ASYNC_FLUSH.value and boot_id != _boot_id():
-            raise StoreUntrustedError(
-                f"{config.data_dir}/store was open under ASYNC_FLUSH when the machine went down (OS crash or "
-                "power loss); its LMDB file may be corrupt. Delete that directory and start the replica again: "
-                "it catches up from the rest of the group.")
+            untrusted = True
+            log.warning("%s/store was open under ASYNC_FLUSH when the machine went down (OS crash or power loss): "
+                        "it may lack its last flush interval; the replica takes no part in elections until it has "
+                        "caught up from the group (or, if the whole group went down, the most complete log goes "
+                        "on)", config.data_dir)
     with open(marker, "w") as f:
         f.write(f"{_boot_id()} {config.flush_policy.value}")
         f.flush()
         os.fsync(f.fileno())
+    return untrusted
 
 
 class Replica:
@@ -142,7 +160,7 @@ class Replica:
         os.makedirs(config.data_dir, exist_ok=True)
         if config.python_switch_interval_s is not None:
             sys.setswitchinterval(min(sys.getswitchinterval(), config.python_switch_interval_s))
-        check_previous_shutdown(config)
+        untrusted = check_previous_shutdown(config)
         self.store = Store(os.path.join(config.data_dir, "store"), config.map_size_bytes,
                            sync_commits=config.flush_policy is FlushPolicy.SYNC_FLUSH)
         self.journal = LmdbJournal(self.store, config.cache_bytes_max)
@@ -161,13 +179,14 @@ class Replica:
         self._retention_floor = 0
         self._snapshot = SnapshotHooks(self)
         self._engine = RaftEngine(config, self.store, self.journal, applied, self._apply, self._after_tick,
-                                  self._record_applied, self._on_engine_failure, self._snapshot)
+                                  self._record_applied, self._on_engine_failure, self._snapshot, untrusted=untrusted)
         self._snapshot.bind_engine(self._engine)
         self._status = self._status_from(self._engine.view)
         self._completer = threading.Thread(target=self._complete_loop, name=f"dledger-done-{config.self_id}",
                                            daemon=True)
         self._completer.start()
         self._engine.start()
+        self._start_checksum_services()
 
     @classmethod
     def open(cls, config: ReplicaConfig, state_machine: StateMachine | None = None) -> Replica:
@@ -252,7 +271,11 @@ class Replica:
     def read(self, from_index: int, max_entries: int = 1000, max_bytes: int = 16 * 1024 * 1024,
              to_index: int | None = None) -> list[LogEntry]:
         """Committed, applied data entries with from_index <= index <= to_index (default: the applied
-        index), at most max_entries and about max_bytes; pysyncobj's no-op entries are skipped."""
+        index), at most max_entries and about max_bytes; pysyncobj's no-op entries are skipped.
+
+        Every entry is verified first. An entry that fails its check is never returned: the read stops before it
+        (returning the entries before it), or raises EntryCorruptError naming it when it is the first; the
+        replica asks its peers for a verified copy and serves the entry again once repaired."""
         applied = self._status.applied_index if to_index is None else min(to_index, self._status.applied_index)
         store = self.store
 
@@ -265,10 +288,14 @@ class Replica:
                 index = key_index(key)
                 if index > applied or len(out) >= max_entries or (out and size >= max_bytes):
                     break
-                blob = payload_blob(value)
-                if blob is None:
+                try:
+                    payloads = entry_payloads(index, value, store.path)  # reports a corrupt one for repair
+                except EntryCorruptError:
+                    if out:
+                        break  # the caller's next read starts at the corrupt entry and gets the error
+                    raise
+                if payloads is None:
                     continue
-                payloads = decode_batch(blob)
                 size += sum(len(p) for p in payloads)
                 out.append(LogEntry(index, value_term(value), payloads))
             return out
@@ -285,9 +312,13 @@ class Replica:
 
     @property
     def stats(self) -> dict:
+        """Counters: Raft and durability, and checksums: corrupt_found (entries of this store that failed their
+        check), repaired, lost (no peer had a good copy), corrupt_refused (entries refused on arrival),
+        scrubbed_entries / scrubbed_bytes / scrub_passes."""
         return dict(self._engine.stats, fsync_count=self.store.fsync_count, commit_count=self.store.commit_count,
                     fsync_seconds_total=round(self.store.fsync_seconds_total, 6),
-                    truncated_entries=self.journal.truncated_entries)
+                    truncated_entries=self.journal.truncated_entries, **self._engine.repairs.stats,
+                    **self._scrub.stats)
 
     def subscribe(self, callback: Callable[[ReplicaStatus], None]) -> Callable[[], None]:
         """callback(status) runs on a dledger thread whenever role, term or leader changes."""
@@ -319,6 +350,8 @@ class Replica:
             if self._closed:
                 return
             self._closed = True
+        self._scrub.stop()
+        watch_corruption(self.store.path, None)
         self._engine.stop()
         with self._pending_lock:
             pending, self._pending = self._pending, {}
@@ -338,9 +371,24 @@ class Replica:
 
     # -- engine callbacks (tick thread) ------------------------------------------------------------------
     def _apply(self, index: int, term: int, blob: bytes, txn):
+        try:  # garbage is never applied (the journal verified what it read from disk; this covers the rest)
+            payloads = decode_batch(blob) if self._sm is not None else verify_batch(blob)
+        except EntryCorruptError as exc:
+            raise corrupt_entry(index, term, self.store.path, f"found while applying it: {exc.message}") from None
         if self._sm is None:
             return None
-        return self._sm.apply(LogEntry(index, term, decode_batch(blob)), txn)
+        return self._sm.apply(LogEntry(index, term, payloads), txn)
+
+    def _start_checksum_services(self) -> None:
+        """Reads of this store in this process (read, read_payloads) report corrupt entries for repair; the
+        scrub verifies the whole retained log in the background."""
+        engine = self._engine
+        watch_corruption(self.store.path, engine.repairs.request)
+        c = self.config
+        self._scrub = Scrub(self.store, lambda: (engine.view.first_index, engine.view.last_index),
+                            engine.so.apply_method_id(), engine.repairs.request, c.scrub_bytes_per_s,
+                            c.scrub_interval_ms, f"dledger-scrub-{c.self_id}")
+        self._scrub.start()
 
     def _record_applied(self, index: int, txn) -> None:
         txn.put(META_APPLIED_INDEX, encode_u64(index), db=self.store.meta_db)
@@ -381,6 +429,8 @@ class Replica:
             peer_match_index={self._engine.peer_id(a): i for a, i in view.match_index.items()},
             connected_peers=tuple(self._engine.peer_id(a) for a in view.connected_peers),
             failure=repr(failure) if failure else None,
+            voter=view.identity.voter, history_id=view.identity.history_id,
+            catch_up_index=view.identity.catch_up_index,
         )
 
     def _on_engine_failure(self, exc: BaseException) -> None:

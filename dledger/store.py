@@ -25,11 +25,13 @@ from typing import TypeVar
 
 import lmdb
 
+from . import storefile
 from .logformat import LOG_DB, MAX_DBS, META_DB
+from .storefile import check_data_file, check_file
 
 T = TypeVar("T")
 
-DATA_FILE = "data.mdb"
+DATA_FILE = storefile.DATA_FILE
 
 
 class Store:
@@ -54,6 +56,7 @@ class Store:
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def _open(self) -> None:
+        check_data_file(self.path)  # a torn file must be refused before it is mapped (SIGBUS otherwise)
         self.env = lmdb.open(
             self.path,
             map_size=self.map_size_bytes,
@@ -150,6 +153,7 @@ class Store:
 
     def replace_with(self, data_file: str) -> None:
         """Replace this environment by a copy made with copy_to (snapshot install). Writer thread only."""
+        check_file(data_file)  # the copy we were sent must be whole before it replaces anything
         with self._swap_lock, self._sync_lock, self._copy_lock:
             self.abort()
             self.env.close()

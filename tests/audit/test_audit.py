@@ -76,6 +76,31 @@ def test_a_planted_divergent_entry_is_reported_at_exactly_its_index_and_the_cli_
     assert f"index broker-a:{index}:" in capsys.readouterr().out
 
 
+def test_a_flipped_bit_in_a_stored_entry_is_a_checksum_finding_not_a_crash(spark, stopped_cluster, tmp_path, capsys):
+    copy = copy_cluster(stopped_cluster[0], tmp_path)
+
+    def flip_a_body_bit(txn, db):
+        cursor = txn.cursor(db=db)
+        cursor.last()
+        index = logformat.key_index(cursor.key()) // 2
+        while logformat.value_command(txn.get(logformat.index_key(index), db=db)) == logformat.NO_OP_COMMAND:
+            index -= 1
+        value = bytearray(txn.get(logformat.index_key(index), db=db))
+        value[-20] ^= 0x01  # inside the last payload's body
+        txn.put(logformat.index_key(index), bytes(value), db=db)
+        return index
+
+    index = rewrite(store_of(copy, "n1"), b"raft_log", flip_a_body_bit)
+    assert main(["--cluster-dir", copy, "--out", str(tmp_path / "out")]) == 1
+    report = json.loads((tmp_path / "out" / "audit.json").read_text())
+    found = report["checks"]["checksums"]
+    assert (found["valid"], found["corrupt"]) == (False, 1), found
+    assert [(e["replica"], e["index"]) for e in found["examples"]] == [("broker-a/n1", index)]
+    kinds = {r["replica"]: r["kind"] for r in report["checks"]["divergence"]["examples"][0]["replicas"]}
+    assert kinds == {"broker-a/n0": "data", "broker-a/n1": "corrupt", "broker-a/n2": "data"}
+    assert f"corrupt: broker-a/n1 index {index}" in capsys.readouterr().out
+
+
 def test_a_consume_queue_entry_pointing_at_a_wrong_index_is_caught(spark, stopped_cluster, tmp_path):
     copy = copy_cluster(stopped_cluster[0], tmp_path)
 

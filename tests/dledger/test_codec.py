@@ -1,5 +1,6 @@
 """Properties of the Raft entry payload codec (dledger.codec): exact round trip, exact size prediction,
-and every malformed blob rejected with ValueError -- never another exception type, never a wrong batch.
+and every malformed blob rejected with ValueError (EntryCorruptError) -- never another exception type, never a
+wrong batch. The checksum's own properties are in test_checksums.py.
 """
 
 from __future__ import annotations
@@ -14,6 +15,11 @@ from dledger.codec import BATCH_HEADER_BYTES, batch_count, decode_batch, encode_
 
 batches = st.lists(st.binary(max_size=64), min_size=1, max_size=50)  # empty strings included
 SETTINGS = settings(max_examples=300, deadline=None)
+
+
+def encode_batch_v1(payloads: list[bytes]) -> bytes:
+    """The layout written before checksums: version 1, count, lengths, bodies."""
+    return b"".join((struct.pack(f">BI{len(payloads)}I", 1, len(payloads), *map(len, payloads)), *payloads))
 
 
 def lengths_region_end(payloads: list[bytes]) -> int:
@@ -45,6 +51,13 @@ def test_decode_accepts_bytearray_and_memoryview_like_bytes(payloads):
 
 @SETTINGS
 @given(batches)
+def test_version_1_batches_written_before_checksums_still_decode(payloads):
+    assert decode_batch(encode_batch_v1(payloads)) == payloads
+    assert batch_count(encode_batch_v1(payloads)) == len(payloads)
+
+
+@SETTINGS
+@given(batches)
 def test_encoded_size_equals_length_of_encoding(payloads):
     assert encoded_size(payloads) == len(encode_batch(payloads))
 
@@ -57,6 +70,8 @@ def test_encode_rejects_empty_batch_with_value_error():
 def test_decode_rejects_zero_count_with_value_error():
     with pytest.raises(ValueError):
         decode_batch(struct.pack(">BI", 1, 0))
+    with pytest.raises(ValueError):
+        decode_batch(struct.pack(">BII", 2, 0, 0))
 
 
 @SETTINGS
@@ -102,8 +117,7 @@ def test_decode_rejects_any_changed_count_with_value_error(payloads, count):
 @SETTINGS
 @given(batches, st.data())
 def test_decode_rejects_any_single_bit_flip_in_header_or_length_table(payloads, data):
-    """Bodies carry no checksum, but every framing byte is checked: one flipped bit in the version,
-    count or a length always makes the lengths disagree with the blob size."""
+    """Every framing byte is checked: one flipped bit in the version, count, checksum or a length is caught."""
     blob = bytearray(encode_batch(payloads))
     byte = data.draw(st.integers(min_value=0, max_value=lengths_region_end(payloads) - 1), label="byte")
     bit = data.draw(st.integers(min_value=0, max_value=7), label="bit")
@@ -115,12 +129,13 @@ def test_decode_rejects_any_single_bit_flip_in_header_or_length_table(payloads, 
 @given(st.binary(max_size=200))
 @example(b"\x01\x00\x00\x00\x01").via("minimal: header claims one entry, no length table")
 def test_decode_of_arbitrary_bytes_raises_value_error_or_returns_the_batch_that_encodes_to_them(blob):
-    """decode_batch accepts exactly the canonical encodings: whatever it returns re-encodes to the input."""
+    """decode_batch accepts exactly the canonical encodings: whatever it returns re-encodes to the input (with the
+    version-1 layout for a version-1 blob, which has no checksum)."""
     try:
         payloads = decode_batch(blob)
     except ValueError:
         return
-    assert encode_batch(payloads) == blob
+    assert (encode_batch(payloads) if blob[0] == 2 else encode_batch_v1(payloads)) == blob
 
 
 @SETTINGS

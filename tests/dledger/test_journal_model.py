@@ -20,12 +20,16 @@ from hypothesis.stateful import (
 )
 
 import dledger.journal as journal_module
+from dledger import logformat
+from dledger.codec import encode_batch
 from dledger.journal import JournalSlice, LmdbJournal
 from dledger.store import Store
 
 MAP_SIZE_BYTES = 16 << 20
 
-commands = st.binary(max_size=80)
+# What pysyncobj stores: its no-op, or a data command holding a batch (bulk reads verify every command read back).
+commands = st.one_of(st.just(logformat.NO_OP_COMMAND), st.lists(st.binary(max_size=40), min_size=1, max_size=3).map(
+    lambda payloads: logformat.REGULAR_COMMAND + logformat.encode_call(0, encode_batch(payloads))))
 positions = st.integers(min_value=0, max_value=60)
 terms = st.integers(min_value=0, max_value=2**40)
 node_ids = st.one_of(st.none(), st.text(min_size=1, max_size=12))

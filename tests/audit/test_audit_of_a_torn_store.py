@@ -1,0 +1,26 @@
+"""The audit reports a store file cut short as unreadable (exit 2, named) instead of dying of SIGBUS."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+from dledger.store import Store
+
+
+def test_the_audit_names_a_torn_store_unreadable_and_exits_2(tmp_path):
+    path = str(tmp_path / "store")
+    store = Store(path, 64 << 20)
+    for i in range(200):
+        store.write_txn().put(b"k%05d" % i, b"v" * 4000, db=store.log_db)
+        store.commit()
+    store.close()
+    data = os.path.join(path, "data.mdb")
+    os.truncate(data, os.path.getsize(data) // 2)
+    done = subprocess.run([sys.executable, "-m", "audit", "--store", path, "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != -signal.SIGBUS, "the audit died of SIGBUS"
+    output = done.stdout + done.stderr
+    assert done.returncode == 2 and "unreadable" in output and "cut short" in output, output[-2000:]
