@@ -181,6 +181,14 @@ class LocalCluster:
         self._clients[node_id] = client
         return client
 
+    def store_dir(self, node_id: str) -> str:
+        """The replica's LMDB environment (what devkit.storefault works on while the replica is stopped)."""
+        return os.path.join(self.nodes[node_id].data_dir, "store")
+
+    def node_log(self, node_id: str) -> str:
+        with open(os.path.join(self.nodes[node_id].data_dir, "node.log"), errors="replace") as f:
+            return f.read()
+
     def status(self, node_id: str) -> dict | None:
         if not self.is_running(node_id):
             return None

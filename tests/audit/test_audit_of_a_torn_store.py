@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 
+from devkit import storefault
 from dledger.store import Store
 
 
@@ -17,8 +17,7 @@ def test_the_audit_names_a_torn_store_unreadable_and_exits_2(tmp_path):
         store.write_txn().put(b"k%05d" % i, b"v" * 4000, db=store.log_db)
         store.commit()
     store.close()
-    data = os.path.join(path, "data.mdb")
-    os.truncate(data, os.path.getsize(data) // 2)
+    storefault.tear_data_file(path)
     done = subprocess.run([sys.executable, "-m", "audit", "--store", path, "--out", str(tmp_path / "out")],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode != -signal.SIGBUS, "the audit died of SIGBUS"

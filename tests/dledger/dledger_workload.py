@@ -98,3 +98,14 @@ def check_history(cluster: LocalCluster, history: History, nodes: list[str]) -> 
         assert not dup, f"{node_id}: duplicated payloads {dup[:5]}"
         resurrected = [p for p in history.failed if p in where]
         assert not resurrected, f"{node_id}: payloads reported as definitely failed were committed: {resurrected[:5]}"
+
+
+def eventually(predicate, what: str, timeout_s: float = 30, interval_s: float = 0.05):
+    """The predicate's first truthy value; fails naming `what` after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
+        time.sleep(interval_s)

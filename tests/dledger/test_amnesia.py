@@ -12,10 +12,9 @@ import shutil
 import signal
 import time
 
-import lmdb
 from dledger_workload import log_of
 
-from dledger import logformat
+from devkit import storefault
 
 ELECTION_TIMEOUT_MAX_S = 1.2
 NO_LEADER_WATCH_S = 4 * ELECTION_TIMEOUT_MAX_S
@@ -34,11 +33,6 @@ def assert_no_leader_for(cluster, among: list[str], seconds: float) -> None:
     while time.monotonic() < deadline:
         assert cluster.leader(among=among) is None, f"a leader formed among {among}: {cluster.statuses()}"
         time.sleep(0.1)
-
-
-def node_log(cluster, node_id: str) -> str:
-    with open(os.path.join(cluster.nodes[node_id].data_dir, "node.log"), errors="replace") as f:
-        return f.read()
 
 
 def test_a_wiped_follower_does_not_elect_a_lagging_peer_and_no_acknowledged_entry_is_lost(make_cluster):
@@ -69,7 +63,7 @@ def test_a_wiped_follower_does_not_elect_a_lagging_peer_and_no_acknowledged_entr
     while not cluster.status(wiped)["voter"]:
         assert time.monotonic() < deadline, f"{wiped} never got its vote back: {cluster.status(wiped)}"
         time.sleep(0.1)
-    assert "NON-VOTER" in node_log(cluster, wiped) and "votes again" in node_log(cluster, wiped)
+    assert "NON-VOTER" in cluster.node_log(wiped) and "votes again" in cluster.node_log(wiped)
 
 
 def test_a_group_that_lost_a_majority_of_its_disks_waits_for_the_operator_instead_of_forgetting(make_cluster):
@@ -131,8 +125,8 @@ def test_a_replica_of_another_history_is_refused_and_the_histories_never_merge(m
     status = cluster.status(stale)
     assert status["history_id"] != new_history and status["failure"] is None and status["role"] != "LEADER"
     assert log_of(cluster, stale) == old_log, "the old replica took entries of the new history"
-    assert "another history" in node_log(cluster, stale)
-    assert any("another history" in node_log(cluster, n) for n in others)
+    assert "another history" in cluster.node_log(stale)
+    assert any("another history" in cluster.node_log(n) for n in others)
 
 
 def test_a_replica_whose_applied_entries_conflict_with_the_leader_stops_instead_of_diverging(make_cluster):
@@ -142,19 +136,14 @@ def test_a_replica_whose_applied_entries_conflict_with_the_leader_stops_instead_
     cluster.wait_applied(last)
     victim = followers(cluster, leader)[0]
     cluster.stop_node(victim)
-    env = lmdb.open(os.path.join(cluster.nodes[victim].data_dir, "store"), max_dbs=logformat.MAX_DBS)
-    with env.begin(write=True) as txn:  # the victim's last 10 applied entries now carry an older term
-        db = env.open_db(logformat.LOG_DB, txn=txn)
-        for index in range(last - 9, last + 1):
-            value = txn.get(logformat.index_key(index), db=db)
-            txn.put(logformat.index_key(index), logformat.encode_value(logformat.value_command(value), 0), db=db)
-    env.close()
+    # the victim's last 10 applied entries now carry an older term: its log conflicts with the group's there
+    storefault.rewrite_entry_terms(cluster.store_dir(victim), range(last - 9, last + 1), 0)
     cluster.start_node(victim)
     deadline = time.monotonic() + 15
     while "AppliedEntryConflictError" not in ((cluster.status(victim) or {}).get("failure") or ""):
         assert time.monotonic() < deadline, f"{victim} did not stop: {cluster.status(victim)}"
         time.sleep(0.1)
-    assert f"applied them through {last}" in node_log(cluster, victim)
+    assert f"applied them through {last}" in cluster.node_log(victim)
     healthy = [n for n in cluster.nodes if n != victim]
     index = cluster.append(cluster.wait_leader(among=healthy), [b"after"])["index"]
     cluster.wait_applied(index, nodes=healthy)
@@ -183,7 +172,7 @@ def test_a_whole_group_crash_under_async_flush_goes_on_from_the_most_complete_lo
     for node in cluster.nodes:
         log = log_of(cluster, node)
         assert {i: log.get(i) for i in acked} == {i: [p] for i, p in acked.items()}, f"{node} lost entries"
-    assert any("goes on from its most complete log" in node_log(cluster, n) for n in cluster.nodes)
+    assert any("goes on from its most complete log" in cluster.node_log(n) for n in cluster.nodes)
     index = cluster.append(leader, [b"after"])["index"]
     cluster.wait_applied(index)
 

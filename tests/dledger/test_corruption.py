@@ -7,64 +7,20 @@ STOPPED replica, at a key and value laid out as dledger.logformat says.
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 
-import lmdb
+from dledger_workload import eventually
 
+from devkit import storefault
 from dledger import logformat
 
 MARKER = b"corruption-marker-" + bytes(range(64))
 ENTRIES = 30
 
 
-def eventually(predicate, what: str, timeout_s: float = 30):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        time.sleep(0.05)
-
-
 def payload(i: int) -> bytes:
     return b"entry-%03d-" % i + MARKER
-
-
-def store_dir(cluster, node: str) -> str:
-    return os.path.join(cluster.nodes[node].data_dir, "store")
-
-
-def flip_stored_bit(cluster, node: str, index: int, needle: bytes) -> tuple[bytes, bytes]:
-    """Flip one bit inside `needle` in the stored entry `index` of the stopped replica `node`: (old, new) value."""
-    env = lmdb.open(store_dir(cluster, node), max_dbs=logformat.MAX_DBS)
-    try:
-        with env.begin(write=True) as txn:
-            db = env.open_db(logformat.LOG_DB, txn=txn)
-            value = txn.get(logformat.index_key(index), db=db)
-            at = value.index(needle) + len(needle) // 2
-            damaged = value[:at] + bytes([value[at] ^ 0x08]) + value[at + 1:]
-            txn.put(logformat.index_key(index), damaged, db=db)
-        return value, damaged
-    finally:
-        env.close()
-
-
-def stored(cluster, node: str, index: int) -> bytes | None:
-    """The stored value at index in a stopped replica's store."""
-    env = lmdb.open(store_dir(cluster, node), max_dbs=logformat.MAX_DBS, readonly=True)
-    try:
-        with env.begin() as txn:
-            return txn.get(logformat.index_key(index), db=env.open_db(logformat.LOG_DB, txn=txn))
-    finally:
-        env.close()
-
-
-def node_log(cluster, node: str) -> str:
-    with open(os.path.join(cluster.nodes[node].data_dir, "node.log"), errors="replace") as f:
-        return f.read()
 
 
 def fill(cluster, leader: str) -> dict[int, bytes]:
@@ -80,14 +36,14 @@ def test_a_flipped_bit_in_a_stopped_followers_entry_is_never_read_back_and_is_re
     target = sorted(written)[ENTRIES // 2]
     victim = next(n for n in cluster.nodes if n != leader)
     cluster.stop_node(victim)
-    good_value, bad_value = flip_stored_bit(cluster, victim, target, MARKER)
+    good_value, bad_value = storefault.flip_entry_bit(cluster.store_dir(victim), target, MARKER)
     cluster.start_node(victim)
     refused = 0
     while True:  # from the moment it is up: every read is the leader's payload or an error naming the entry
         reply = cluster.client(victim).call("read", from_index=target, max_entries=1)
         if "error" in reply:
             assert reply["error"] == "ENTRY_CORRUPT" and f"entry {target} " in reply["message"], reply
-            assert store_dir(cluster, victim) in reply["message"], reply
+            assert cluster.store_dir(victim) in reply["message"], reply
             refused += 1
             assert refused < 600, f"{victim} never repaired entry {target}: {cluster.client(victim).call('stats')}"
             time.sleep(0.05)
@@ -98,9 +54,9 @@ def test_a_flipped_bit_in_a_stopped_followers_entry_is_never_read_back_and_is_re
     stats = cluster.client(victim).call("stats")
     assert (stats["corrupt_found"], stats["repaired"], stats["lost"]) == (1, 1, 0), stats
     term = logformat.value_term(good_value)
-    assert f"repaired entry {target} (term {term}) from n" in node_log(cluster, victim)
+    assert f"repaired entry {target} (term {term}) from n" in cluster.node_log(victim)
     cluster.stop()
-    assert stored(cluster, victim, target) == good_value != bad_value
+    assert storefault.stored_value(cluster.store_dir(victim), target) == good_value != bad_value
 
 
 def test_the_scrub_finds_a_flipped_bit_nobody_reads_and_repairs_it(make_cluster):
@@ -110,14 +66,14 @@ def test_the_scrub_finds_a_flipped_bit_nobody_reads_and_repairs_it(make_cluster)
     target = sorted(written)[3]
     victim = next(n for n in cluster.nodes if n != leader)
     cluster.stop_node(victim)
-    good_value, _ = flip_stored_bit(cluster, victim, target, MARKER)
+    good_value, _ = storefault.flip_entry_bit(cluster.store_dir(victim), target, MARKER)
     cluster.start_node(victim)
     stats = eventually(lambda: (s := cluster.client(victim).call("stats"))["repaired"] >= 1 and s,
                        f"{victim} repairs entry {target} without being read")
     assert stats["corrupt_found"] == 1 and stats["scrubbed_entries"] >= ENTRIES, stats
-    assert f"repaired entry {target} (term " in node_log(cluster, victim)
+    assert f"repaired entry {target} (term " in cluster.node_log(victim)
     cluster.stop()
-    assert stored(cluster, victim, target) == good_value
+    assert storefault.stored_value(cluster.store_dir(victim), target) == good_value
 
 
 def restart_until_leader(cluster, wanted: str, among: list[str], tries: int = 12) -> None:
@@ -138,7 +94,7 @@ def test_a_corrupt_leader_does_not_replicate_its_corrupt_entry_to_a_rebuilt_foll
     target = sorted(written)[ENTRIES // 2]
     cluster.stop()
     corrupt, healthy, rebuilt = "n1", "n2", "n3"
-    good_value, bad_value = flip_stored_bit(cluster, corrupt, target, MARKER)
+    good_value, bad_value = storefault.flip_entry_bit(cluster.store_dir(corrupt), target, MARKER)
     cluster.start_node(corrupt)
     cluster.start_node(healthy)
     restart_until_leader(cluster, corrupt, [corrupt, healthy])
@@ -147,10 +103,10 @@ def test_a_corrupt_leader_does_not_replicate_its_corrupt_entry_to_a_rebuilt_foll
     cluster.wait_applied(max(written), nodes=[rebuilt], timeout_s=60)
     rebuilt_stats = cluster.client(rebuilt).call("stats")
     leader_stats = cluster.client(corrupt).call("stats")
-    log = node_log(cluster, corrupt)
+    log = cluster.node_log(corrupt)
     cluster.stop()
-    assert stored(cluster, rebuilt, target) == good_value != bad_value
+    assert storefault.stored_value(cluster.store_dir(rebuilt), target) == good_value != bad_value
     assert rebuilt_stats["corrupt_refused"] == 0, f"the leader sent its corrupt copy: {rebuilt_stats}"
     assert leader_stats["repaired"] == 1, leader_stats
     assert f"repaired entry {target} (term " in log and f"from {healthy}" in log
-    assert stored(cluster, corrupt, target) == good_value
+    assert storefault.stored_value(cluster.store_dir(corrupt), target) == good_value

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 
 import lmdb
 import pytest
+from dledger_workload import eventually
 from inproc import leader_of, open_group
 
+from devkit import storefault
 from dledger import logformat
 from dledger.codec import encode_batch
 from dledger.config import ReplicaConfig
@@ -21,16 +22,6 @@ from dledger.errors import EntryCorruptError
 from dledger.replica import Replica
 
 MARKER = b"checksum-marker-" + bytes(range(48))
-
-
-def eventually(predicate, what: str, timeout_s: float = 20):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        time.sleep(0.02)
 
 
 def flip_inside(command: bytes, needle: bytes) -> bytes:
@@ -117,16 +108,7 @@ def test_the_engine_cuts_an_append_entries_before_the_first_entry_that_fails_its
 
 def flip_stored_body(data_dir: str, index: int, needle: bytes) -> bytes:
     """Flip one bit of `needle` inside the stored entry `index` of a CLOSED replica's store; the flipped value."""
-    env = lmdb.open(os.path.join(data_dir, "store"), max_dbs=logformat.MAX_DBS)
-    try:
-        with env.begin(write=True) as txn:
-            db = env.open_db(logformat.LOG_DB, txn=txn)
-            value = txn.get(logformat.index_key(index), db=db)
-            damaged = flip_inside(value, needle)
-            txn.put(logformat.index_key(index), damaged, db=db)
-        return damaged
-    finally:
-        env.close()
+    return storefault.flip_entry_bit(os.path.join(data_dir, "store"), index, needle, mask=0x04)[1]
 
 
 def test_a_replica_never_serves_its_corrupt_copy_and_repairs_it_from_a_peer(group, tmp_path, caplog):
@@ -203,10 +185,9 @@ def test_apply_waits_for_the_repair_of_a_corrupt_committed_entry_and_never_appli
     assert f"apply holds before entry {index}" in caplog.text and f"repaired entry {index} " in caplog.text
 
 
-def test_an_entry_no_replica_has_a_good_copy_of_is_logged_lost_and_stays_refused(group, caplog):
-    replicas = group(scrub_bytes_per_s=0, repair_round_ms=200)
-    leader = leader_of(replicas)
-    index = leader.append([MARKER]).result(10).index
+def corrupt_on_every_replica(replicas: dict) -> tuple[int, dict]:
+    """Append one entry, close every replica, flip a bit of it in every store: (its index, the configs)."""
+    index = leader_of(replicas).append([MARKER]).result(10).index
     for replica in replicas.values():
         eventually(lambda r=replica: r.status().applied_index >= index, "every replica applies the entry")
     configs = {rid: r.config for rid, r in replicas.items()}
@@ -214,6 +195,12 @@ def test_an_entry_no_replica_has_a_good_copy_of_is_logged_lost_and_stays_refused
         replica.close()
     for config in configs.values():
         flip_stored_body(config.data_dir, index, MARKER)
+    return index, configs
+
+
+def test_an_entry_no_replica_has_a_good_copy_of_is_logged_lost_and_stays_refused(group, caplog):
+    replicas = group(scrub_bytes_per_s=0, repair_round_ms=200)
+    index, configs = corrupt_on_every_replica(replicas)
     caplog.set_level(logging.WARNING, logger="dledger")
     replicas.update({rid: Replica.open(config) for rid, config in configs.items()})
     reader = replicas[sorted(replicas)[0]]
@@ -239,15 +226,7 @@ def test_the_leader_refuses_a_forwarded_append_that_fails_its_check(group):
 
 def test_a_replica_that_cannot_apply_a_committed_entry_no_one_has_a_good_copy_of_stops_naming_it(group):
     replicas = group(scrub_bytes_per_s=0, repair_round_ms=200)
-    leader = leader_of(replicas)
-    index = leader.append([MARKER]).result(10).index
-    for replica in replicas.values():
-        eventually(lambda r=replica: r.status().applied_index >= index, "every replica applies the entry")
-    configs = {rid: r.config for rid, r in replicas.items()}
-    for replica in replicas.values():
-        replica.close()
-    for config in configs.values():
-        flip_stored_body(config.data_dir, index, MARKER)
+    index, configs = corrupt_on_every_replica(replicas)
     victim_id = sorted(configs)[0]
     set_applied_index(configs[victim_id].data_dir, index - 1)
     replicas.update({rid: Replica.open(config) for rid, config in configs.items()})

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from devkit import storefault
 from dledger import StoreDamagedError
 from dledger.store import Store
 
@@ -24,8 +25,7 @@ def torn_store(tmp_path) -> str:
         store.write_txn().put(b"k%05d" % i, b"v" * 4000, db=store.log_db)
         store.commit()
     store.close()
-    data = os.path.join(path, "data.mdb")
-    os.truncate(data, os.path.getsize(data) // 2)
+    storefault.tear_data_file(path)
     return path
 
 
