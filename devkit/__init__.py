@@ -11,5 +11,6 @@ inside the subcommands that run it (tests/test_layers.py checks both).
     counting     CountingStateMachine: the state machine of that process and of in-process dledger tests
     dev, demo    `rocketraft dev` and `rocketraft demo`
     diskfault    tmpfs mounts and ballast files (bench repros, chaos runs, tests)
+    storefault   faults planted in a stopped replica's store: a flipped bit, rewritten terms, a torn file
     history      the chaos history format (history.jsonl): written by jepsen_tests, read by its checker and audit
 """
