@@ -67,6 +67,9 @@ def from_dledger(exc: BaseException, store: StoreFacts | None = None) -> BaseExc
         return refusal_error(exc.refusal, str(exc))
     if isinstance(exc, dledger.AppendQueueFullError):
         return TooManyRequestsError(f"busy: {exc}")
+    if isinstance(exc, dledger.EntryCorruptError):  # this replica's copy fails its checksum: never served
+        return StoreUnavailableError(f"this replica's copy of a stored entry is corrupt; it is not served and is being "
+                                     f"repaired from the other replicas: read from another replica, or retry: {exc}")
     if isinstance(exc, dledger.ReplicaClosedError):
         return StoreUnavailableError(f"store unavailable: {exc}")
     if isinstance(exc, dledger.EntryTooLargeError):
@@ -95,6 +98,8 @@ def from_outcome(outcome, store: StoreFacts | None = None):
 
 def status_of(exc: BaseException) -> pb.Status:
     """The Status a client gets for an error; an error that is not a RocketraftError is a bug: logged."""
+    if isinstance(exc, dledger.DledgerError):
+        exc = from_dledger(exc)
     if not isinstance(exc, RocketraftError):
         log.exception("unexpected error while serving a request", exc_info=exc)
     return to_status(exc)

@@ -29,6 +29,7 @@ from rocketraft.protocol.errors import (
     NotMasterError,
     OutcomeUnknownError,
     RocketraftError,
+    StoreUnavailableError,
     TooManyRequestsError,
     from_status,
 )
@@ -56,7 +57,8 @@ DEFAULT_MAX_DELIVERY_ATTEMPTS = limits.MAX_RECONSUME_TIMES + 1  # the broker's d
 CONSUME_FROM = ("first", "last")
 
 # Failures after which another replica (or the same one, a moment later) may succeed.
-_RETRYABLE = (BrokerUnreachableError, OutcomeUnknownError, NotMasterError, TooManyRequestsError)
+# StoreUnavailableError: that replica stopped, or its copy of an entry is corrupt; another replica may serve it
+_RETRYABLE = (BrokerUnreachableError, OutcomeUnknownError, NotMasterError, TooManyRequestsError, StoreUnavailableError)
 
 
 class ConsumeResult(enum.Enum):

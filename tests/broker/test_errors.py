@@ -10,6 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from brokerkit import messaging_stub, raw_message, wait_until
 
+from broker.errors import status_of
+from dledger import EntryCorruptError
 from rocketraft.protocol.errors import RocketraftCode
 from rocketraft.protocol.wire import Code, MessageType, pb, svc
 
@@ -199,3 +201,10 @@ def test_a_request_larger_than_one_raft_entry_is_split_and_keeps_its_order(clust
     assert offsets == list(range(offsets[0], offsets[0] + count))
     bodies = pull_bodies(cluster, "valid", 3, offsets[0], count)
     assert [int.from_bytes(b[:4], "big") for b in bodies] == list(range(count))
+
+
+def test_a_corrupt_stored_entry_is_answered_as_store_unavailable_naming_it_never_as_an_internal_error(caplog):
+    status = status_of(EntryCorruptError("entry 42 (term 3) fails its checksum", index=42, term=3, path="/s"))
+    assert status.code == RocketraftCode.STORE_UNAVAILABLE
+    assert "corrupt" in status.message and "entry 42 (term 3)" in status.message and "another replica" in status.message
+    assert "unexpected error" not in caplog.text, "a corrupt entry is a named refusal, not a traceback"
