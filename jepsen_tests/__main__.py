@@ -20,6 +20,9 @@ from . import checker, nemesis, runner, workloads
 MATRIX = [  # (nemesis, extra flags): every fault family alone, then combined
     ("none", []), ("kill", []), ("pause", []), ("partition", []), ("netem", []), ("disk", []),
     ("kill,pause,partition,netem,disk", ["--combine"]),
+    # storage faults (nemesis.STORAGE), each alone; the whole-group crash under both flush modes
+    ("lostdisk", []), ("bitflip", []), ("torn", []), ("crash", ["--flush", "ASYNC_FLUSH"]),
+    ("crash", ["--flush", "SYNC_FLUSH"]), ("replace", []),
 ]
 
 
@@ -44,6 +47,7 @@ def _run_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--audit", action="store_true", help="run the Spark audit over the stores at the end")
     p.add_argument("--spark-master", default=d.audit_master, help="Spark master for --audit (default local[2])")
     p.add_argument("--disk-mib", type=int, default=0, help="tmpfs per replica (default 256 with the disk nemesis)")
+    p.add_argument("--flush", default=d.flush, choices=runner.FLUSH_TYPES, help="the group's flushDiskType")
     return p
 
 
@@ -54,7 +58,8 @@ def _config(args) -> runner.RunConfig:
         concurrency=args.concurrency, consumers=args.consumers, replicas=args.replicas,
         message_groups=args.groups, interval_s=args.interval, fault_s=args.fault, combine=args.combine,
         drain_s=args.drain, seed=args.seed if args.seed is not None else int(time.time()) % 100_000,
-        out_dir=args.out, audit=args.audit, audit_master=args.spark_master, disk_mib=args.disk_mib)
+        out_dir=args.out, audit=args.audit, audit_master=args.spark_master, disk_mib=args.disk_mib,
+        flush=args.flush)
 
 
 def _print(results: dict) -> None:
@@ -91,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     matrix_parser.add_argument("--runs", type=int, default=1, help="runs of each entry, with different seeds")
     matrix_parser.add_argument("--seed", type=int, default=1000, help="seed of the first run of each entry")
     matrix_parser.add_argument("--out", default=runner.RunConfig().out_dir)
+    matrix_parser.add_argument("--only", default="", help="comma list: run only the entries whose nemesis is one of "
+                               "these (e.g. lostdisk,bitflip,torn,crash,replace)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     for noisy in ("rocketraft", "grpc", "asyncio"):
@@ -122,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
 def _matrix(args, run_parser) -> int:
     worst = 0
     rows = []
-    for spec, extra in MATRIX:
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    for spec, extra in [(spec, extra) for spec, extra in MATRIX if not only or spec in only]:
         for run_number in range(args.runs):
             flags = ["--workload", args.workload, "--nemesis", spec, "--time-limit", str(args.time_limit),
                      "--out", args.out, "--seed", str(args.seed + run_number), *extra,
@@ -130,10 +138,11 @@ def _matrix(args, run_parser) -> int:
             print(f"== matrix: {' '.join(flags)}", flush=True)
             code, results = runner.run(_config(run_parser.parse_args(flags)))
             _print(results)
-            rows.append(_matrix_row(spec, code, results))
+            rows.append(_matrix_row(" ".join([spec, *extra]), code, results))
             worst = max(worst, code)
-    print("\n".join(["| nemesis | verdict | faults | sends | ok | unknown | failed | consumed | lost | failed but "
-                     "consumed | dup | order | unavailable | longest gap s | audit |", "|" + " --- |" * 15, *rows]))
+    print("\n".join(["| nemesis | seed | verdict | faults | sends | ok | unknown | failed | consumed | lost "
+                     "| failed but consumed | dup | order | unavailable | longest gap s | audit |",
+                     "|" + " --- |" * 16, *rows]))
     return worst
 
 
@@ -141,7 +150,8 @@ def _matrix_row(spec: str, code: int, results: dict) -> str:
     c = results["checker"]
     audit = results["audit"]
     audit_text = "-" if audit is None else ("valid" if audit.get("valid") else "INVALID")
-    return (f"| {spec} | {'valid' if code == 0 else f'exit {code}'} | {len(results['faults'])} | {c['attempted']} "
+    verdict = "valid" if code == 0 else f"exit {code}"
+    return (f"| {spec} | {results['config']['seed']} | {verdict} | {len(results['faults'])} | {c['attempted']} "
             f"| {c['acknowledged']} | {c['unknown']} | {c['failed']} | {c['consumed']} | {c['lost']} "
             f"| {c['failed_but_consumed']} "
             f"| {c['duplicated']} | {c['order_violations']} | {c['unavailable_fraction']:.1%} "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import time
 
@@ -23,14 +24,23 @@ log = logging.getLogger(__name__)
 FIRST_HOST = 11  # replica i listens on 127.0.0.(11 + i)
 BALLAST = "jepsen-ballast"
 RESTART_ATTEMPTS = 3
+STORE_REFUSED_MARKS = ("StoreDamagedError", "MDB_CORRUPTED", "EntryCorruptError")
+# dledger's log lines (dledger/engine.py, dledger/replica.py): a replica stops voting / votes again
+NON_VOTER_MARKS = ("starts on a new store", "as a NON-VOTER", "takes no part in elections until it has caught up")
+VOTER_AGAIN_MARKS = ("it votes again", "too few trusted replicas are left",
+                     "a new group: every replica started on a new")
 
 
 class ChaosCluster:
-    def __init__(self, base_dir: str, replicas: int = 3, disk_mib: int = 0, broker_settings: dict | None = None):
+    def __init__(self, base_dir: str, replicas: int = 3, disk_mib: int = 0, broker_settings: dict | None = None,
+                 flush: str = "ASYNC_FLUSH"):
         if not 1 <= replicas <= 9:
             raise ValueError(f"replicas must be 1..9, not {replicas}")
         hosts = tuple(f"127.0.0.{FIRST_HOST + i}" for i in range(replicas))
-        self.dev = DevCluster(base_dir, replicas=replicas, hosts=hosts, broker_settings=broker_settings or {})
+        self.dev = DevCluster(base_dir, replicas=replicas, hosts=hosts, broker_settings=broker_settings or {},
+                              flush=flush)
+        self.flush = flush
+        self.aside_dir = os.path.join(self.dev.base_dir, "aside")  # stores the nemesis moved aside, kept
         self.ids = self.dev.ids
         self.host_of = self.dev.host_of
         self.disk_mib = disk_mib
@@ -49,16 +59,26 @@ class ChaosCluster:
         mount_tmpfs(path, self.disk_mib)
         self.mounts[replica] = path
 
-    def heal_everything(self) -> None:
-        """Undo every fault that could be in place; safe to call at any time, any number of times."""
+    def heal_everything(self, restart: bool = True) -> None:
+        """Undo every fault that could be in place; safe to call at any time, any number of times. With
+        `restart`, a stopped replica is started again (on a store the nemesis left unusable: a new one)."""
         for replica in self.ids:
             self.signal(replica, signal.SIGCONT)
         netfault.heal()
         for replica in self.mounts:
             self.free_disk(replica)
+        for replica in self.ids if restart else ():
+            try:
+                self.restart(replica)
+            except RuntimeError as exc:
+                if not self.store_refused(replica):
+                    raise
+                log.warning("%s: it refuses its damaged store; moving the store aside (%s) and starting it on an "
+                            "empty one, as an operator replaces a disk", exc, self.wipe_store(replica))
+                self.restart(replica)
 
     def stop(self) -> None:
-        self.heal_everything()
+        self.heal_everything(restart=False)
         self.dev.stop()
 
     def close(self) -> None:
@@ -96,6 +116,56 @@ class ChaosCluster:
                 time.sleep(1.0)
         raise RuntimeError(f"replica {replica} did not restart after {RESTART_ATTEMPTS} attempts; see "
                            f"{self.dev.base_dir}/logs")
+
+    def stop_replica(self, replica: str) -> None:
+        """A clean stop (SIGTERM; the store is closed)."""
+        self.dev.brokers[replica].stop()
+
+    def start_once(self, replica: str) -> None:
+        """One start attempt; RuntimeError if the replica did not come up (its log says why)."""
+        self.dev.start_replica(replica)
+
+    # -- its stores -------------------------------------------------------------------------------------------
+    def data_dir(self, replica: str) -> str:
+        """The broker's data directory; dledger's is `dledger/` in it, the LMDB environment `dledger/store/`."""
+        return self.dev.config_of(replica).data_dir
+
+    def store_dir(self, replica: str) -> str:
+        return os.path.join(self.data_dir(replica), "dledger", "store")
+
+    def open_marker(self, replica: str) -> str:
+        return os.path.join(self.data_dir(replica), "dledger", "store.open")
+
+    def wipe_store(self, replica: str) -> str:
+        """Move a stopped replica's whole data directory aside (kept under the run's directory, for inspection):
+        it starts on an empty store. The contents move, not the directory, which may be a tmpfs mount point."""
+        if self.alive(replica):
+            raise RuntimeError(f"{replica} is running: stop it before moving its store")
+        source = self.data_dir(replica)
+        n = 0
+        while os.path.exists(aside := os.path.join(self.aside_dir, f"{replica}-{n}")):
+            n += 1
+        os.makedirs(aside)
+        for name in os.listdir(source) if os.path.isdir(source) else ():
+            if name != BALLAST:
+                shutil.move(os.path.join(source, name), os.path.join(aside, name))
+        return aside
+
+    def log_text(self, replica: str) -> str:
+        with open(self.dev.brokers[replica].log_path, errors="replace") as f:
+            return f.read()
+
+    def store_refused(self, replica: str) -> bool:
+        """Its last start ended on a store it refused (a torn file, LMDB's MDB_CORRUPTED, a corrupt entry)."""
+        tail = self.log_text(replica)[-20_000:]
+        return any(mark in tail for mark in STORE_REFUSED_MARKS)
+
+    def voting(self, replica: str) -> bool:
+        """False while the replica's log says it is a non-voter (a new or untrusted store not caught up yet)."""
+        text = self.log_text(replica)
+        left = max(text.rfind(m) for m in NON_VOTER_MARKS)
+        back = max(text.rfind(m) for m in VOTER_AGAIN_MARKS)
+        return left < 0 or back > left
 
     def signal(self, replica: str, sig: int) -> None:
         self.dev.brokers[replica].signal(sig)

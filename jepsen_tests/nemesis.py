@@ -10,22 +10,54 @@ when a run ends early. Families:
              majorities ring (5+ replicas: every node sees a majority, no two the same)
   netem      random packet loss on one replica's traffic (nftables), plus delay where tc netem works
   disk       fill one replica's own filesystem (a tmpfs per replica) to 97 %, free it when healed
+
+Storage families (not in 'all': two of them at once can take a majority of the group's disks, which the group
+rightly refuses to recover from without an operator; see jepsen_tests/README.md):
+
+  lostdisk   SIGSTOP a follower, let the others acknowledge for a moment, kill -9 a second replica (the master
+             half the time), move its data directory aside and restart it on an empty store; SIGCONT when healed
+  bitflip    kill -9 a minority replica, flip a bit in a few stored entries that hold sends, restart it; healed
+             by reading those messages on it (QueryMessage), which makes it find and repair the entries
+  torn       kill -9 a minority replica, cut its data.mdb short, restart it: it must refuse the store; healed
+             by moving the torn store aside and restarting it on an empty one (replacing the disk)
+  crash      kill -9 every replica, give each store.open marker another boot id (a machine crash, as the
+             replica sees it), restart them all; healed by restarting any that is still down
+  replace    stop a follower cleanly, move its data directory aside, restart it on an empty store; healed when
+             it votes again (or at the end of the fault, whichever is first)
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import random
+import re
 import signal
+import time
+import uuid
 from dataclasses import dataclass, field
+
+import grpc
+import lmdb
+
+from devkit import storefault
+from dledger import logformat
+from rocketraft.protocol.wire import ipb, ipb_grpc
 
 from . import netfault
 from .cluster import ChaosCluster
 
 log = logging.getLogger(__name__)
 
-FAMILIES = ("kill", "pause", "partition", "netem", "disk")
+BASIC = ("kill", "pause", "partition", "netem", "disk")  # 'all'
+STORAGE = ("lostdisk", "bitflip", "torn", "crash", "replace")
+FAMILIES = BASIC + STORAGE
 DISK_FILL_PERCENT = 97.0
+LAG_S = 1.0  # lostdisk: how long the others go on acknowledging while one follower is paused
+FLIPPED_ENTRIES_MAX = 3
+SEND_ID = re.compile(rb"p\d+-\d+")  # the workloads' message ids (body and key of every send)
+VOTER_WAIT_S = 30.0  # a new fault that needs every replica voting waits at most this long for a catching-up one
+REPAIR_WAIT_S = 15.0
 
 
 @dataclass
@@ -138,15 +170,170 @@ class DiskFull:
                            [lambda: cluster.free_disk(replica)])
 
 
-CLASSES = {"kill": Kill, "pause": Pause, "partition": Partition, "netem": Netem, "disk": DiskFull}
+def _wait_voters(cluster: ChaosCluster, timeout_s: float = VOTER_WAIT_S) -> list[str]:
+    """Wait (bounded) until every replica votes: a second lost store before the first has caught up would be a
+    majority of lost disks, which the group rightly does not recover from alone. The replicas still not voting."""
+    deadline = time.monotonic() + timeout_s
+    while (pending := [r for r in cluster.ids if not cluster.voting(r)]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return pending
+
+
+def _follower(cluster: ChaosCluster, rng: random.Random, exclude: tuple[str, ...] = ()) -> str:
+    master = cluster.master_id()
+    followers = [r for r in cluster.ids if r != master and r not in exclude and cluster.alive(r)]
+    if not followers:
+        raise RuntimeError(f"no live follower to fault (master {master})")
+    return rng.choice(followers)
+
+
+class LostDisk:
+    family = "lostdisk"
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> ActiveFault:
+        if pending := _wait_voters(cluster):
+            raise RuntimeError(f"{', '.join(pending)} still catching up as non-voters: not wiping another store")
+        lagging = _follower(cluster, rng)
+        cluster.signal(lagging, signal.SIGSTOP)
+        undo = [lambda: cluster.signal(lagging, signal.SIGCONT)]
+        time.sleep(LAG_S)
+        master = cluster.master_id()
+        if master not in (None, lagging) and rng.random() < 0.5:
+            wiped, role = master, "the master"
+        else:
+            wiped, role = _follower(cluster, rng, exclude=(lagging,)), "a follower"
+        cluster.kill(wiped)
+        aside = cluster.wipe_store(wiped)
+        cluster.restart(wiped)
+        return ActiveFault(self.family, f"SIGSTOP {lagging} (lags); kill -9 {wiped} ({role}), its store moved to "
+                           f"{os.path.relpath(aside, cluster.dev.base_dir)}, restarted empty", [lagging, wiped],
+                           undo)
+
+
+class BitFlip:
+    family = "bitflip"
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> ActiveFault:
+        replica, role = _target(cluster, rng)
+        cluster.kill(replica)
+        flipped = flip_sends(cluster.store_dir(replica), rng)
+        cluster.restart(replica)
+        what = ", ".join(f"entry {i} ({sid.decode()})" for i, sid in flipped) or "nothing (no send stored)"
+        return ActiveFault(self.family, f"kill -9 {replica} ({role}), flipped a bit in {what}, restarted",
+                           [replica], [lambda: read_back(cluster, replica, [sid for _, sid in flipped])])
+
+
+def flip_sends(store_dir: str, rng: random.Random) -> list[tuple[int, bytes]]:
+    """Flip a bit in up to FLIPPED_ENTRIES_MAX applied data entries, inside a send id: (index, id) of each."""
+    env = lmdb.open(store_dir, max_dbs=logformat.MAX_DBS, readonly=True, lock=False)
+    try:
+        with env.begin() as txn:
+            meta = env.open_db(logformat.META_DB, txn=txn)
+            applied = logformat.decode_u64(txn.get(logformat.META_APPLIED_INDEX, db=meta) or logformat.encode_u64(0))
+            cur = txn.cursor(db=env.open_db(logformat.LOG_DB, txn=txn))
+            found = [(logformat.key_index(k), m.group()) for k, v in cur
+                     if logformat.key_index(k) <= applied and (m := SEND_ID.search(bytes(v)))]
+    finally:
+        env.close()
+    chosen = rng.sample(found, min(FLIPPED_ENTRIES_MAX, len(found)))
+    for index, send_id in chosen:
+        storefault.flip_entry_bit(store_dir, index, send_id)
+    return sorted(chosen)
+
+
+def read_back(cluster: ChaosCluster, replica: str, send_ids: list[bytes], timeout_s: float = REPAIR_WAIT_S) -> None:
+    """Read each flipped message on the replica (QueryMessage by key) until it is served: the replica finds the
+    entry corrupt on that read, asks its peers for a verified copy and serves the repaired one."""
+    from .workloads import TOPIC
+    stub = ipb_grpc.BrokerAdminStub(cluster.dev.channel(cluster.dev.address_of[replica]))
+    deadline = time.monotonic() + timeout_s
+    pending = list(send_ids)
+    while pending and time.monotonic() < deadline and cluster.alive(replica):
+        key = pending[0].decode()
+        try:
+            answer = stub.QueryMessage(ipb.QueryMessageRequest(topic=TOPIC, key=key), timeout=2)
+            if any(pending[0] in m for m in answer.messages):  # serialized Messages: the id is body and key
+                pending.pop(0)
+                continue
+        except grpc.RpcError as exc:
+            log.debug("reading %s on %s: %s", key, replica, exc)
+        time.sleep(0.3)
+    if pending:
+        log.warning("bitflip: %s did not serve %s within %.0f s", replica, b", ".join(pending).decode(), timeout_s)
+
+
+class Torn:
+    family = "torn"
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> ActiveFault:
+        if pending := _wait_voters(cluster):  # its heal replaces a disk: not while another store catches up
+            raise RuntimeError(f"{', '.join(pending)} still catching up as non-voters: not tearing another store")
+        replica, role = _target(cluster, rng)
+        cluster.kill(replica)
+        size = storefault.tear_data_file(cluster.store_dir(replica), keep_ratio=rng.choice((0.25, 0.5, 0.75)))
+        try:
+            cluster.start_once(replica)
+            outcome = "it STARTED on the torn store"
+            log.warning("torn: %s started on a data.mdb cut to %d bytes", replica, size)
+        except RuntimeError:
+            outcome = "it refused to start" + (" (StoreDamagedError)" if cluster.store_refused(replica) else "")
+        return ActiveFault(self.family, f"kill -9 {replica} ({role}), data.mdb cut to {size} bytes: {outcome}",
+                           [replica], [lambda: replace_disk(cluster, replica)])
+
+
+def replace_disk(cluster: ChaosCluster, replica: str) -> None:
+    """The replace-a-disk procedure: stop it, move its store aside (kept), start it on an empty store."""
+    cluster.stop_replica(replica)
+    aside = cluster.wipe_store(replica)
+    log.info("%s's store moved to %s; it starts on an empty store", replica, aside)
+    cluster.restart(replica)
+
+
+class Crash:
+    family = "crash"
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> ActiveFault:
+        boot_id = str(uuid.UUID(int=rng.getrandbits(128)))
+        for replica in cluster.ids:
+            cluster.kill(replica)
+        for replica in cluster.ids:
+            with open(cluster.open_marker(replica), "w") as f:
+                f.write(f"{boot_id} {cluster.flush}")
+        for replica in cluster.ids:
+            cluster.restart(replica)
+        return ActiveFault(self.family, f"crash of every replica (kill -9, store.open says boot {boot_id[:8]} "
+                           f"{cluster.flush}), restarted", list(cluster.ids),
+                           [lambda: [cluster.restart(r) for r in cluster.ids]])
+
+
+class Replace:
+    family = "replace"
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> ActiveFault:
+        if pending := _wait_voters(cluster):
+            raise RuntimeError(f"{', '.join(pending)} still catching up as non-voters: not replacing another disk")
+        replica = _follower(cluster, rng)
+        replace_disk(cluster, replica)
+        return ActiveFault(self.family, f"replace {replica}'s disk (a follower): stopped, store moved aside, "
+                           "restarted empty", [replica], [lambda: log_vote(cluster, replica)])
+
+
+def log_vote(cluster: ChaosCluster, replica: str) -> None:
+    pending = _wait_voters(cluster)
+    log.info("%s %s", replica, "still catches up (a non-voter)" if replica in pending else "votes again")
+
+
+CLASSES = {"kill": Kill, "pause": Pause, "partition": Partition, "netem": Netem, "disk": DiskFull,
+           "lostdisk": LostDisk, "bitflip": BitFlip, "torn": Torn, "crash": Crash, "replace": Replace}
 
 
 def parse(spec: str) -> list[str]:
     """'kill,partition' -> ['kill', 'partition']; 'all' -> every family. Raises ValueError naming the bad one."""
-    names = list(FAMILIES) if spec.strip() == "all" else [s.strip() for s in spec.split(",") if s.strip()]
+    names = list(BASIC) if spec.strip() == "all" else [s.strip() for s in spec.split(",") if s.strip()]
     bad = [n for n in names if n not in FAMILIES and n != "none"]
     if bad:
-        raise ValueError(f"unknown nemesis {', '.join(bad)}: choose from {', '.join(FAMILIES)}, 'all' or 'none'")
+        raise ValueError(f"unknown nemesis {', '.join(bad)}: choose from {', '.join(FAMILIES)}, "
+                         f"'all' ({', '.join(BASIC)}) or 'none'")
     return [n for n in names if n != "none"]
 
 

@@ -41,6 +41,7 @@ RECEIVE_OP_TIMEOUT_S = RECEIVE_WAIT_S + 8.0
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE, EXIT_HARNESS = 0, 1, 2, 3
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AUDIT_BAD_INPUT_EXIT = 2  # `python -m audit` exit codes (audit/__main__.py): 0 valid, 1 invalid, 2 bad input, 3 failed
+FLUSH_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
 AUDIT_TIMEOUT_S = 3600.0  # the audit of a long run's stores takes minutes; beyond this it is reported as failed
 
 
@@ -64,6 +65,7 @@ class RunConfig:
     audit: bool = False
     audit_master: str = "local[2]"
     disk_mib: int = 0              # tmpfs per replica (0: 256 when the disk nemesis is on, else none)
+    flush: str = "ASYNC_FLUSH"     # the group's flushDiskType: ASYNC_FLUSH or SYNC_FLUSH
 
     def validate(self) -> None:
         checks = [(self.time_limit_s > 0, "--time-limit must be positive"), (self.rate > 0, "--rate must be positive"),
@@ -71,7 +73,8 @@ class RunConfig:
                   (1 <= self.consumers <= 64, "--consumers must be 1..64"),
                   (self.replicas in (1, 3, 5, 7), "--replicas must be 1, 3, 5 or 7"),
                   (1 <= self.message_groups <= 10_000, "--groups must be 1..10000"),
-                  (self.interval_s > 0 and self.fault_s > 0, "--interval and --fault must be positive")]
+                  (self.interval_s > 0 and self.fault_s > 0, "--interval and --fault must be positive"),
+                  (self.flush in FLUSH_TYPES, f"--flush must be one of {', '.join(FLUSH_TYPES)}")]
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
@@ -212,7 +215,8 @@ class Run:
         self.rng = random.Random(cfg.seed)
         self.faults: list[FaultWindow] = []
         self.nemeses = {family: nemesis.CLASSES[family]() for family in cfg.nemesis}
-        self.cluster = ChaosCluster(os.path.join(self.dir, "cluster"), cfg.replicas, cfg.disk_mib)
+        self.cluster = ChaosCluster(os.path.join(self.dir, "cluster"), cfg.replicas, cfg.disk_mib,
+                                    flush=cfg.flush)
         self.recorder = Recorder(self.history_path)
         self.notes: list[str] = []
         netem = self.nemeses.get("netem")
@@ -294,9 +298,7 @@ class Run:
 
     def _drain(self, clients: Clients) -> None:
         clients.stop_sending()
-        self.cluster.heal_everything()
-        for replica in self.cluster.ids:
-            self.cluster.restart(replica)  # a killed replica whose restart failed gets another chance
+        self.cluster.heal_everything()  # also restarts a killed replica whose restart failed
         deadline = time.monotonic() + self.cfg.drain_s
         log.info("drain: waiting for %d acknowledged messages to be consumed (at most %.0fs)",
                  len(clients.acked), self.cfg.drain_s)

@@ -127,3 +127,75 @@ def test_partitions_are_refused_without_root_with_a_clear_message(tmp_path, monk
     with pytest.raises(ValueError, match="partition nemesis needs root"):
         short(tmp_path, nemesis=["partition"]).validate()
     assert netfault.TABLE == "rocketraft_test"
+
+
+# -- storage nemeses: each family alone, short (jepsen_tests/README.md, "Storage faults") ---------------------------
+def cluster_logs(results: dict) -> str:
+    logs = os.path.join(results["directory"], "cluster", "logs")
+    text = []
+    for name in sorted(os.listdir(logs)):
+        with open(os.path.join(logs, name), errors="replace") as f:
+            text.append(f.read())
+    return "\n".join(text)
+
+
+def storage_run(tmp_path, family: str, **overrides) -> dict:
+    code, results = runner.run(short(tmp_path, nemesis=[family], time_limit_s=12, interval_s=3, fault_s=3,
+                                     **overrides))
+    assert_valid(code, results)
+    assert results["faults"] and all(w["error"] == "" for w in results["faults"]), results["faults"]
+    assert_clean(results)
+    return results
+
+
+def test_a_store_wiped_while_a_follower_lags_rejoins_as_a_non_voter_and_nothing_is_lost(tmp_path):
+    results = storage_run(tmp_path, "lostdisk")
+    assert all("SIGSTOP" in w["description"] and "restarted empty" in w["description"] for w in results["faults"])
+    assert "as a NON-VOTER" in cluster_logs(results)
+    assert os.listdir(os.path.join(results["directory"], "cluster", "aside"))  # the wiped stores are kept
+
+
+def test_flipped_bits_in_stored_entries_are_found_and_repaired_and_nothing_is_lost(tmp_path):
+    results = storage_run(tmp_path, "bitflip")
+    assert all("flipped a bit in entry" in w["description"] for w in results["faults"]), results["faults"]
+    logs = cluster_logs(results)
+    assert "is corrupt (batch checksum mismatch" in logs and "repaired entry" in logs
+
+
+def test_a_torn_store_is_refused_then_replaced_by_an_empty_one_and_nothing_is_lost(tmp_path):
+    results = storage_run(tmp_path, "torn")
+    assert all("refused to start (StoreDamagedError)" in w["description"] for w in results["faults"])
+    assert "StoreDamagedError" in cluster_logs(results)
+
+
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_a_whole_group_crash_with_a_new_boot_id_loses_nothing(tmp_path, flush):
+    results = storage_run(tmp_path, "crash", flush=flush)
+    logs = cluster_logs(results)
+    if flush == "ASYNC_FLUSH":  # every store untrusted: the group goes on from its most complete log
+        assert "too few trusted replicas are left" in logs
+    else:
+        assert "was open under ASYNC_FLUSH" not in logs
+
+
+def test_a_replaced_disk_rejoins_and_votes_again_and_nothing_is_lost(tmp_path):
+    results = storage_run(tmp_path, "replace")
+    assert "it votes again" in cluster_logs(results)
+
+
+def test_sigterm_while_a_follower_is_paused_and_a_store_wiped_stops_every_process(tmp_path):
+    command = [sys.executable, "-m", "jepsen_tests", "run", "--nemesis", "lostdisk", "--interval", "1",
+               "--fault", "60", "--time-limit", "120", "--rate", "50", "--out", str(tmp_path)]
+    proc = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if "fault: " in line:
+            break
+    else:
+        pytest.fail(f"the run ended before its first fault: {''.join(seen)}")
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    [run_dir] = os.listdir(tmp_path)
+    assert_clean({"directory": str(tmp_path / run_dir)})
