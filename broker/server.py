@@ -18,6 +18,7 @@ import time
 
 import grpc
 
+from dledger import DledgerError
 from rocketraft import parentwatch
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.wire import GRPC_OPTIONS, Code, ipb, ipb_grpc, pb, svc, svc_grpc
@@ -136,18 +137,22 @@ class BrokerServer:
             leader_address=st.leader_address or "")
 
     async def start(self) -> None:
-        self.broker.start()
-        self.broker.on_role_change(self._register_now.set)
-        self.broker.on_topic_change(self._register_now.set)
         server = grpc.aio.server(options=GRPC_OPTIONS)
         svc_grpc.add_MessagingServiceServicer_to_server(MessagingService(
             self.config, topics=self.topics, writes=self.writes, consume=self.consume, clients=self.clients,
             route_lookup=self.namesrvs.route), server)
         ipb_grpc.add_BrokerAdminServicer_to_server(BrokerAdminService(self.topics, self.queries, self.registration),
                                                    server)
-        bound = server.add_insecure_port(self.config.listenAddress)
+        try:  # bind before the replica starts: a broker that cannot serve must not join its Raft group
+            bound = server.add_insecure_port(self.config.listenAddress)
+        except RuntimeError:
+            bound = 0
         if not bound:
-            raise OSError(f"cannot listen on {self.config.listenAddress}")
+            raise OSError(f"cannot listen on {self.config.listenAddress}: the port is in use or the address is not "
+                          f"this host's; set listenAddress to a free local host:port")
+        self.broker.start()
+        self.broker.on_role_change(self._register_now.set)
+        self.broker.on_topic_change(self._register_now.set)
         await server.start()
         self._server = server
         loop = asyncio.get_running_loop()
@@ -279,7 +284,11 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=config.logLevel.upper(), force=True,
                         format=f"%(asctime)s %(levelname)s {config.brokerName}/{config.dLegerSelfId} %(name)s: "
                                "%(message)s")
-    asyncio.run(serve(config))
+    try:
+        asyncio.run(serve(config))
+    except (OSError, DledgerError) as exc:  # cannot listen; a store that must not be used: the log says why
+        logging.getLogger("broker").error("cannot start: %s: %s", type(exc).__name__, exc)
+        return 1
     return 0
 
 

@@ -31,6 +31,7 @@ from rocketraft.protocol.routing import MASTER_BROKER_ID
 from rocketraft.protocol.wire import GRPC_OPTIONS, ipb, ipb_grpc, pb, svc, svc_grpc
 
 from .localcluster import free_port as dledger_free_port
+from .logtail import log_tail
 
 READY_TIMEOUT_S = 20.0
 
@@ -56,8 +57,9 @@ class Proc:
         if "listening" not in line:
             self.process.kill()
             self.process.wait()
-            raise RuntimeError(f"{self.name} did not start within {READY_TIMEOUT_S:.0f}s (first line {line!r}); see "
-                               f"{self.log_path}")
+            raise RuntimeError(f"{self.name} did not start within {READY_TIMEOUT_S:.0f}s (exit code "
+                               f"{self.process.returncode}, first line {line!r}); the end of {self.log_path}:\n"
+                               f"{log_tail(self.log_path)}")
 
     @property
     def alive(self) -> bool:

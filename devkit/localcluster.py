@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from dledger import FlushPolicy, ReplicaConfig
 
 from .control import ControlClient
+from .logtail import log_tail
 
 
 @dataclass
@@ -45,19 +46,28 @@ def _ephemeral_low() -> int:
         return 32_768
 
 
+_handed_out: set[int] = set()  # ports this process already gave out: a probe's port is free again once closed
+
+
 def free_port(ip: str) -> int:
-    """A port to listen on, free on ip now and below the kernel's ephemeral range: a port from that range (what
-    binding port 0 gives) can be taken by any outgoing connection before the server binds it, which made
-    clusters fail to start with "Address already in use" under load."""
+    """A port to listen on, free on ip now, below the kernel's ephemeral range, and never one this process gave
+    out before. A port from the ephemeral range (what binding port 0 gives) can be taken by any outgoing
+    connection before the server binds it; and two probes in a row could return the same port, so one cluster
+    could hand its broker's and its Raft's listener the same number. Both made clusters fail to start with
+    "Address already in use" under load."""
     low = _ephemeral_low()
     for _ in range(200):
         port = random.randrange(LISTEN_PORT_MIN, low) if low > LISTEN_PORT_MIN + 100 else 0
+        if port in _handed_out:
+            continue
         with socket.socket() as probe:
             try:
                 probe.bind((ip, port))
             except OSError:
                 continue
-            return probe.getsockname()[1]
+            port = probe.getsockname()[1]
+        _handed_out.add(port)
+        return port
     raise RuntimeError(f"no free port on {ip} between {LISTEN_PORT_MIN} and {low}")
 
 
@@ -176,7 +186,8 @@ class LocalCluster:
             except OSError:
                 if time.monotonic() > deadline or not self.is_running(node_id):
                     raise RuntimeError(f"replica {node_id} is not answering on {spec.ip}:{spec.control_port}; "
-                                       f"see {spec.data_dir}/node.log") from None
+                                       f"the end of {spec.data_dir}/node.log:\n"
+                                       f"{log_tail(os.path.join(spec.data_dir, 'node.log'))}") from None
                 time.sleep(0.05)
         self._clients[node_id] = client
         return client

@@ -41,8 +41,10 @@ import pysyncobj.tcp_connection as _pso_tcp
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.pipe_notifier import PipeNotifier
 from pysyncobj.poller import POLL_EVENT_TYPE
+from pysyncobj.syncobj import SyncObjException
 from pysyncobj.transport import TCPTransport
 
+from .errors import ListenError
 from .journal import LmdbJournal
 from .repair import FETCH, FETCH_RESP
 
@@ -368,8 +370,20 @@ class EngineSyncObj(SyncObj):
     """A SyncObj driven by a dledger engine: its one replicated method hands each batch to the engine."""
 
     def __init__(self, engine, self_addr: str, other_addrs: list[str], conf: SyncObjConf):
+        """Binds the Raft listener before it returns (pysyncobj does, without its auto-tick thread): raises
+        ListenError once conf.maxBindRetries tries, conf.bindRetryTime apart, failed (with maxBindRetries=0
+        pysyncobj would spin on the CPU forever, silently)."""
         self.dl_engine = engine
-        super().__init__(self_addr, other_addrs, conf=conf, transportClass=Transport)
+        try:
+            super().__init__(self_addr, other_addrs, conf=conf, transportClass=Transport)
+        except SyncObjException as exc:
+            if exc.errorCode != "BindError":
+                raise
+            c = engine.config
+            raise ListenError(
+                f"replica {c.group_id}/{c.self_id} cannot listen for its Raft peers on {self_addr} (tried for "
+                f"{conf.maxBindRetries * conf.bindRetryTime:.1f} s): the port is in use or the address is not this "
+                "host's; free it, or give this replica another address in the peer list of every replica") from None
 
     @replicated
     def dl_apply(self, blob):

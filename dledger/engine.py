@@ -57,6 +57,9 @@ from .store import Store
 
 log = logging.getLogger(__name__)
 
+RAFT_BIND_RETRY_S = 0.25  # how often a replica tries to bind its Raft listener when it opens
+RAFT_BIND_WAIT_S = 5.0  # and for how long, before it refuses to open (ListenError)
+
 __all__ = ["FAIL_REASON", "REFUSED", "ApplyFn", "EngineView", "RaftEngine", "RaftState", "rewrite_append_entries"]
 
 
@@ -183,6 +186,8 @@ class RaftEngine:
             commandsQueueSize=c.append_queue_max,
             commandsWaitLeader=False,
             bindAddress=c.self_address,
+            bindRetryTime=RAFT_BIND_RETRY_S,
+            maxBindRetries=round(RAFT_BIND_WAIT_S / RAFT_BIND_RETRY_S),
             sendBufferSize=c.socket_buffer_bytes,
             recvBufferSize=c.socket_buffer_bytes,
             password=c.password,

@@ -75,6 +75,13 @@ class StoreDamagedError(DledgerError):
     code = "STORE_DAMAGED"
 
 
+class ListenError(DledgerError):
+    """The replica cannot listen for its Raft peers on its own address (the port is taken, or the address is not
+    this host's). It never starts: a replica that cannot be reached would look alive and never take part."""
+
+    code = "LISTEN_FAILED"
+
+
 class StoreUntrustedError(DledgerError):
     """The store may be corrupt (ASYNC_FLUSH store left open across an OS crash or power loss)."""
 

@@ -37,6 +37,7 @@ from .errors import (
     DledgerError,
     EntryCorruptError,
     EntryTooLargeError,
+    ListenError,
     NoLeaderError,
     NotLeaderError,
     OutcomeUnknownError,
@@ -178,8 +179,14 @@ class Replica:
         self._committed_hook = getattr(state_machine, "committed", None)
         self._retention_floor = 0
         self._snapshot = SnapshotHooks(self)
-        self._engine = RaftEngine(config, self.store, self.journal, applied, self._apply, self._after_tick,
-                                  self._record_applied, self._on_engine_failure, self._snapshot, untrusted=untrusted)
+        try:
+            self._engine = RaftEngine(config, self.store, self.journal, applied, self._apply, self._after_tick,
+                                      self._record_applied, self._on_engine_failure, self._snapshot,
+                                      untrusted=untrusted)
+        except ListenError:  # nothing ran yet: close the store as cleanly as a stop would
+            self.store.close()
+            os.remove(_open_marker(self.config))
+            raise
         self._snapshot.bind_engine(self._engine)
         self._status = self._status_from(self._engine.view)
         self._completer = threading.Thread(target=self._complete_loop, name=f"dledger-done-{config.self_id}",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 
@@ -167,3 +168,25 @@ def test_an_async_store_left_open_across_an_os_crash_is_untrusted_until_the_grou
     # the same after a process crash (same boot) is not even untrusted: the page cache survived
     (tmp_path / "store.open").write_text(open("/proc/sys/kernel/random/boot_id").read().strip() + " ASYNC_FLUSH")
     Replica.open(config).close()
+
+
+def test_a_replica_that_cannot_listen_for_raft_refuses_to_start_and_leaves_its_store_clean(tmp_path):
+    from dledger import ListenError
+    from dledger.engine import RAFT_BIND_WAIT_S
+
+    ip = "127.0.0.1"
+    port = free_port(ip)
+    config = ReplicaConfig(group_id="busy", self_id="solo", peers={"solo": f"{ip}:{port}"}, data_dir=str(tmp_path))
+    with socket.socket() as squatter:
+        squatter.bind((ip, port))
+        squatter.listen()
+        started = time.monotonic()
+        with pytest.raises(ListenError, match=f"cannot listen for its Raft peers on {ip}:{port}"):
+            Replica.open(config)
+        assert time.monotonic() - started < RAFT_BIND_WAIT_S + 3
+    with Replica.open(config) as replica:  # the port is free now; the store was closed cleanly, not left untrusted
+        deadline = time.monotonic() + 10
+        while replica.status().role is not Role.LEADER:
+            assert time.monotonic() < deadline, replica.status()
+            time.sleep(0.02)
+        assert replica.append([b"after"]).result(5).index >= 1
