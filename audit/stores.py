@@ -27,6 +27,7 @@ from dledger.logformat import (
     decode_u64,
     key_index,
 )
+from dledger.storecheck import check_tree
 
 DATA_FILE = "data.mdb"
 
@@ -73,8 +74,10 @@ class StoreMeta:
 
 def open_env(path: str) -> lmdb.Environment:
     """Read-only, with LMDB's reader lock: safe whether the broker that owns the store runs or not. A torn file
-    is refused before it is mapped (StoreDamagedError): mapping it would kill the process with SIGBUS."""
+    is refused before it is mapped (StoreDamagedError): mapping it would kill the process with SIGBUS; a store
+    with a damaged tree page is refused after (StoreDamagedError too)."""
     check_data_file(path)
+    check_tree(path)  # garbage in a tree page: refused here, not as a crash of some later read
     return lmdb.open(path, readonly=True, lock=True, max_dbs=MAX_DBS, subdir=True, readahead=False)
 
 

@@ -70,6 +70,9 @@ def from_dledger(exc: BaseException, store: StoreFacts | None = None) -> BaseExc
     if isinstance(exc, dledger.EntryCorruptError):  # this replica's copy fails its checksum: never served
         return StoreUnavailableError(f"this replica's copy of a stored entry is corrupt; it is not served and is being "
                                      f"repaired from the other replicas: read from another replica, or retry: {exc}")
+    if isinstance(exc, dledger.StoreDamagedError):  # this replica stops; the others serve
+        return StoreUnavailableError(f"this replica's store is damaged and it stops serving: read from another "
+                                     f"replica: {exc}")
     if isinstance(exc, dledger.ReplicaClosedError):
         return StoreUnavailableError(f"store unavailable: {exc}")
     if isinstance(exc, dledger.EntryTooLargeError):

@@ -54,6 +54,7 @@ from .errors import EntryCorruptError, StoreUntrustedError
 from .journal import LmdbJournal, StoredEntryCorrupt
 from .repair import Repairs
 from .store import Store
+from .storecheck import DAMAGE_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,7 @@ class RaftEngine:
         self.identity = self._load_identity(untrusted)
         self._accepted_peers: set[str] = set()  # addresses whose hello we accepted on their current connection
         self._peer_hellos: dict[str, dict] = {}  # replica id -> its last accepted hello
+        self._leader_commit_heard = 0  # a non-voter: the highest commit index a leader's append announced
         self._vote_floor: tuple[int, int] | None = None  # whole-group ASYNC recovery: (term, index) a candidate needs
         self._refused_logged: set[str] = set()
         self._fresh_nonces: dict[str, str] = {}
@@ -159,6 +161,7 @@ class RaftEngine:
         journal.method_id = self._func_id
         journal.on_corrupt = self.repairs.request
         self._wakeup = seam.PipeNotifier(self.so._poller)
+        store.on_damaged = self.fail  # a reader that meets a damaged page stops the replica
         self._throttle_snapshot_chunks()
         self._commands = seam.BudgetedQueue(config.append_queue_max, config.append_bytes_per_tick_max, self.wake)
         self.so._SyncObj__commandsQueue = self._commands
@@ -236,7 +239,12 @@ class RaftEngine:
                 self.so.doTick(wait_s)
                 self.release_acks()
                 self._restore_throttled()
-        except BaseException as exc:  # a broken invariant stops the replica loudly
+        except BaseException as exc:  # a broken invariant, a damaged store: the replica stops loudly
+            if isinstance(exc, DAMAGE_ERRORS):
+                exc = self.store.damaged(exc, "in the Raft thread")
+            # The first cause: a failure another thread reported, or the damage a reader met (after which LMDB
+            # answers later transactions with MDB_BAD_TXN, which is not the cause).
+            exc = self._failed or self.store.damage or exc
             self._failed = exc
             log.critical("replica %s/%s stopped: %r", self.config.group_id, self.config.self_id, exc,
                          exc_info=True)
@@ -306,8 +314,10 @@ class RaftEngine:
 
     # -- tick hooks -------------------------------------------------------------------------------------
     def fail(self, exc: BaseException) -> None:
-        """Stop the replica at the start of the next tick (used where pysyncobj would swallow errors)."""
+        """Stop the replica at the start of the next tick (used where pysyncobj would swallow errors, and from
+        other threads: a reader that met a damaged store)."""
         self._failed = self._failed or exc
+        self.wake()
 
     # -- identity: amnesia protection (identity.py) ---------------------------------------------------------
     def _load_identity(self, untrusted: bool) -> identity_rules.Identity:
@@ -385,6 +395,7 @@ class RaftEngine:
                             "gives and asks no votes until it holds what the group had committed when it joined",
                             self.config.group_id, self.config.self_id, now.history_id)
         self._maybe_recover_whole_group()
+        self._maybe_fix_catch_up_target()
 
     def _maybe_recover_whole_group(self) -> None:
         floor = identity_rules.recovery_floor(self.identity, self.config.self_id, self._last(), self._peer_hellos,
@@ -408,12 +419,24 @@ class RaftEngine:
         self._accepted_peers.discard(node.address)
 
     def note_leader_commit(self, commit_index: int) -> None:
-        """A non-voter learns what it must hold before it may vote: the leader's commit index on first contact."""
+        """A leader's append announced its commit index: part of what a non-voter must hold before it may vote."""
         if self.identity.catch_up_index == identity_rules.CATCH_UP_PENDING:
-            target = max(commit_index, 1)
-            self._save_identity(dataclasses.replace(self.identity, catch_up_index=target))
-            log.info("replica %s/%s (non-voter) catches up to index %d, the leader's commit index",
-                     self.config.group_id, self.config.self_id, target)
+            self._leader_commit_heard = max(self._leader_commit_heard, commit_index)
+            self._maybe_fix_catch_up_target()
+
+    def _maybe_fix_catch_up_target(self) -> None:
+        """A non-voter fixes its catch-up target once it heard a leader and enough voters (identity.py)."""
+        if self.identity.catch_up_index != identity_rules.CATCH_UP_PENDING or not self._leader_commit_heard:
+            return
+        target = identity_rules.catch_up_target(self.config.self_id, self._peer_hellos, frozenset(self.config.peers),
+                                                self._leader_commit_heard)
+        if target is None:
+            return
+        self._save_identity(dataclasses.replace(self.identity, catch_up_index=target))
+        log.info("replica %s/%s (non-voter) catches up to index %d: the highest of the leader's commit index (%d) "
+                 "and the last indexes of the voters heard (%s)", self.config.group_id, self.config.self_id, target,
+                 self._leader_commit_heard, ", ".join(f"{rid} {h.get('last', (0, 0))[1]}" for rid, h in
+                                                      sorted(self._peer_hellos.items()) if h.get("voter")))
 
     def _non_voter_tick(self) -> None:
         so = self.so

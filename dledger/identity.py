@@ -13,7 +13,7 @@ entries would vanish from every replica (DLedger #61, RocketMQ #2178). So every 
   has lost its disk;
 - `catch_up_index`: 0 for a voter; otherwise the store is new in an existing history and the replica is a
   NON-VOTER: it asks for no votes, gives none, and becomes a voter once its log holds, and its commit index
-  reaches, the commit index the leader announced when it first heard from it (`CATCH_UP_PENDING` until then).
+  reaches, its catch-up target (`CATCH_UP_PENDING` until it knows one; catch_up_target).
 
 Genesis needs every configured replica to answer with a new store: a replica with a new store never starts a
 group on its own or with part of the group, because the missing replica may hold the group's history.
@@ -159,6 +159,26 @@ def maybe_genesis(mine: Identity, my_id: str, fresh_nonces: dict[str, str], peer
         return mine
     genesis = tuple(sorted(nonces.items()))
     return replace(mine, history_id=genesis_history(mine.group_id, nonces), genesis=genesis)
+
+
+def voters_to_hear(group_size: int) -> int:
+    """How many other voters a non-voter must hear before it fixes its catch-up target. An entry the group
+    committed is on a majority, which may include this replica's lost store: on majority - 1 others at least.
+    Any group_size - majority + 1 of the others then include one that holds it."""
+    return group_size - (group_size // 2 + 1) + 1
+
+
+def catch_up_target(my_id: str, hellos: dict[str, dict], peer_ids: frozenset[str], leader_commit: int) -> int | None:
+    """The index a non-voter must hold before it votes again: the highest of the commit index a leader announced
+    and the last index of every voter heard, once voters_to_hear(len(peer_ids)) voters were heard (None until
+    then). A leader's commit index alone is not enough: a deposed leader that has not heard of its successor
+    announces an older one, and so does a new leader before it commits in its own term; a replica that took
+    that as its target could vote again without entries its lost store had acknowledged. The last indexes can
+    be past what is committed (an old leader's tail): the replica then waits for the group's next writes."""
+    voters = [h for rid, h in hellos.items() if rid != my_id and rid in peer_ids and h.get("voter")]
+    if len(voters) < voters_to_hear(len(peer_ids)):
+        return None
+    return max([leader_commit, 1] + [int(h.get("last", (0, 0))[1]) for h in voters])
 
 
 def caught_up(identity: Identity, last_index: int, commit_index: int) -> bool:

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from .errors import EntryCorruptError
+from .errors import EntryCorruptError, StoreDamagedError
 from .logformat import index_key, key_index, value_term, verify_value
 from .store import Store
 
@@ -51,6 +51,8 @@ class Scrub:
         while not self._stop.is_set():
             try:
                 self._pass()
+            except StoreDamagedError:  # the store said so and stops the replica: nothing left to scrub
+                return
             except Exception:  # noqa: BLE001 - the scrub is a helper: log, and try again next pass
                 log.exception("scrub pass failed")
             if self._stop.wait(self._interval_s):

@@ -26,7 +26,9 @@ from typing import TypeVar
 import lmdb
 
 from . import storefile
+from .errors import StoreDamagedError
 from .logformat import LOG_DB, MAX_DBS, META_DB
+from .storecheck import DAMAGE_ERRORS, check_tree, damage_error
 from .storefile import check_data_file, check_file
 
 T = TypeVar("T")
@@ -52,11 +54,14 @@ class Store:
         self.fsync_count = 0
         self.fsync_seconds_total = 0.0
         self.commit_count = 0
+        self.damage: StoreDamagedError | None = None  # the first damage met while open
+        self.on_damaged: Callable[[StoreDamagedError], None] | None = None
         self._open()
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def _open(self) -> None:
         check_data_file(self.path)  # a torn file must be refused before it is mapped (SIGBUS otherwise)
+        check_tree(self.path)  # a damaged tree page, before anything reads it (storecheck.py)
         self.env = lmdb.open(
             self.path,
             map_size=self.map_size_bytes,
@@ -69,6 +74,16 @@ class Store:
         self._dbs = {}
         self.log_db = self.db(LOG_DB)
         self.meta_db = self.db(META_DB)
+
+    def damaged(self, exc: BaseException, when: str = "while reading") -> StoreDamagedError:
+        """The StoreDamagedError for an LMDB damage error (storecheck.DAMAGE_ERRORS) met while open; the first
+        one is kept (`damage`) and handed to on_damaged, which stops the replica."""
+        error = damage_error(self.path, f"{type(exc).__name__}: {exc}", when)
+        if self.damage is None:
+            self.damage = error
+            if self.on_damaged is not None:
+                self.on_damaged(error)
+        return error
 
     def db(self, name: bytes):
         handle = self._dbs.get(name)
@@ -129,11 +144,15 @@ class Store:
 
     # -- reader side ---------------------------------------------------------------------------------
     def read(self, fn: Callable[[lmdb.Transaction], T]) -> T:
-        if threading.get_ident() == self._writer_ident:
-            with self.env.begin(buffers=False) as txn:  # the writer is the only thread that swaps
+        """fn(txn) in a read transaction; StoreDamagedError if it meets a damaged page."""
+        try:
+            if threading.get_ident() == self._writer_ident:
+                with self.env.begin(buffers=False) as txn:  # the writer is the only thread that swaps
+                    return fn(txn)
+            with self._swap_lock, self.env.begin(buffers=False) as txn:
                 return fn(txn)
-        with self._swap_lock, self.env.begin(buffers=False) as txn:
-            return fn(txn)
+        except DAMAGE_ERRORS as exc:
+            raise self.damaged(exc) from None
 
     @contextmanager
     def copy_reader(self) -> Iterator[lmdb.Transaction]:

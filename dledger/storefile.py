@@ -60,17 +60,17 @@ def check_file(path: str) -> MetaPage:
     if not metas:
         raise StoreDamagedError(
             f"{path} ({size} bytes) has no valid LMDB meta page: it is not a store, or its first pages are "
-            f"damaged. {_RECOVERY}")
+            f"damaged. {RECOVERY}")
     newest = max(metas, key=lambda m: m.txnid)
     needed = (newest.last_page + 1) * newest.page_size
     if size < needed:
         raise StoreDamagedError(
             f"{path} is cut short: {size} bytes, but its last committed transaction ({newest.txnid}) uses "
             f"{needed} bytes ({newest.last_page + 1} pages of {newest.page_size}); mapping it would crash the "
-            f"process (SIGBUS). {_RECOVERY}")
+            f"process (SIGBUS). {RECOVERY}")
     return newest
 
 
-_RECOVERY = ("Keep the file for inspection and rebuild this replica from its group: stop it, move its data "
+RECOVERY = ("Keep the file for inspection and rebuild this replica from its group: stop it, move its data "
              "directory aside, start it on an empty one (it rejoins as a non-voter and catches up); "
              "docs/operations.md, 'Replace a replica's disk'")

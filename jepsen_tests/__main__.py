@@ -21,7 +21,7 @@ MATRIX = [  # (nemesis, extra flags): every fault family alone, then combined
     ("none", []), ("kill", []), ("pause", []), ("partition", []), ("netem", []), ("disk", []),
     ("kill,pause,partition,netem,disk", ["--combine"]),
     # storage faults (nemesis.STORAGE), each alone; the whole-group crash under both flush modes
-    ("lostdisk", []), ("bitflip", []), ("torn", []), ("crash", ["--flush", "ASYNC_FLUSH"]),
+    ("lostdisk", []), ("bitflip", []), ("torn", []), ("garbage", []), ("crash", ["--flush", "ASYNC_FLUSH"]),
     ("crash", ["--flush", "SYNC_FLUSH"]), ("replace", []),
 ]
 

@@ -20,6 +20,9 @@ rightly refuses to recover from without an operator; see jepsen_tests/README.md)
              by reading those messages on it (QueryMessage), which makes it find and repair the entries
   torn       kill -9 a minority replica, cut its data.mdb short, restart it: it must refuse the store; healed
              by moving the torn store aside and restarting it on an empty one (replacing the disk)
+  garbage    kill -9 a minority replica, write random bytes (or, half the time, a copy of a branch page: a misdirected
+             write) over the B-tree leaf pages that hold a random applied entry, restart it: it must refuse the
+             store (the open walks every page of the tree in a child process); healed like torn
   crash      kill -9 every replica, give each store.open marker another boot id (a machine crash, as the
              replica sees it), restart them all; healed by restarting any that is still down
   replace    stop a follower cleanly, move its data directory aside, restart it on an empty store; healed when
@@ -50,7 +53,7 @@ from .cluster import ChaosCluster
 log = logging.getLogger(__name__)
 
 BASIC = ("kill", "pause", "partition", "netem", "disk")  # 'all'
-STORAGE = ("lostdisk", "bitflip", "torn", "crash", "replace")
+STORAGE = ("lostdisk", "bitflip", "torn", "garbage", "crash", "replace")
 FAMILIES = BASIC + STORAGE
 DISK_FILL_PERCENT = 97.0
 LAG_S = 1.0  # lostdisk: how long the others go on acknowledging while one follower is paused
@@ -225,11 +228,10 @@ class BitFlip:
 
 def flip_sends(store_dir: str, rng: random.Random) -> list[tuple[int, bytes]]:
     """Flip a bit in up to FLIPPED_ENTRIES_MAX applied data entries, inside a send id: (index, id) of each."""
+    applied = _applied_index(store_dir)
     env = lmdb.open(store_dir, max_dbs=logformat.MAX_DBS, readonly=True, lock=False)
     try:
         with env.begin() as txn:
-            meta = env.open_db(logformat.META_DB, txn=txn)
-            applied = logformat.decode_u64(txn.get(logformat.META_APPLIED_INDEX, db=meta) or logformat.encode_u64(0))
             cur = txn.cursor(db=env.open_db(logformat.LOG_DB, txn=txn))
             found = [(logformat.key_index(k), m.group()) for k, v in cur
                      if logformat.key_index(k) <= applied and (m := SEND_ID.search(bytes(v)))]
@@ -281,6 +283,41 @@ class Torn:
                            [replica], [lambda: replace_disk(cluster, replica)])
 
 
+class Garbage:
+    family = "garbage"
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> ActiveFault:
+        if pending := _wait_voters(cluster):  # its heal replaces a disk: not while another store catches up
+            raise RuntimeError(f"{', '.join(pending)} still catching up as non-voters: not damaging another store")
+        replica, role = _target(cluster, rng)
+        cluster.kill(replica)
+        store_dir = cluster.store_dir(replica)
+        index = rng.randint(1, max(1, _applied_index(store_dir)))
+        if rng.random() < 0.5:
+            what, pages = "random bytes", storefault.garbage_leaf_pages(store_dir, index, rng)
+        else:  # a misdirected write: LMDB fails an assertion on it and aborts whoever walks the tree
+            what, pages = "a branch page", storefault.misdirect_branch_page(store_dir, index)
+        try:
+            cluster.start_once(replica)
+            outcome = "it STARTED on the damaged store"
+            log.warning("garbage: %s started with garbage in pages %s", replica, pages)
+        except RuntimeError:
+            outcome = "it refused to start" + (" (StoreDamagedError)" if cluster.store_refused(replica) else "")
+        return ActiveFault(self.family, f"kill -9 {replica} ({role}), {what} written over the B-tree leaf pages "
+                           f"{pages} (those holding entry {index}): {outcome}", [replica],
+                           [lambda: replace_disk(cluster, replica)])
+
+
+def _applied_index(store_dir: str) -> int:
+    env = lmdb.open(store_dir, max_dbs=logformat.MAX_DBS, readonly=True, lock=False)
+    try:
+        with env.begin() as txn:
+            raw = txn.get(logformat.META_APPLIED_INDEX, db=env.open_db(logformat.META_DB, txn=txn))
+            return logformat.decode_u64(raw) if raw else 0
+    finally:
+        env.close()
+
+
 def replace_disk(cluster: ChaosCluster, replica: str) -> None:
     """The replace-a-disk procedure: stop it, move its store aside (kept), start it on an empty store."""
     cluster.stop_replica(replica)
@@ -324,7 +361,8 @@ def log_vote(cluster: ChaosCluster, replica: str) -> None:
 
 
 CLASSES = {"kill": Kill, "pause": Pause, "partition": Partition, "netem": Netem, "disk": DiskFull,
-           "lostdisk": LostDisk, "bitflip": BitFlip, "torn": Torn, "crash": Crash, "replace": Replace}
+           "lostdisk": LostDisk, "bitflip": BitFlip, "torn": Torn, "garbage": Garbage, "crash": Crash,
+           "replace": Replace}
 
 
 def parse(spec: str) -> list[str]:

@@ -361,8 +361,12 @@ class Producer(AsyncClient):
         fifo = message.message_group is not None
         others = []  # a pinned send stays on its group; a route error now is not its outcome (_route_for)
         if attempts.pinned_group is None:
-            route = await self.routes.refresh(message.topic)
-            others = [g for g in route.writable_groups if g.name not in attempts.excluded | {group.name}]
+            try:
+                route = await self.routes.refresh(message.topic)
+                others = [g for g in route.writable_groups if g.name not in attempts.excluded | {group.name}]
+            except RocketraftError as route_exc:  # every replica of the group down, so it left the routes: not
+                # this send's outcome; it tries the group it knew again until its deadline (_target)
+                log.debug("route of %s after a failed send: %s", message.topic, route_exc)
         if others and not fifo:  # `retries` are tries on other groups; with none, the same group until the deadline
             if attempts.retries_left <= 0:
                 raise attempts.final_error() from exc

@@ -37,3 +37,22 @@ def test_sends_in_flight_at_a_whole_group_crash_are_acknowledged_by_the_master_t
     cluster.wait_master()
     stored = {m.system_properties.message_id for m in cluster.read_messages("crash")}
     assert {r.message_id for r in receipts} <= stored
+
+
+def test_a_send_started_while_its_only_group_is_down_and_gone_from_routes_waits_for_it_within_its_timeout(
+        make_cluster):
+    cluster = make_cluster()
+    cluster.create_topic("gone")
+    with rocketraft.Producer(cluster.namesrv_address, topics=["gone"], send_timeout_s=SEND_TIMEOUT_S) as producer:
+        producer.send(rocketraft.Message("gone", b"warm"))  # the route is cached, naming the master
+        for replica in cluster.ids:
+            cluster.kill(replica)
+        time.sleep(DOWN_S)  # the NameServer dropped the group: a route query says the topic is not found
+        future = producer.send_async(rocketraft.Message("gone", b"started-while-down"))
+        time.sleep(1.0)
+        assert not future.done(), f"failed at once: {future.exception()!r}"
+        for replica in cluster.ids:
+            cluster.start_replica(replica)
+        receipt = future.result(timeout=SEND_TIMEOUT_S + 5)
+    cluster.wait_master()
+    assert receipt.message_id in {m.system_properties.message_id for m in cluster.read_messages("gone")}

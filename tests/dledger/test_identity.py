@@ -127,3 +127,29 @@ def test_two_untrusted_and_one_voter_restart_from_the_most_complete_of_the_three
     voter = rules.Identity(group_id="g", incarnation="v", history_id="H")
     hellos = {"n2": hello_of(untrusted("n2"), "n2", (3, 90)), "n3": hello_of(voter, "n3", (3, 120))}
     assert rules.recovery_floor(untrusted("n1"), "n1", (3, 100), hellos, PEERS) == (3, 120)
+
+
+def voter_hello(replica: str, last_index: int, voter: bool = True) -> dict:
+    return {"replica": replica, "voter": voter, "last": [3, last_index]}
+
+
+def test_a_non_voter_needs_enough_voters_heard_to_cover_every_majority_before_it_fixes_a_target():
+    assert [rules.voters_to_hear(n) for n in (2, 3, 4, 5, 7)] == [1, 2, 2, 3, 4]
+    one = {"n2": voter_hello("n2", 90)}
+    assert rules.catch_up_target("n1", one, PEERS, leader_commit=80) is None  # n3 may be the one holding it
+    both = dict(one, n3=voter_hello("n3", 120))
+    assert rules.catch_up_target("n1", both, PEERS, leader_commit=80) == 120
+
+
+def test_a_deposed_leaders_old_commit_index_is_not_the_target_when_a_voter_holds_more():
+    # n2 leads in an old term and has not heard of n3's election; n3 committed up to 500 with our lost store's ack
+    hellos = {"n2": voter_hello("n2", 300), "n3": voter_hello("n3", 500)}
+    assert rules.catch_up_target("n1", hellos, PEERS, leader_commit=290) == 500
+
+
+def test_non_voters_heard_do_not_count_nor_set_the_target():
+    hellos = {"n2": voter_hello("n2", 100), "n3": voter_hello("n3", 900, voter=False)}
+    assert rules.catch_up_target("n1", hellos, PEERS, leader_commit=100) is None
+    five = frozenset({"n1", "n2", "n3", "n4", "n5"})
+    hellos = {f"n{i}": voter_hello(f"n{i}", 100 + i) for i in (2, 3, 4)} | {"n5": voter_hello("n5", 900, False)}
+    assert rules.catch_up_target("n1", hellos, five, leader_commit=50) == 104

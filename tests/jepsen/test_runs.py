@@ -168,6 +168,13 @@ def test_a_torn_store_is_refused_then_replaced_by_an_empty_one_and_nothing_is_lo
     assert "StoreDamagedError" in cluster_logs(results)
 
 
+def test_garbage_in_a_stores_tree_pages_is_refused_then_replaced_by_an_empty_one_and_nothing_is_lost(tmp_path):
+    results = storage_run(tmp_path, "garbage")
+    assert all("written over the B-tree leaf pages [" in w["description"]
+               and "refused to start (StoreDamagedError)" in w["description"] for w in results["faults"])
+    assert "LMDB met a page it cannot use while checking it at open" in cluster_logs(results)
+
+
 @pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
 def test_a_whole_group_crash_with_a_new_boot_id_loses_nothing(tmp_path, flush):
     results = storage_run(tmp_path, "crash", flush=flush)
