@@ -28,7 +28,6 @@ from .statemachine import ApplyError
 
 log = logging.getLogger(__name__)
 
-MAP_FULL_MARKERS = ("MDB_MAP_FULL", "MapFullError")
 
 
 @dataclass(frozen=True)
@@ -46,9 +45,9 @@ class NotSubmittedError(RocketraftError):
 
 
 def is_map_full(exc: BaseException) -> bool:
-    """LMDB's map (its reserved address space) is full: reported as such, never as a full disk. dledger raises
-    StoreFullError, or its replica stops on lmdb.MapFullError and later errors carry that failure's text."""
-    return any(m in str(exc) for m in MAP_FULL_MARKERS)
+    """LMDB's map (its reserved address space) is full: reported as such, never as a full disk. dledger's replica
+    stops with StoreFullError; later appends fail with ReplicaClosedError whose cause is that error."""
+    return isinstance(exc, dledger.StoreFullError) or isinstance(getattr(exc, "cause", None), dledger.StoreFullError)
 
 
 def from_dledger(exc: BaseException, store: StoreFacts | None = None) -> BaseException:

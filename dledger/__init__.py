@@ -28,6 +28,7 @@ from .errors import (
     OutcomeUnknownError,
     ReplicaClosedError,
     StoreDamagedError,
+    StoreFullError,
     StoreUntrustedError,
 )
 from .logformat import read_payloads
@@ -63,6 +64,7 @@ __all__ = [
     "StateMachine",
     "Store",
     "StoreDamagedError",
+    "StoreFullError",
     "StoreUntrustedError",
     "verify_batch",
 ]

@@ -54,7 +54,6 @@ from .errors import EntryCorruptError, StoreUntrustedError
 from .journal import LmdbJournal, StoredEntryCorrupt
 from .repair import Repairs
 from .store import Store
-from .storecheck import DAMAGE_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -240,8 +239,7 @@ class RaftEngine:
                 self.release_acks()
                 self._restore_throttled()
         except BaseException as exc:  # a broken invariant, a damaged store: the replica stops loudly
-            if isinstance(exc, DAMAGE_ERRORS):
-                exc = self.store.damaged(exc, "in the Raft thread")
+            exc = self.store.failure_of(exc, "in the Raft thread")  # a damaged store, a full map: dledger's errors
             # The first cause: a failure another thread reported, or the damage a reader met (after which LMDB
             # answers later transactions with MDB_BAD_TXN, which is not the cause).
             exc = self._failed or self.store.damage or exc

@@ -58,7 +58,20 @@ class AppendRefusedError(DledgerError):
 
 
 class ReplicaClosedError(DledgerError):
+    """The replica is closed, or stopped after an error: `cause` is that error (None when it was closed)."""
+
     code = "REPLICA_CLOSED"
+
+    def __init__(self, message: str, cause: BaseException | None = None):
+        super().__init__(message)
+        self.cause = cause
+
+
+class StoreFullError(DledgerError):
+    """The store's LMDB map (the address space reserved for it, map_size_bytes) is full: the replica stopped
+    rather than apply part of an entry. Not a full disk. Restart it with a larger map; committed data is kept."""
+
+    code = "STORE_FULL"
 
 
 class AppliedEntryConflictError(DledgerError):

@@ -219,7 +219,7 @@ class Replica:
             if self._engine.failure is not None:
                 future.set_exception(ReplicaClosedError(
                     f"replica stopped after an error ({self._engine.failure!r}); see its log, fix the cause, "
-                    "reopen"))
+                    "reopen", cause=self._engine.failure))
                 return future
             if len(self._pending) >= self.config.append_queue_max:
                 future.set_exception(AppendQueueFullError(

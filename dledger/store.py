@@ -26,7 +26,7 @@ from typing import TypeVar
 import lmdb
 
 from . import storefile
-from .errors import StoreDamagedError
+from .errors import StoreDamagedError, StoreFullError
 from .logformat import LOG_DB, MAX_DBS, META_DB
 from .storecheck import DAMAGE_ERRORS, check_tree, damage_error
 from .storefile import check_data_file, check_file
@@ -74,6 +74,19 @@ class Store:
         self._dbs = {}
         self.log_db = self.db(LOG_DB)
         self.meta_db = self.db(META_DB)
+
+    def failure_of(self, exc: BaseException, when: str) -> BaseException:
+        """The dledger error for an LMDB error that stops the replica (a damaged store, a full map); anything
+        else as it is."""
+        if isinstance(exc, DAMAGE_ERRORS):
+            return self.damaged(exc, when)
+        if isinstance(exc, lmdb.MapFullError):
+            return StoreFullError(
+                f"{os.path.join(self.path, DATA_FILE)}: the LMDB map is full (map_size_bytes={self.map_size_bytes}, "
+                f"{self.map_size_bytes / 2**20:.0f} MiB) {when}: the replica stopped writing rather than apply part "
+                f"of an entry. This is not a full disk. Restart it with a larger map size; committed data is kept. "
+                f"({exc})")
+        return exc
 
     def damaged(self, exc: BaseException, when: str = "while reading") -> StoreDamagedError:
         """The StoreDamagedError for an LMDB damage error (storecheck.DAMAGE_ERRORS) met while open; the first

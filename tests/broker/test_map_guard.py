@@ -136,3 +136,39 @@ def test_a_write_forwarded_by_a_follower_is_refused_when_the_masters_disk_is_ful
     os.remove(ballast)
     wait_until(lambda: send_via_follower().code == Code.OK, 5, "forwarded sends to be accepted again")
     assert all(cluster.brokers[i].alive for i in cluster.ids)
+
+
+def test_a_replica_whose_map_fills_stops_with_store_full_and_the_broker_says_map_full_not_disk_full(tmp_path):
+    """Below the guard (a map filled by one big apply): dledger stops the replica with a typed StoreFullError and
+    later appends carry it as their cause; the broker reports LMDB's map, never a full disk, from the type."""
+    from broker.errors import StoreFacts, from_dledger
+    from devkit.localcluster import free_port
+    from dledger import ReplicaClosedError, ReplicaConfig, Role, StoreFullError
+    from dledger.replica import Replica
+
+    class Hoarder:  # a state machine whose every apply writes far more than the entry
+        def attach(self, store):
+            self.db = store.db(b"hoard")
+
+        def apply(self, entry, txn):
+            for i in range(64):
+                txn.put(b"%d-%d" % (entry.index, i), os.urandom(8192), db=self.db)
+
+    ip = "127.0.0.1"
+    config = ReplicaConfig(group_id="full", self_id="solo", peers={"solo": f"{ip}:{free_port(ip)}"},
+                           data_dir=str(tmp_path / "solo"), map_size_bytes=4 * MiB)
+    replica = Replica.open(config, Hoarder())
+    try:
+        wait_until(lambda: replica.status().role is Role.LEADER, 10, "the replica leads")
+        with pytest.raises(Exception):  # noqa: B017 - the entry that fills the map ends unknown or closed
+            for _ in range(64):
+                replica.append([b"x"]).result(10)
+        wait_until(lambda: replica.status().failure, 10, "the replica stops")
+        assert replica.status().failure.startswith("StoreFullError("), replica.status().failure
+        with pytest.raises(ReplicaClosedError) as closed:
+            replica.append([b"after"]).result(10)
+        assert isinstance(closed.value.cause, StoreFullError)
+        reported = from_dledger(closed.value, StoreFacts(map_size_bytes=4 * MiB, path=config.data_dir))
+        assert "LMDB map full" in str(reported) and "this is not a full disk" in str(reported)
+    finally:
+        replica.close()
