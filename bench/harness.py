@@ -10,6 +10,7 @@
     python -m bench scale producers --levels 1,4,16,64 --seconds 5
     python -m bench scale log --messages 10000000
     python -m bench dledger [throughput latency election scale ...]     (bench/dledger.py's own options)
+    python -m bench metrics --messages 100000 --rounds 3               (publish, metrics off vs on: metrics_cost.py)
     python -m bench repro disk-full | slave-write | busy               (bench/repro/README.md)
 
 Each run starts its own local cluster (a NameServer and a 3-replica group, ASYNC_FLUSH unless --flush) under
@@ -40,7 +41,7 @@ from .e2e import e2e
 from .scale import log_scale, producers_scale, topics_scale
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
-SCENARIOS = ("publish", "latency", "consume", "e2e", "failover", "rpc", "scale", "dledger", "repro")
+SCENARIOS = ("publish", "latency", "consume", "e2e", "failover", "rpc", "scale", "dledger", "repro", "metrics")
 KILLS_REPLICAS = ("failover", "scale-log")
 REPROS = {"disk-full": "bench.repro.disk_full", "slave-write": "bench.repro.slave_write", "busy": "bench.repro.busy"}
 
@@ -76,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         return dledger.main(argv[1:])
     if argv[:1] == ["repro"]:
         return _repro(argv[1:])
+    if argv[:1] == ["metrics"]:
+        from . import metrics_cost
+        return metrics_cost.main(argv[1:])
     args = parser().parse_args(argv)
     name = args.scenario + (f"-{args.kind}" if args.kind else "")
     if args.scenario == "scale" and args.kind not in ("topics", "producers", "log"):

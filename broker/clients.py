@@ -118,3 +118,14 @@ class ClientRegistry:
 
     def count(self) -> int:
         return len(self._live())
+
+    def live_by_group_and_type(self) -> dict[tuple[str, int], int]:
+        """(consumer group or "", client type) -> live clients. Any thread: it reads a copy and forgets no one
+        (_live does that, on the event loop)."""
+        cutoff = time.monotonic() - self._expiry_s
+        counts: dict[tuple[str, int], int] = {}
+        for session in list(self._sessions.values()):
+            if session.last_seen >= cutoff or session.outbox is not None:
+                key = (session.group, session.client_type)
+                counts[key] = counts.get(key, 0) + 1
+        return counts

@@ -24,6 +24,8 @@ STORE_MAP_SIZE_BYTES_MIN = 16 * 1024 * 1024
 ENTRY_OVERHEAD_BYTES = 64 * 1024  # a send command's fields around the message, and the batch header
 _DLEDGER = dledger.ReplicaConfig  # its class attributes are dledger's defaults
 WRITE_RETRY_MILLIS_MAX = 60_000
+METRICS_PORT_DEFAULT = 5557  # RocketMQ 5's metricsPromExporterPort
+PORT_MAX = 65_535
 
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -106,6 +108,9 @@ class BrokerConfig:
     heartbeatTimeoutMillis: int = 3_000  # NameServers drop this replica after this silence
     # clients
     clientExpiryMillis: int = 30_000  # a client silent this long is forgotten (subscriptions, streams)
+    # Prometheus metrics over HTTP (GET /metrics; docs/metrics.md): RocketMQ 5's port; 0 = off
+    metricsPort: int = METRICS_PORT_DEFAULT
+    metricsListenHost: str = ""  # "" = the host of listenAddress
     logLevel: str = "INFO"
 
     # -- derived ------------------------------------------------------------------------------------
@@ -126,6 +131,13 @@ class BrokerConfig:
     @property
     def advertised(self) -> str:
         return self.advertisedAddress or self.listenAddress
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        """(host, port) the metrics HTTP server listens on; None when metricsPort is 0 (off)."""
+        if not self.metricsPort:
+            return None
+        return self.metricsListenHost or self.listenAddress.rpartition(":")[0].strip("[]"), self.metricsPort
 
     @property
     def follower_broker_id(self) -> int:
@@ -191,9 +203,22 @@ class BrokerConfig:
             raise ValueError(f"defaultTopicQueueNums {self.defaultTopicQueueNums}: use 1..{self.topicQueueNumsMax}")
         if not self.namesrv_addresses:
             raise ValueError("namesrvAddr is empty: give at least one NameServer host:port")
+        self._validate_metrics()
         self.delay_levels_ms  # noqa: B018 - validates the format
         self._validate_raft()
         return self
+
+    def _validate_metrics(self) -> None:
+        if not 0 <= self.metricsPort <= PORT_MAX:
+            raise ValueError(f"metricsPort {self.metricsPort}: use 0 (metrics off) or a port 1..{PORT_MAX} "
+                             f"(RocketMQ 5's default is {METRICS_PORT_DEFAULT})")
+        address = self.metrics_address
+        if address is not None and f"{address[0]}:{address[1]}" == self.listenAddress:
+            raise ValueError(f"metricsPort {self.metricsPort}: listenAddress {self.listenAddress} uses it already; "
+                             "give metrics a port of their own")
+        if any(c.isspace() or c in "/[]" for c in self.metricsListenHost):
+            raise ValueError(f"metricsListenHost {self.metricsListenHost!r}: give a host name or IP address "
+                             "(\"\" = the host of listenAddress)")
 
     def _validate_raft(self) -> None:
         heartbeat, low, high = (self.dLegerHeartBeatTimeIntervalMs, self.dLegerElectionTimeoutMinMs,

@@ -17,6 +17,7 @@ from . import tables as t
 from .core import Broker, now_ms
 from .statemachine import HandleResult, Popped
 from .topics import Topics
+from .traffic import Traffic
 
 NO_MESSAGE_WAIT_S_MAX = 1.0  # a long poll re-checks at least this often (expired invisibility)
 EMPTY_POPS_BEFORE_WAIT = 4  # pops that found nothing (all filtered out) before a long poll waits again
@@ -28,6 +29,7 @@ class Consume:
         self.topics = topics
         self.config = broker.config
         self._pop_start: dict[tuple[str, str], int] = collections.defaultdict(int)
+        self.traffic: Traffic | None = None  # set while metrics are on (broker/metrics.py)
 
     # -- pop consumption (ReceiveMessage) --------------------------------------------------------------------
     async def receive(self, group: str, topic: str, expression: pb.FilterExpression, batch_size: int,
@@ -48,7 +50,10 @@ class Consume:
                 popped = await self.broker.commit(self._pop_command(group, topic, expression, batch_size,
                                                                     invisible_ms, now, group_config, config))
                 if popped:
-                    return self._read_popped(popped, invisible_ms)
+                    messages = self._read_popped(popped, invisible_ms)
+                    if self.traffic is not None:
+                        self.traffic.count_delivered(topic, group, [len(m.body) for m in messages])
+                    return messages
                 empty_pops += 1
                 continue  # progress was made (filtered-out messages); look again
             empty_pops = 0
@@ -121,7 +126,9 @@ class Consume:
 
     # -- offset-based consumption (PullMessage) -------------------------------------------------------------
     async def pull(self, topic: str, queue: int, offset: int, batch_size: int, expression: pb.FilterExpression,
-                   long_polling_ms: int) -> tuple[list[pb.Message], int]:
+                   long_polling_ms: int, group: str = "") -> tuple[list[pb.Message], int]:
+        """Messages of one queue from `offset`, and the offset to read from next. `group` (what the request named,
+        "" if nothing) is only counted in the metrics: an offset-based read changes no consumer state."""
         self.topics.require_queue(topic, queue)
         validation.filter_expression(expression)
         validation.batch_size(batch_size, self.config)
@@ -135,6 +142,8 @@ class Consume:
             messages, next_offset = self.broker.read(lambda txn: reads.queue_messages(
                 sm, txn, topic, queue, offset, batch_size, scan_max, accept))
             if messages or time.monotonic() >= deadline or next_offset > offset:
+                if messages and self.traffic is not None:
+                    self.traffic.count_delivered(topic, group, [len(m.body) for m in messages])
                 return messages, next_offset
             await self.broker.wait_for_topic(topic, min(deadline - time.monotonic(), NO_MESSAGE_WAIT_S_MAX))
 

@@ -67,13 +67,19 @@ class MapGuard:
         now = time.monotonic()
         if now - self._checked_at >= self._interval_s or self._admitted >= self._admitted_max:
             self._admitted = 0
-            try:
-                env = self.store.env
-                self._used_bytes = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
-            except Exception as exc:  # noqa: BLE001 - the environment is being swapped: keep the last value
-                log.debug("cannot read the LMDB map usage of %s: %s", self.store.path, exc)
+            self._used_bytes = self.measure(self._used_bytes)
             self._checked_at = now
         return self._used_bytes
+
+    def measure(self, default: int = 0) -> int:
+        """used_bytes read now, changing nothing (the metrics call it from their own thread); `default` while the
+        environment is being swapped."""
+        try:
+            env = self.store.env
+            return (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+        except Exception as exc:  # noqa: BLE001 - the environment is being swapped
+            log.debug("cannot read the LMDB map usage of %s: %s", self.store.path, exc)
+            return default
 
     def used_percent(self) -> float:
         """Used at the last look, plus what was admitted since (not yet committed, or counted twice)."""

@@ -6,7 +6,10 @@ follower may be a few entries behind its master). Nothing here writes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rocketraft.protocol.errors import BadRequestError
+from rocketraft.protocol.limits import DLQ_TOPIC_PREFIX
 from rocketraft.protocol.names import retry_topic
 from rocketraft.protocol.wire import ipb, pb
 
@@ -18,6 +21,26 @@ from .topics import Topics
 QUERY_MESSAGES_DEFAULT = 32
 QUERY_MESSAGES_MAX = 1000
 _AFTER_SEP = b"\x01"  # the byte after tables.SEP: seeking to prefix + name + it skips past that name's keys
+
+
+@dataclass(frozen=True)
+class QueueConsumption:
+    """Where one consumer group stands on one queue: its QueueProgress, plus what pop consumption knows."""
+    group: str
+    progress: ipb.QueueProgress
+    popped_offset: int | None  # pop consumption: the next offset never delivered; None: offset-based consumption
+    oldest_unconsumed_store_ms: int  # store time (when it became ready) of the message at the consumer offset; 0: none
+
+
+@dataclass(frozen=True)
+class StateView:
+    """What the metrics read from one committed read transaction of the applied state."""
+    queue_nums: dict[str, int]  # topic -> queues on this broker group
+    groups: set[str]  # consumer groups created here or with consumer state here
+    consumption: list[QueueConsumption]  # at most queues_max
+    consumption_truncated: bool  # more queues had consumer state than queues_max
+    half_messages: int  # transactional half messages without an outcome yet
+    dead_lettered: dict[str, int]  # consumer group -> messages ever put into its %DLQ% topic (its queues' lengths)
 
 
 class Queries:
@@ -47,6 +70,12 @@ class Queries:
         if topic:
             self.topics.require(topic)
         return self.broker.read(lambda txn: _progress(self.broker, txn, group, topic))
+
+
+    def state_view(self, queues_max: int) -> StateView:
+        """Topics, consumer groups and where each group stands on each queue it has state for (at most queues_max
+        queues), half and dead-lettered messages: one consistent read of the applied state, for the metrics."""
+        return self.broker.read(lambda txn: _state_view(self.broker, txn, queues_max))
 
 
 def _messages_limit(max_messages: int) -> int:
@@ -153,3 +182,51 @@ def _queue_progress(txn, db, group: str, topic: str, queue: int, broker_group: s
                              consumer_offset=consumer_offset, inflight=len(inflight),
                              lag=max(0, broker_offset - consumer_offset), last_store_ms=last_store_ms)
 
+
+
+# -- the metrics' view ---------------------------------------------------------------------------------------
+def _state_view(broker: Broker, txn, queues_max: int) -> StateView:
+    db = broker.sm.db
+    queue_nums = {bytes(k).decode(): ipb.TopicConfig.FromString(v).queue_nums for k, v in txn.cursor(db=db[t.TOPICS])}
+    pairs = _group_topics_with_state(txn, db)
+    groups = {bytes(k).decode() for k in txn.cursor(db=db[t.GROUPS]).iternext(values=False)} | {g for g, _ in pairs}
+    consumption: list[QueueConsumption] = []
+    truncated = False
+    for group, topic in sorted(pairs):
+        for queue in range(queue_nums.get(topic, 0)):
+            if len(consumption) >= queues_max:
+                truncated = True
+                break
+            consumption.append(_queue_consumption(broker, txn, group, topic, queue))
+    dead_lettered = {name[len(DLQ_TOPIC_PREFIX):]: sum(_queue_length(txn, db, name, q) for q in range(n))
+                     for name, n in queue_nums.items() if name.startswith(DLQ_TOPIC_PREFIX)}
+    return StateView(queue_nums, groups, consumption, truncated, txn.stat(db[t.HALF])["entries"], dead_lettered)
+
+
+def _group_topics_with_state(txn, db) -> set[tuple[str, str]]:
+    """(group, topic) of every offset, pop cursor and in-flight message: one seek per pair, not one step per key."""
+    found: set[tuple[str, str]] = set()
+    for table in (t.OFFSETS, t.POPPED, t.INFLIGHT):
+        cur = txn.cursor(db=db[table])
+        more = cur.first()
+        while more:
+            group, topic, _ = bytes(cur.key()).split(t.SEP, 2)
+            found.add((group.decode(), topic.decode()))
+            more = cur.set_range(group + t.SEP + topic + _AFTER_SEP)
+    return found
+
+
+def _queue_length(txn, db, topic: str, queue: int) -> int:
+    raw = txn.get(t.queue_key(topic, queue), db=db[t.QMAX])
+    return t.u64_of(raw) if raw else 0
+
+
+def _queue_consumption(broker: Broker, txn, group: str, topic: str, queue: int) -> QueueConsumption:
+    db = broker.sm.db
+    progress = _queue_progress(txn, db, group, topic, queue, broker.config.brokerName)
+    raw_popped = txn.get(t.group_queue_key(group, topic, queue), db=db[t.POPPED])
+    oldest_ms = 0
+    if progress.lag:
+        raw_cq = txn.get(t.cq_key(topic, queue, progress.consumer_offset), db=db[t.CQ])
+        oldest_ms = t.cq_entry(raw_cq).store_ms if raw_cq else 0
+    return QueueConsumption(group, progress, t.u64_of(raw_popped) if raw_popped is not None else None, oldest_ms)

@@ -21,15 +21,18 @@ import grpc
 from dledger import DledgerError
 from rocketraft import parentwatch
 from rocketraft.protocol.errors import RocketraftError
+from rocketraft.protocol.metrics import MetricsServer
 from rocketraft.protocol.wire import GRPC_OPTIONS, Code, ipb, ipb_grpc, pb, svc, svc_grpc
 
 from . import config as config_mod
+from . import metrics
 from .clients import ClientRegistry
 from .consume import Consume
 from .core import Broker, now_ms
 from .queries import Queries
 from .service import BrokerAdminService, MessagingService
 from .topics import Topics
+from .traffic import Traffic
 from .writes import Writes
 
 log = logging.getLogger("broker")
@@ -117,6 +120,9 @@ class BrokerServer:
         self.consume = Consume(self.broker, self.topics)
         self.queries = Queries(self.broker, self.topics)
         self.clients = ClientRegistry(config.clientExpiryMillis)
+        self.traffic = Traffic() if config.metrics_address else None  # nothing is counted while metrics are off
+        self.writes.traffic = self.consume.traffic = self.traffic
+        self._metrics: MetricsServer | None = None
         self.namesrvs = NameServers(config.namesrv_addresses)
         self.broker.replica_addresses = lambda: self.namesrvs.replica_addresses(config.brokerClusterName,
                                                                                 config.brokerName)
@@ -150,6 +156,8 @@ class BrokerServer:
         if not bound:
             raise OSError(f"cannot listen on {self.config.listenAddress}: the port is in use or the address is not "
                           f"this host's; set listenAddress to a free local host:port")
+        if self.traffic is not None:
+            self._metrics = metrics.serve(self.config, self.broker, self.queries, self.clients, self.traffic)
         self.broker.start()
         self.broker.on_role_change(self._register_now.set)
         self.broker.on_topic_change(self._register_now.set)
@@ -165,6 +173,8 @@ class BrokerServer:
             task.cancel()
         if self._server is not None:
             await self._server.stop(grace=1.0)
+        if self._metrics is not None:
+            await asyncio.to_thread(self._metrics.close)
         await self.broker.stop()
         await self.namesrvs.close()
 

@@ -285,7 +285,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                 polling_ms = max(0, min(polling_ms, int((remaining - DEADLINE_MARGIN_S) * 1000)))
             messages, next_offset = await self.consume.pull(
                 request.message_queue.topic.name, request.message_queue.id, request.offset,
-                request.batch_size or 32, request.filter_expression, polling_ms)
+                request.batch_size or 32, request.filter_expression, polling_ms, request.group.name)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001

@@ -396,6 +396,7 @@ class BrokerStateMachine:
 
     # -- transactions ------------------------------------------------------------------------------------
     def _end_transaction(self, command: spb.EndTransactionCommand, txn):
+        """True when this command decided the outcome; None when it repeats the outcome already decided."""
         raw = self._msgid_of(command.topic, command.message_id, txn)
         if raw is None:
             return ApplyError(Code.NOT_FOUND, f"no half message {command.message_id} in topic {command.topic}")
@@ -413,7 +414,7 @@ class BrokerStateMachine:
         txn.delete(half_key, db=self.db[t.HALF])
         if command.commit:
             self._enqueue_stored(entry.index, entry.slot, command.now_ms, txn)
-        return None
+        return True
 
     def _msgid_of(self, topic: str, message_id: str, txn) -> bytes | None:
         """The message-id entry; None also for an id too long to be a key (no such message can be stored)."""

@@ -19,6 +19,7 @@ from . import validation
 from .core import Broker, now_ms
 from .statemachine import SendResult
 from .topics import Topics
+from .traffic import Traffic
 
 DIGEST_CRC32 = pb.DigestType.CRC32  # a plain int: see validation.NORMAL
 DELIVER_DUE_MESSAGES_MAX = 1024  # delayed messages one DeliverDue command moves into their queues
@@ -46,6 +47,7 @@ class Writes:
         self.topics = topics
         self.config = broker.config
         self._round_robin = itertools.count()
+        self.traffic: Traffic | None = None  # set while metrics are on (broker/metrics.py)
 
     # -- SendMessage ---------------------------------------------------------------------------------------
     async def send_many(self, messages, producer_client_id: str = "",
@@ -59,6 +61,8 @@ class Writes:
         topics: dict[str, ipb.TopicConfig | Exception] = {}
         outcomes: list = [None] * len(messages)
         payloads, accepted = [], []
+        traffic = self.traffic
+        facts: list[tuple[str, int, int]] = []  # (topic, message type, body bytes) of each accepted one, for traffic
         for i, message in enumerate(messages):
             try:
                 kind = validation.message(message, self.config, now)
@@ -67,14 +71,19 @@ class Writes:
                     topic = topics[message.topic.name] = await self._topic_or_error(message.topic.name, deadline)
                 if isinstance(topic, Exception):
                     raise topic
-                payloads.append(self._send_command(message, kind, topic, now, producer_client_id))
+                payload, kind, body_bytes = self._send_command(message, kind, topic, now, producer_client_id)
+                payloads.append(payload)
                 accepted.append(i)
+                if traffic is not None:
+                    facts.append((topic.name, kind, body_bytes))
             except Exception as exc:  # noqa: BLE001 - the message's own outcome
                 outcomes[i] = exc
         if payloads:
             results = await self.broker.submit(payloads, repeatable=True, deadline=deadline)
             for i, result in zip(accepted, results, strict=True):
                 outcomes[i] = self._sent(messages[i], result)
+            if traffic is not None:
+                traffic.count_stored(facts, results)
         return outcomes
 
     async def _topic_or_error(self, name: str, deadline: float | None) -> ipb.TopicConfig | Exception:
@@ -84,14 +93,15 @@ class Writes:
             return exc
 
     def _send_command(self, message: pb.Message, kind: int, topic: ipb.TopicConfig, now: int,
-                      producer_client_id: str) -> bytes:
+                      producer_client_id: str) -> tuple[bytes, int, int]:
         """Checks the message against its topic, the disk and the LMDB map, fills the broker's system properties,
-        and encodes its SendCommand."""
+        and encodes its SendCommand. Returns (the command, the message's type, its body's bytes)."""
         deliver_at = self._deliver_at_ms(message, kind, now)
         if deliver_at:  # a DELAY level property makes a NORMAL message a DELAY one (recall handle, type checks)
             kind = validation.DELAY
         _check_topic_accepts(topic, kind)
-        self.broker.guards.check_send(len(message.body))
+        body = message.body  # each read of a bytes field copies it: read once
+        self.broker.guards.check_send(len(body))
         props = message.system_properties
         props.message_type = kind
         if props.body_encoding == validation.ENCODING_UNSPECIFIED:
@@ -100,7 +110,7 @@ class Writes:
         props.store_host = self.config.advertised
         digest = props.body_digest
         digest.type = DIGEST_CRC32
-        digest.checksum = body_crc32_hex(message.body)
+        digest.checksum = body_crc32_hex(body)
         queue = self._requested_queue(message, topic)
         if queue is None:
             queue = self._choose_queue(props.message_group, topic.queue_nums)
@@ -120,7 +130,7 @@ class Writes:
             send.tag = tag
         if keys:
             send.keys.extend(keys)
-        return command.SerializeToString()
+        return command.SerializeToString(), kind, len(body)
 
     def _sent(self, message: pb.Message, result: SendResult | Exception) -> Sent | Exception:
         if isinstance(result, Exception):
@@ -175,8 +185,10 @@ class Writes:
         if transaction_id and transaction_id != message_id:
             raise RocketraftError(f"transaction id {transaction_id!r} does not belong to message {message_id}",
                                   Code.INVALID_TRANSACTION_ID)
-        await self.broker.commit(spb.Command(end_transaction=spb.EndTransactionCommand(
+        decided = await self.broker.commit(spb.Command(end_transaction=spb.EndTransactionCommand(
             topic=topic, message_id=message_id, transaction_id=transaction_id, commit=commit, now_ms=now_ms())))
+        if decided and self.traffic is not None:  # not a repeat of an outcome already decided
+            self.traffic.count_transaction(topic, commit)
 
     def half_messages(self, older_than_ms: int, limit: int = HALF_MESSAGES_SCAN_MAX) -> list[spb.SendCommand]:
         """Transactional half messages stored at or before older_than_ms still without an outcome."""

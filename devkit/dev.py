@@ -53,6 +53,10 @@ def render(cluster: DevCluster, events: list[str], started: float) -> str:
               "recent events:"] + [f"  {e}" for e in events[-6:]]
     lines += ["", f"logs: {cluster.base_dir}/logs   quickstart: see README (official SDK against "
               f"{cluster.namesrv_address})"]
+    if cluster.metrics_address_of:
+        lines.append("metrics (docs/metrics.md): " + "  ".join(
+            [f"{i} http://{a}/metrics" for i, a in cluster.metrics_address_of.items()]
+            + [f"namesrv http://{a}/metrics" for a in cluster.namesrv_metrics_addresses]))
     return "\n".join(lines)
 
 

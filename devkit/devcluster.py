@@ -21,9 +21,12 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass, field
 
 import grpc
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from broker import config as broker_config
 from rocketraft import parentwatch
@@ -38,6 +41,20 @@ READY_TIMEOUT_S = 20.0
 
 def free_port(host: str = "127.0.0.1") -> int:
     return dledger_free_port(host)
+
+
+def scrape_metrics(address: str, timeout_s: float = 5.0) -> list[Sample]:
+    """Every sample a process's GET http://<address>/metrics serves (DevCluster.metrics_address_of and
+    namesrv_metrics_addresses), parsed by prometheus_client."""
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=timeout_s) as response:
+        text = response.read().decode()
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+
+
+def metric_value(samples: list[Sample], name: str, **labels: str) -> float | None:
+    """The sum of the samples named `name` whose labels include `labels`; None if there is none."""
+    found = [s.value for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+    return sum(found) if found else None
 
 
 @dataclass
@@ -99,6 +116,7 @@ class DevCluster:
     log_level: str = "INFO"
     namesrvs: int = 1  # NameServer processes to run; every replica registers with all of them
     external_namesrv: tuple[str, ...] = ()  # run no NameServer; register with these (another cluster's)
+    metrics: bool = True  # every process serves Prometheus metrics on a free port of its own (docs/metrics.md)
 
     def __post_init__(self) -> None:
         self.base_dir = os.path.abspath(self.base_dir)
@@ -112,6 +130,11 @@ class DevCluster:
         ports = self.broker_ports or tuple(free_port(h) for h in hosts)
         self.address_of = {i: f"{self.host_of[i]}:{p}" for i, p in zip(self.ids, ports, strict=True)}
         self.raft_of = {i: f"{self.host_of[i]}:{free_port(self.host_of[i])}" for i in self.ids}
+        # host:port of each process's metrics (GET /metrics), {} / [] with metrics off
+        self.metrics_address_of = {i: f"{self.host_of[i]}:{free_port(self.host_of[i])}" for i in self.ids
+                                   } if self.metrics else {}
+        self.namesrv_metrics_addresses = [f"127.0.0.1:{free_port()}" for _ in self.namesrv_addresses
+                                          ] if self.metrics and not self.external_namesrv else []
         self.namesrv_procs = [] if self.external_namesrv else [
             self._namesrv_proc(i, address) for i, address in enumerate(self.namesrv_addresses)]
         self.namesrv = self.namesrv_procs[0] if self.namesrv_procs else None  # the first one (None if external)
@@ -121,7 +144,8 @@ class DevCluster:
 
     def _namesrv_proc(self, i: int, address: str) -> Proc:
         name = "namesrv" if i == 0 else f"namesrv-{i}"
-        return Proc(name, [sys.executable, "-m", "namesrv", "--listen", address],
+        metrics = ["--metrics-listen", self.namesrv_metrics_addresses[i]] if self.namesrv_metrics_addresses else []
+        return Proc(name, [sys.executable, "-m", "namesrv", "--listen", address, *metrics],
                     os.path.join(self.base_dir, "logs", f"{name}.log"))
 
     def _own_namesrv_addresses(self) -> list[str]:
@@ -136,7 +160,10 @@ class DevCluster:
             dLegerPeers=";".join(f"{i}-{self.raft_of[i]}" for i in self.ids),
             namesrvAddr=";".join(self.namesrv_addresses),
             listenAddress=self.address_of[replica_id], storePathRootDir=os.path.join(self.base_dir, "store"),
-            flushDiskType=self.flush, autoCreateTopicEnable=True, logLevel=self.log_level)
+            flushDiskType=self.flush, autoCreateTopicEnable=True, logLevel=self.log_level, metricsPort=0)
+        if self.metrics:
+            host, _, port = self.metrics_address_of[replica_id].rpartition(":")
+            settings.update(metricsPort=int(port), metricsListenHost=host)
         settings.update(self.broker_settings)
         return broker_config.load(None, settings, environ={})
 

@@ -57,7 +57,7 @@ from .logformat import (
 )
 from .scrub import Scrub
 from .snapshot import SnapshotHooks
-from .store import Store
+from .store import LatencyHistogram, Store
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +176,8 @@ class Replica:
         self._completions: queue.SimpleQueue = queue.SimpleQueue()
         self._closed = False
         self._last_role_key = None
+        self._last_leader: tuple[str, int] | None = None
+        self._leader_changes = 0
         self._committed_hook = getattr(state_machine, "committed", None)
         self._retention_floor = 0
         self._snapshot = SnapshotHooks(self)
@@ -319,13 +321,24 @@ class Replica:
 
     @property
     def stats(self) -> dict:
-        """Counters: Raft and durability, and checksums: corrupt_found (entries of this store that failed their
-        check), repaired, lost (no peer had a good copy), corrupt_refused (entries refused on arrival),
-        scrubbed_entries / scrubbed_bytes / scrub_passes."""
+        """Counters: Raft and durability (leader_changes: leaders, as (leader id, term), this replica learned of
+        since it opened, the first one included; elections_started: elections it started after a won pre-vote),
+        and checksums: corrupt_found (entries of this store that failed their check), repaired, lost (no peer had
+        a good copy), corrupt_refused (entries refused on arrival), scrubbed_entries / scrubbed_bytes /
+        scrub_passes."""
         return dict(self._engine.stats, fsync_count=self.store.fsync_count, commit_count=self.store.commit_count,
                     fsync_seconds_total=round(self.store.fsync_seconds_total, 6),
-                    truncated_entries=self.journal.truncated_entries, **self._engine.repairs.stats,
-                    **self._scrub.stats)
+                    truncated_entries=self.journal.truncated_entries, leader_changes=self._leader_changes,
+                    **self._engine.repairs.stats, **self._scrub.stats)
+
+    def fsync_latency(self) -> LatencyHistogram:
+        """How long this replica's durable commits (SYNC_FLUSH) or flusher fsyncs (ASYNC_FLUSH) took, bucketed."""
+        return self.store.fsync_latency()
+
+    @property
+    def appends_in_flight(self) -> int:
+        """Appends made here still waiting for their outcome (bounded by append_queue_max)."""
+        return len(self._pending)
 
     def subscribe(self, callback: Callable[[ReplicaStatus], None]) -> Callable[[], None]:
         """callback(status) runs on a dledger thread whenever role, term or leader changes."""
@@ -411,6 +424,9 @@ class Replica:
         if self._committed_hook is not None and status.applied_index > previous_applied:
             self._committed_hook(status.applied_index)
         self._expire_pending()
+        if status.leader_id is not None and (status.leader_id, status.term) != self._last_leader:
+            self._last_leader = (status.leader_id, status.term)
+            self._leader_changes += 1
         key = (status.role, status.term, status.leader_id)
         if key != self._last_role_key:
             self._last_role_key = key

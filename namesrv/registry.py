@@ -259,6 +259,12 @@ class RouteRegistry:
         asked = [r.default_queue_nums for r in enabled if 1 <= r.default_queue_nums <= QUEUE_NUMS_MAX]
         return bool(enabled), max(asked, default=DEFAULT_QUEUE_NUMS)
 
+    def heard(self, now_ms: int) -> list[tuple[ipb.BrokerRegistration, int]]:
+        """Every live registration, sorted by (cluster, group, replica), with the ms since its replica was last
+        heard from."""
+        entries = sorted(self._live(now_ms), key=lambda e: (e.reg.cluster, e.reg.group, e.reg.replica_id))
+        return [(e.reg, now_ms - e.last_seen_ms) for e in entries]
+
     def clusters(self, now_ms: int | None = None) -> list[str]:
         return sorted({e.reg.cluster for e in self._live(now_ms)})
 

@@ -43,12 +43,14 @@ from rocketraft.protocol.wire import (
     svc_grpc,
 )
 
+from . import metrics
 from .registry import RegistrationChange, RouteRegistry, check_group_config, check_topic_config
 
 log = logging.getLogger("namesrv")
 
 DEFAULT_LISTEN = "127.0.0.1:9876"  # RocketMQ's NameServer port
 LISTEN_ENV = "ROCKETRAFT_NAMESRV_LISTEN"
+METRICS_LISTEN_ENV = "ROCKETRAFT_NAMESRV_METRICS_LISTEN"
 SWEEP_INTERVAL_MS = 500
 CREATE_TOPIC_TIMEOUT_MS = 3000  # per broker group, all groups concurrently
 RECALL_TIMEOUT_MS = 3000  # the SDK's own request_timeout is 3 s
@@ -538,6 +540,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="HOST:PORT",
                         help=f"address to serve clients and brokers on (default: ${LISTEN_ENV} or {DEFAULT_LISTEN}; "
                              f"port 0 picks a free port)")
+    parser.add_argument("--metrics-listen", type=_listen_address, default=os.environ.get(METRICS_LISTEN_ENV) or None,
+                        metavar="HOST:PORT",
+                        help=f"serve Prometheus metrics on http://HOST:PORT/metrics (default: ${METRICS_LISTEN_ENV}, "
+                             "else off; docs/metrics.md)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         help="namesrv log level (default INFO; DEBUG also logs every heartbeat)")
 
@@ -548,7 +554,7 @@ def run(args: argparse.Namespace) -> int:
         logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.setLevel(args.log_level)
     try:
-        return asyncio.run(_serve_until_signal(args.listen))
+        return asyncio.run(_serve_until_signal(args.listen, args.metrics_listen))
     except OSError as e:
         log.error("%s", e)
         return 1
@@ -556,9 +562,17 @@ def run(args: argparse.Namespace) -> int:
         return 130
 
 
-async def _serve_until_signal(listen: str) -> int:
+async def _serve_until_signal(listen: str, metrics_listen: str | None = None) -> int:
     ns = NameServer(listen)
     address = await ns.start()
+    exporter = None
+    if metrics_listen:
+        host, port = split_address(metrics_listen)
+        try:
+            exporter = metrics.serve(address, ns.registry, ns.clock_ms, host, port)
+        except OSError:
+            await ns.stop()
+            raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -570,6 +584,8 @@ async def _serve_until_signal(listen: str) -> int:
     if watch is not None:
         watch.cancel()
     log.info("namesrv on %s stopping", address)
+    if exporter is not None:
+        await asyncio.to_thread(exporter.close)
     await ns.stop()
     return 0
 

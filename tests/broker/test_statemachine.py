@@ -130,7 +130,8 @@ def test_delayed_and_half_messages_in_an_entry_of_normal_ones_wait_outside_the_q
                                                                      now_ms=2)).SerializeToString()
     due = spb.Command(deliver_due=spb.DeliverDueCommand(now_ms=500, max_messages=10)).SerializeToString()
     assert sm.apply_entry([send("T", "n3", 0), commit, send("T", "n4", 0), due]) == [
-        SendResult(0, 2, False), None, SendResult(0, 4, False), 1]
+        SendResult(0, 2, False), True, SendResult(0, 4, False), 1]
+    assert sm.apply_entry([commit]) == [None], "a repeated outcome decides nothing (the metrics count decisions)"
     assert t.msgid_entry(read(sm, t.MSGID, t.msgid_key("T", "half"))).offset == 3
     assert t.msgid_entry(read(sm, t.MSGID, t.msgid_key("T", "delayed"))).offset == 5
     assert qmax(sm, "T", 0) == 6

@@ -1,0 +1,156 @@
+"""What the Prometheus metrics cost the publish path (issue 14: less than 3 % of publish throughput).
+
+    python -m bench metrics --messages 100000 --rounds 3      (also: python -m bench.metrics_cost ...)
+
+One run = a fresh NameServer + 3-replica group (DevCluster, ASYNC_FLUSH unless --flush) and bench.client's
+publish (one producer process, send_batch of --batch 1 KiB messages, --window calls in flight). Each round runs
+the same publish twice, metrics off (metricsPort 0, no --metrics-listen: nothing is counted) and on, with a
+scraper in this process fetching /metrics from every replica and the NameServer every --scrape-interval seconds
+while the producer runs. The order alternates between rounds (off/on, on/off, ...) so a machine that slows down
+during the run does not favour one side. Printed: each run's msgs/s and the CPU the broker processes spent per
+acknowledged message (the master's, and all three together), the median of each side and on/off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from datetime import date
+
+from devkit.devcluster import DevCluster, scrape_metrics
+
+from . import client as cb
+
+RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
+
+
+class Scraper:
+    """Scrapes every metrics address of a cluster every interval_s on a thread, as Prometheus would."""
+
+    def __init__(self, cluster: DevCluster, interval_s: float):
+        self.addresses = [*cluster.metrics_address_of.values(), *cluster.namesrv_metrics_addresses]
+        self.interval_s = interval_s
+        self.durations_s: list[float] = []
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="scraper", daemon=True)
+
+    def __enter__(self) -> Scraper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            for address in self.addresses:
+                started = time.perf_counter()
+                try:
+                    scrape_metrics(address)
+                    self.durations_s.append(time.perf_counter() - started)
+                except Exception as exc:  # noqa: BLE001 - counted and reported
+                    self.failures.append(f"{address}: {exc}")
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (/proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def one_run(base: str, metrics_on: bool, args) -> dict:
+    """One publish; besides msgs/s, the CPU each broker process spent per acknowledged message, which a machine
+    busy with other work disturbs less than throughput."""
+    cluster = DevCluster(base, flush=args.flush, log_level="WARNING", metrics=metrics_on)
+    cluster.start()
+    try:
+        master = cluster.wait_master()
+        cluster.create_topic(cb.TOPIC)
+        pids = {i: proc.process.pid for i, proc in cluster.brokers.items()}
+        before = {i: cpu_s(pid) for i, pid in pids.items()}
+        scraper = Scraper(cluster, args.scrape_interval)
+        with scraper if metrics_on else contextlib.nullcontext():
+            result = cb.publish(cluster, args.size, 1, args.messages, args.batch, args.window)
+        acked = max(1, result["acked"])
+        cpu_us = {i: (cpu_s(pid) - before[i]) * 1e6 / acked for i, pid in pids.items()}
+        out = {"metrics": "on" if metrics_on else "off", "msgs_per_s": result["msgs_per_s"], "acked": result["acked"],
+               "master_cpu_us_per_msg": round(cpu_us[master], 2),
+               "brokers_cpu_us_per_msg": round(sum(cpu_us.values()), 2)}
+        if metrics_on:
+            durations = sorted(scraper.durations_s) or [0.0]
+            out.update(scrapes=len(scraper.durations_s), scrape_failures=len(scraper.failures),
+                       scrape_p50_ms=round(durations[len(durations) // 2] * 1000, 2),
+                       scrape_max_ms=round(durations[-1] * 1000, 2))
+        return out
+    finally:
+        cluster.stop()
+
+
+def run(args) -> dict:
+    base = args.dir or tempfile.mkdtemp(prefix="bench-metrics-")
+    runs = []
+    for round_no in range(args.rounds):
+        for metrics_on in ((False, True) if round_no % 2 == 0 else (True, False)):
+            side = "on" if metrics_on else "off"
+            run_result = one_run(os.path.join(base, f"round{round_no}-{side}"), metrics_on, args)
+            run_result["round"] = round_no
+            runs.append(run_result)
+            print(json.dumps(run_result), flush=True)
+    def side(metrics: str, key: str) -> list[float]:
+        return [r[key] for r in runs if r["metrics"] == metrics]
+
+    off, on = side("off", "msgs_per_s"), side("on", "msgs_per_s")
+    medians = {f"{metrics}_median_{key}": statistics.median(side(metrics, key)) for metrics in ("off", "on")
+               for key in ("msgs_per_s", "master_cpu_us_per_msg", "brokers_cpu_us_per_msg")}
+    return {"messages": args.messages, "size": args.size, "batch": args.batch, "window": args.window,
+            "rounds": args.rounds, "scrape_interval_s": args.scrape_interval, "flush": args.flush, **medians,
+            "on_over_off": round(statistics.median(on) / statistics.median(off), 3),
+            "per_round_on_over_off": [round(b / a, 3) for a, b in zip(off, on, strict=True)], "runs": runs}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench metrics", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--messages", type=int, default=100_000, help="messages per publish run")
+    p.add_argument("--rounds", type=int, default=3, help="pairs of runs (off and on)")
+    p.add_argument("--size", type=int, default=1024, help="body bytes")
+    p.add_argument("--batch", type=int, default=256, help="messages per send_batch call")
+    p.add_argument("--window", type=int, default=8, help="send_batch calls in flight")
+    p.add_argument("--scrape-interval", type=float, default=1.0, help="seconds between scrapes of every process")
+    p.add_argument("--flush", default="ASYNC_FLUSH", choices=["ASYNC_FLUSH", "SYNC_FLUSH"])
+    p.add_argument("--dir", help="where the clusters keep their data and logs (default: a temp dir)")
+    p.add_argument("--out", default=RESULTS_DIR, help="results directory (default bench/results)")
+    p.add_argument("--quick", action="store_true", help="a smoke run: 1 round of 5,000 messages")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.quick:
+        args.rounds, args.messages = 1, 5_000
+    result = run(args)
+    out = os.path.join(args.out, f"metrics-{time.strftime('%Y%m%d-%H%M%S')}")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "result.json"), "w") as f:
+        json.dump({"scenario": "metrics", "date": str(date.today()), "result": result}, f, indent=1)
+    print(f"metrics off: median {result['off_median_msgs_per_s']:,} msgs/s; on (scraped every "
+          f"{args.scrape_interval:g} s): median {result['on_median_msgs_per_s']:,} msgs/s; on/off "
+          f"{result['on_over_off']:.3f} (per round: {', '.join(map(str, result['per_round_on_over_off']))})")
+    for key in ("master_cpu_us_per_msg", "brokers_cpu_us_per_msg"):
+        print(f"{key}: median off {result[f'off_median_{key}']}, on {result[f'on_median_{key}']}")
+    print(f"results: {out}/result.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
