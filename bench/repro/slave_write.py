@@ -18,6 +18,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 
 from devkit.devcluster import DevCluster
 from rocketraft.protocol.wire import Code, pb, svc, svc_grpc
@@ -35,6 +36,8 @@ from .common import (
     work_dir,
 )
 from .report import Checklist
+
+RECONNECT_WAIT_S = 15.0  # the official SDK's channel to a restarted broker: at most this long to reconnect
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -122,6 +125,22 @@ def sdk_stale_route(checks: Checklist, cluster: DevCluster, old_master: str, cou
                         10)
         step(f"new master {new_master}; {old_master} is {role or 'not yet a follower'}; the SDK refreshes routes "
              "every 30 s, so its next sends go to the old master's address")
+        # The SDK's gRPC channel to that address saw refused connections while the process was down (its
+        # heartbeats) and backs off before it connects again (gRPC: 1 s, x1.6 per failure): a send in that window
+        # fails at once without reaching the broker. Wait for the channel, not for the route.
+        refused, reconnect_deadline = 0, time.monotonic() + RECONNECT_WAIT_S
+        while True:
+            try:
+                producer.send(message(b"sdk reconnect"))
+                break
+            except Exception as exc:  # noqa: BLE001 - the channel still backs off; anything else shows below
+                refused += 1
+                if time.monotonic() > reconnect_deadline:
+                    step(f"the SDK's channel did not reconnect within {RECONNECT_WAIT_S:.0f} s: {short(str(exc), 200)}")
+                    break
+                time.sleep(0.2)
+        step(f"the SDK's channel to {cluster.address_of[old_master]} is connected again ({refused} sends failed at "
+             "once while it backed off)")
         ids, errors = [], []
         for i in range(count):
             try:
