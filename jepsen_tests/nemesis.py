@@ -38,6 +38,7 @@ import re
 import signal
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
@@ -268,44 +269,45 @@ class Torn:
     family = "torn"
 
     def inject(self, cluster: ChaosCluster, rng: random.Random) -> ActiveFault:
-        if pending := _wait_voters(cluster):  # its heal replaces a disk: not while another store catches up
-            raise RuntimeError(f"{', '.join(pending)} still catching up as non-voters: not tearing another store")
-        replica, role = _target(cluster, rng)
-        cluster.kill(replica)
-        size = storefault.tear_data_file(cluster.store_dir(replica), keep_ratio=rng.choice((0.25, 0.5, 0.75)))
-        try:
-            cluster.start_once(replica)
-            outcome = "it STARTED on the torn store"
-            log.warning("torn: %s started on a data.mdb cut to %d bytes", replica, size)
-        except RuntimeError:
-            outcome = "it refused to start" + (" (StoreDamagedError)" if cluster.store_refused(replica) else "")
-        return ActiveFault(self.family, f"kill -9 {replica} ({role}), data.mdb cut to {size} bytes: {outcome}",
-                           [replica], [lambda: replace_disk(cluster, replica)])
+        def tear(store_dir: str) -> str:
+            size = storefault.tear_data_file(store_dir, keep_ratio=rng.choice((0.25, 0.5, 0.75)))
+            return f"data.mdb cut to {size} bytes"
+
+        return _damage_and_restart(cluster, rng, self.family, tear)
 
 
 class Garbage:
     family = "garbage"
 
     def inject(self, cluster: ChaosCluster, rng: random.Random) -> ActiveFault:
-        if pending := _wait_voters(cluster):  # its heal replaces a disk: not while another store catches up
-            raise RuntimeError(f"{', '.join(pending)} still catching up as non-voters: not damaging another store")
-        replica, role = _target(cluster, rng)
-        cluster.kill(replica)
-        store_dir = cluster.store_dir(replica)
-        index = rng.randint(1, max(1, _applied_index(store_dir)))
-        if rng.random() < 0.5:
-            what, pages = "random bytes", storefault.garbage_leaf_pages(store_dir, index, rng)
-        else:  # a misdirected write: LMDB fails an assertion on it and aborts whoever walks the tree
-            what, pages = "a branch page", storefault.misdirect_branch_page(store_dir, index)
-        try:
-            cluster.start_once(replica)
-            outcome = "it STARTED on the damaged store"
-            log.warning("garbage: %s started with garbage in pages %s", replica, pages)
-        except RuntimeError:
-            outcome = "it refused to start" + (" (StoreDamagedError)" if cluster.store_refused(replica) else "")
-        return ActiveFault(self.family, f"kill -9 {replica} ({role}), {what} written over the B-tree leaf pages "
-                           f"{pages} (those holding entry {index}): {outcome}", [replica],
-                           [lambda: replace_disk(cluster, replica)])
+        def damage(store_dir: str) -> str:
+            index = rng.randint(1, max(1, _applied_index(store_dir)))
+            if rng.random() < 0.5:
+                what, pages = "random bytes", storefault.garbage_leaf_pages(store_dir, index, rng)
+            else:  # a misdirected write: LMDB fails an assertion on it and aborts whoever walks the tree
+                what, pages = "a branch page", storefault.misdirect_branch_page(store_dir, index)
+            return f"{what} written over the B-tree leaf pages {pages} (those holding entry {index})"
+
+        return _damage_and_restart(cluster, rng, self.family, damage)
+
+
+def _damage_and_restart(cluster: ChaosCluster, rng: random.Random, family: str,
+                        damage: Callable[[str], str]) -> ActiveFault:
+    """kill -9 a minority replica, damage its stopped store (`damage(store_dir)` says how), start it once: it must
+    refuse the store. Healed by the replace-a-disk procedure."""
+    if pending := _wait_voters(cluster):  # its heal replaces a disk: not while another store catches up
+        raise RuntimeError(f"{', '.join(pending)} still catching up as non-voters: not damaging another store")
+    replica, role = _target(cluster, rng)
+    cluster.kill(replica)
+    what = damage(cluster.store_dir(replica))
+    try:
+        cluster.start_once(replica)
+        outcome = "it STARTED on the damaged store"
+        log.warning("%s: %s started on a damaged store (%s)", family, replica, what)
+    except RuntimeError:
+        outcome = "it refused to start" + (" (StoreDamagedError)" if cluster.store_refused(replica) else "")
+    return ActiveFault(family, f"kill -9 {replica} ({role}), {what}: {outcome}", [replica],
+                       [lambda: replace_disk(cluster, replica)])
 
 
 def _applied_index(store_dir: str) -> int:

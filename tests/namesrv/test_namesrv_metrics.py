@@ -7,19 +7,10 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
+
+from namesrvkit import wait_until
 
 from devkit.devcluster import metric_value, scrape_metrics
-
-
-def wait_until(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def test_namesrv_metrics_show_each_registered_replica_its_role_and_the_groups_master(make_cluster):

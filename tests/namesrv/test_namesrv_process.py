@@ -15,6 +15,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from namesrvkit import wait_until
 
 from devkit.localcluster import free_port
 from rocketraft.protocol.errors import RocketraftCode
@@ -117,16 +118,6 @@ def group_of_three(group: str, leader: str | None = "n1", term: int = 3, **kw) -
 def shape(response: svc.QueryRouteResponse) -> list[tuple]:
     return [(q.broker.name, q.id, q.broker.id, Permission.Name(q.permission), address_of(q.broker.endpoints))
             for q in response.message_queues]
-
-
-def wait_until(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 # -- routes ------------------------------------------------------------------------------------------------------
