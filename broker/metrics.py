@@ -16,13 +16,13 @@ import time
 
 import dledger
 from rocketraft.protocol import metrics as m
-from rocketraft.protocol.wire import pb
+from rocketraft.protocol.wire import Code, pb
 
 from .clients import ClientRegistry
 from .config import BrokerConfig
 from .core import Broker
 from .queries import Queries, StateView
-from .traffic import MESSAGE_SIZE_BUCKETS_BYTES, Traffic
+from .traffic import MESSAGE_SIZE_BUCKETS_BYTES, RPC_LATENCY_BUCKETS_MS, Traffic
 
 CONSUMPTION_QUEUES_MAX = 10_000  # queues one scrape reads the consumption of; more are left out (and said so)
 MESSAGE_TYPES = {pb.MessageType.NORMAL: "Normal", pb.MessageType.FIFO: "FIFO", pb.MessageType.DELAY: "Delay",
@@ -157,6 +157,12 @@ class BrokerCollector:
                                     "replica served (the master's check-back rollbacks included)", m.TOPIC)}
         for (topic, committed), count in sorted(self.traffic.transactions_copy().items()):
             outcome[committed](count, topic)
+        latency = f.histogram("rocketmq_rpc_latency", "milliseconds this replica took to answer unary "
+                              "MessagingService calls (RocketMQ 5's buckets)", "protocol_type", "action", "result",
+                              m.INVOCATION_STATUS)
+        for (action, code), (counts, total_ms) in sorted(self.traffic.calls_copy().items()):
+            latency(RPC_LATENCY_BUCKETS_MS, counts, total_ms, "grpc", action, Code.Name(code),
+                    "success" if code == Code.OK else "failure")
 
     # -- the applied state (the master only) --------------------------------------------------------------------
     def _state(self, f: m.Families, view: StateView) -> None:

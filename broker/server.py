@@ -146,7 +146,7 @@ class BrokerServer:
         server = grpc.aio.server(options=GRPC_OPTIONS)
         svc_grpc.add_MessagingServiceServicer_to_server(MessagingService(
             self.config, topics=self.topics, writes=self.writes, consume=self.consume, clients=self.clients,
-            route_lookup=self.namesrvs.route), server)
+            route_lookup=self.namesrvs.route, traffic=self.traffic), server)
         ipb_grpc.add_BrokerAdminServicer_to_server(BrokerAdminService(self.topics, self.queries, self.registration),
                                                    server)
         try:  # bind before the replica starts: a broker that cannot serve must not join its Raft group

@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 # RocketMQ 5's labels (BrokerMetricsConstant); replica_id is ours: one broker group (node_id) is several replicas
 CLUSTER, NODE_TYPE, NODE_ID, REPLICA_ID = "cluster", "node_type", "node_id", "replica_id"
 TOPIC, CONSUMER_GROUP, MESSAGE_TYPE = "topic", "consumer_group", "message_type"
+INVOCATION_STATUS = "invocation_status"  # success or failure, as RocketMQ 5's clients label a call
 NODE_TYPE_BROKER, NODE_TYPE_NAMESRV = "broker", "namesrv"
 PATH = "/metrics"
 

@@ -9,11 +9,12 @@ import subprocess
 import sys
 
 import pytest
-from brokerkit import wait_until
+from brokerkit import messaging_stub, wait_until
 
 import rocketraft
 from broker import config as broker_config
 from devkit.devcluster import metric_value, scrape_metrics
+from rocketraft.protocol.wire import Code, svc
 
 TOPIC, GROUP = "metered", "metered-group"
 BODY = b"m" * 300
@@ -70,6 +71,7 @@ def test_metrics_follow_traffic_consumption_a_stalled_follower_and_a_failover(ma
     assert fsyncs > 0 and metric_value(on_master, "rocketraft_raft_fsync_seconds_bucket", le="+Inf") == fsyncs
     for follower in set(cluster.ids) - {master}:  # the group's state is exported by the master only
         assert metric_value(scrape_metrics(cluster.metrics_address_of[follower]), "rocketmq_topic_number") is None
+    _calls_are_timed_with_their_status(cluster, master)
 
     _consume_all(cluster, master, 40)
     wait_until(lambda: consumer_lag(cluster, master) == 0, 10, "the group's lag on the master to drop to 0")
@@ -94,6 +96,22 @@ def test_metrics_follow_traffic_consumption_a_stalled_follower_and_a_failover(ma
         assert metric_value(samples, "rocketraft_raft_leader_changes_total") > changes_before[replica_id], replica_id
     assert metric_value(after[new_master], "rocketmq_consumer_lag_messages", topic=TOPIC, consumer_group=GROUP) == 10, \
         "the new master reads the same replicated state: the 10 sent while the follower was stopped, unconsumed"
+
+
+def _calls_are_timed_with_their_status(cluster, master: str) -> None:
+    def calls(**labels) -> float:
+        return sum(metric_value(samples, "rocketmq_rpc_latency_count", protocol_type="grpc", **labels) or 0
+                   for samples in scrape_all(cluster).values())
+
+    sent = calls(action="SendMessage", result="OK", invocation_status="success")
+    assert sent >= 1, "the producer's SendMessage calls are timed on the replicas that answered them"
+    on_master = scrape_metrics(cluster.metrics_address_of[master])
+    assert metric_value(on_master, "rocketmq_rpc_latency_bucket", le="+Inf") == \
+        metric_value(on_master, "rocketmq_rpc_latency_count")
+    empty = messaging_stub(cluster, cluster.address_of[master]).SendMessage(svc.SendMessageRequest(), timeout=5)
+    assert empty.status.code == Code.BAD_REQUEST
+    assert calls(action="SendMessage", result="BAD_REQUEST", invocation_status="failure") == 1
+    assert calls(action="SendMessage", result="OK", invocation_status="success") == sent
 
 
 def _consume_all(cluster, master: str, count: int) -> None:
