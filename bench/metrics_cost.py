@@ -22,9 +22,10 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from datetime import date
 
-from devkit.devcluster import DevCluster, scrape_metrics
+from devkit.devcluster import DevCluster
 
 from . import client as cb
 
@@ -32,13 +33,18 @@ RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
 
 
 class Scraper:
-    """Scrapes every metrics address of a cluster every interval_s on a thread, as Prometheus would."""
+    """Scrapes every metrics address of a cluster every interval_s on a thread, as Prometheus would: it fetches
+    each /metrics page whole and keeps only its size. Prometheus parses what it scrapes on its own host; parsing
+    here, on the two cores the brokers use, would charge that work to the metrics (prometheus_client's parser
+    took ~3 ms of CPU per master page of 194 lines and ~0.8 ms per NameServer page on this machine under load:
+    about 1 % of a core at one scrape of the four processes per second)."""
 
     def __init__(self, cluster: DevCluster, interval_s: float):
         self.addresses = [*cluster.metrics_address_of.values(), *cluster.namesrv_metrics_addresses]
         self.interval_s = interval_s
         self.durations_s: list[float] = []
         self.failures: list[str] = []
+        self.page_bytes = 0  # size of the last page fetched
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="scraper", daemon=True)
 
@@ -55,7 +61,8 @@ class Scraper:
             for address in self.addresses:
                 started = time.perf_counter()
                 try:
-                    scrape_metrics(address)
+                    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as response:
+                        self.page_bytes = len(response.read())
                     self.durations_s.append(time.perf_counter() - started)
                 except Exception as exc:  # noqa: BLE001 - counted and reported
                     self.failures.append(f"{address}: {exc}")
