@@ -65,10 +65,18 @@ class Proc:
     process: subprocess.Popen | None = None
 
     def start(self, env: dict) -> None:
+        self.spawn(env)
+        self.wait_ready()
+
+    def spawn(self, env: dict) -> None:
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         self.process = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=log, env=env,
                                         start_new_session=True)
         log.close()
+
+    def wait_ready(self) -> None:
+        """Until the process prints its 'listening' line; a process that does not is killed, and the error quotes
+        the end of its log."""
         ready, _, _ = select.select([self.process.stdout], [], [], READY_TIMEOUT_S)
         line = self.process.stdout.readline().decode() if ready else ""
         if "listening" not in line:
@@ -92,14 +100,30 @@ class Proc:
             self.process.wait()
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        if not self.alive:
-            return
-        self.process.terminate()
+        stop_all([self], timeout_s)
+
+
+def start_all(procs: list[Proc], env: dict) -> None:
+    """Start the processes side by side (each spends most of its start importing, on a core of its own), then
+    wait until each is listening."""
+    for proc in procs:
+        proc.spawn(env)
+    for proc in procs:
+        proc.wait_ready()
+
+
+def stop_all(procs: list[Proc], timeout_s: float = 10.0) -> None:
+    """SIGTERM every live process at once, then wait for each; one still running after timeout_s is killed."""
+    live = [proc for proc in procs if proc.alive]
+    for proc in live:
+        proc.process.terminate()
+    deadline = time.monotonic() + timeout_s
+    for proc in live:
         try:
-            self.process.wait(timeout_s)
+            proc.process.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+            proc.process.kill()
+            proc.process.wait()
 
 
 @dataclass
@@ -184,10 +208,8 @@ class DevCluster:
 
     # -- lifecycle ------------------------------------------------------------------------------------------
     def start(self) -> DevCluster:
-        for proc in self.namesrv_procs:
-            proc.start(self.env)
-        for replica_id in self.ids:
-            self.brokers[replica_id].start(self.env)
+        start_all(self.namesrv_procs, self.env)  # first: a broker registers with every NameServer as it starts
+        start_all([self.brokers[replica_id] for replica_id in self.ids], self.env)
         return self
 
     def start_replica(self, replica_id: str) -> None:
@@ -205,10 +227,8 @@ class DevCluster:
         self.namesrv_procs[i].start(self.env)
 
     def stop(self) -> None:
-        for proc in self.brokers.values():
-            proc.stop()
-        for proc in self.namesrv_procs:
-            proc.stop()
+        stop_all(list(self.brokers.values()))
+        stop_all(self.namesrv_procs)
         for channel in self._channels.values():
             channel.close()
         self._channels.clear()
