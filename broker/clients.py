@@ -116,6 +116,10 @@ class ClientRegistry:
         """Client ids of the live clients of `client_type` in consumer group `group`, sorted."""
         return sorted(s.client_id for s in self._live() if s.group == group and s.client_type == client_type)
 
+    def consumer_sessions(self) -> list[ClientSession]:
+        """The live clients that belong to a consumer group, by group then client id."""
+        return sorted((s for s in self._live() if s.group), key=lambda s: (s.group, s.client_id))
+
     def count(self) -> int:
         return len(self._live())
 

@@ -72,6 +72,10 @@ class Queries:
         return self.broker.read(lambda txn: _progress(self.broker, txn, group, topic))
 
 
+    def groups(self) -> list[ipb.ConsumerGroupInfo]:
+        """Every consumer group created here or with consumer state here, in name order (the dashboard's list)."""
+        return self.broker.read(lambda txn: _groups(self.broker, txn))
+
     def state_view(self, queues_max: int) -> StateView:
         """Topics, consumer groups and where each group stands on each queue it has state for (at most queues_max
         queues), half and dead-lettered messages: one consistent read of the applied state, for the metrics."""
@@ -182,6 +186,16 @@ def _queue_progress(txn, db, group: str, topic: str, queue: int, broker_group: s
                              consumer_offset=consumer_offset, inflight=len(inflight),
                              lag=max(0, broker_offset - consumer_offset), last_store_ms=last_store_ms)
 
+
+
+def _groups(broker: Broker, txn) -> list[ipb.ConsumerGroupInfo]:
+    db = broker.sm.db
+    created = {bytes(k).decode(): ipb.GroupConfig.FromString(v) for k, v in txn.cursor(db=db[t.GROUPS])}
+    topics: dict[str, set[str]] = {}
+    for group, topic in _group_topics_with_state(txn, db):
+        topics.setdefault(group, set()).add(topic)
+    return [ipb.ConsumerGroupInfo(name=name, created=name in created, config=created.get(name),
+                                  topics=sorted(topics.get(name, ()))) for name in sorted(set(created) | set(topics))]
 
 
 # -- the metrics' view ---------------------------------------------------------------------------------------

@@ -147,8 +147,8 @@ class BrokerServer:
         svc_grpc.add_MessagingServiceServicer_to_server(MessagingService(
             self.config, topics=self.topics, writes=self.writes, consume=self.consume, clients=self.clients,
             route_lookup=self.namesrvs.route, traffic=self.traffic), server)
-        ipb_grpc.add_BrokerAdminServicer_to_server(BrokerAdminService(self.topics, self.queries, self.registration),
-                                                   server)
+        ipb_grpc.add_BrokerAdminServicer_to_server(BrokerAdminService(self.topics, self.queries, self.registration,
+                                                                      self.clients), server)
         try:  # bind before the replica starts: a broker that cannot serve must not join its Raft group
             bound = server.add_insecure_port(self.config.listenAddress)
         except RuntimeError:

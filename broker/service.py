@@ -331,10 +331,12 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
 
 
 class BrokerAdminService(ipb_grpc.BrokerAdminServicer):
-    def __init__(self, topics: Topics, queries: Queries, registration: Callable[[], ipb.BrokerRegistration]):
+    def __init__(self, topics: Topics, queries: Queries, registration: Callable[[], ipb.BrokerRegistration],
+                 clients: ClientRegistry):
         self.topics = topics
         self.queries = queries
         self._registration = registration
+        self.clients = clients
 
     async def CreateTopic(self, request, context):
         return await _admin_call(self.topics.create(request.topic))
@@ -364,6 +366,16 @@ class BrokerAdminService(ipb_grpc.BrokerAdminServicer):
             status = _status_of(exc)
             return ipb.ConsumerProgressResponse(code=status.code, message=status.message)
         return ipb.ConsumerProgressResponse(code=Code.OK, message="OK", queues=queues)
+
+    async def ListGroups(self, request, context):
+        try:
+            groups = self.queries.groups()
+        except Exception as exc:  # noqa: BLE001 - every failure is answered with a code
+            status = _status_of(exc)
+            return ipb.ListGroupsResponse(code=status.code, message=status.message)
+        members = [ipb.GroupMember(client_id=s.client_id, group=s.group, client_type=s.client_type,
+                                   subscriptions=s.subscriptions) for s in self.clients.consumer_sessions()]
+        return ipb.ListGroupsResponse(code=Code.OK, message="OK", groups=groups, members=members)
 
 
 def _group_assignments(route: list[pb.MessageQueue]) -> list[pb.Assignment]:

@@ -4,7 +4,9 @@ Every part is a real process on 127.0.0.1 (NameServer on --namesrv-port, 9876 by
 --broker-port, +1, +2), with data under --data-dir and logs in <data-dir>/logs. Point any RocketMQ 5 client
 at 127.0.0.1:9876. Topics are auto-created on first use. The view shows each replica's role, Raft term,
 commit and applied index and lag; `--kill-master-every N` kills the master with SIGKILL every N seconds and
-restarts it, so failover can be watched. Ctrl-C stops everything cleanly.
+restarts it, so failover can be watched. The web dashboard (docs/dashboard.md) runs beside it on
+http://127.0.0.1:8088 (--dashboard-port; 0 = none), read-only unless --dashboard-allow-changes.
+Ctrl-C stops everything cleanly.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import signal
 import sys
 import time
 
-from .devcluster import DevCluster
+from .devcluster import DevCluster, Proc
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,9 +33,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kill-master-every", type=float, default=0, metavar="SECONDS",
                         help="kill -9 the master this often and restart it (default: never)")
     parser.add_argument("--no-view", action="store_true", help="print a status line every 5 s instead of a live view")
+    parser.add_argument("--dashboard-port", type=int, default=8088,
+                        help="serve the web dashboard on 127.0.0.1:PORT (default 8088; 0 = no dashboard)")
+    parser.add_argument("--dashboard-allow-changes", action="store_true",
+                        help="let the dashboard create/delete topics and groups, resend and recall (default read-only)")
 
 
-def render(cluster: DevCluster, events: list[str], started: float) -> str:
+def start_dashboard(cluster: DevCluster, port: int, allow_changes: bool) -> tuple[Proc | None, str]:
+    """The dashboard as a process of its own (it stops with us, even on SIGKILL: parentwatch); its URL, or why
+    it did not start (dev goes on without it)."""
+    args = [sys.executable, "-m", "rocketraft.dashboard", "--namesrv", ";".join(cluster.namesrv_addresses),
+            "--listen", f"127.0.0.1:{port}"] + (["--allow-changes"] if allow_changes else [])
+    proc = Proc("dashboard", args, os.path.join(cluster.base_dir, "dashboard.log"))
+    try:
+        proc.start(cluster.env)
+    except RuntimeError as exc:
+        return None, f"dashboard not started ({str(exc).splitlines()[-1]}); try --dashboard-port"
+    return proc, f"dashboard: http://127.0.0.1:{port}" + ("" if allow_changes else " (read-only)")
+
+
+def render(cluster: DevCluster, events: list[str], started: float, dashboard: str = "") -> str:
     statuses = cluster.statuses()
     commit = max((st.commit_index for st in statuses.values() if st), default=0)
     master = cluster.master()
@@ -51,7 +70,8 @@ def render(cluster: DevCluster, events: list[str], started: float) -> str:
                      f"{st.applied_index:>8} {commit - st.applied_index:>5}")
     lines += ["", f"master (routes, brokerId 0): {master or '(none: election in progress)'}", "",
               "recent events:"] + [f"  {e}" for e in events[-6:]]
-    lines += ["", f"logs: {cluster.base_dir}/logs   quickstart: see README (official SDK against "
+    lines += ["", *([dashboard] if dashboard else []),
+              f"logs: {cluster.base_dir}/logs   quickstart: see README (official SDK against "
               f"{cluster.namesrv_address})"]
     if cluster.metrics_address_of:
         lines.append("metrics (docs/metrics.md): " + "  ".join(
@@ -70,9 +90,13 @@ def run(args: argparse.Namespace) -> int:
     # SIGTERM (kill, a service manager, a CI timeout) stops the cluster like Ctrl-C: its processes run in their own
     # sessions and would otherwise outlive this one.
     signal.signal(signal.SIGTERM, _interrupt)
+    dashboard, dashboard_line = None, ""
     try:
         cluster.start()
         events.append(f"master is {cluster.wait_master(timeout_s=30)}")
+        if args.dashboard_port:
+            dashboard, dashboard_line = start_dashboard(cluster, args.dashboard_port, args.dashboard_allow_changes)
+            events.append(dashboard_line)
         next_kill = started + args.kill_master_every if args.kill_master_every else None
         last_print, printed_events = 0.0, 0
         while not args.seconds or time.monotonic() - started < args.seconds:
@@ -81,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
                 _kill_and_restart(cluster, events)
                 next_kill = time.monotonic() + args.kill_master_every
             if not args.no_view:
-                sys.stdout.write("\x1b[H\x1b[2J" + render(cluster, events, started) + "\n")
+                sys.stdout.write("\x1b[H\x1b[2J" + render(cluster, events, started, dashboard_line) + "\n")
                 sys.stdout.flush()
             else:
                 for event in events[printed_events:]:
@@ -97,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"rocketraft dev: {exc}", file=sys.stderr)
         return 1
     finally:
+        if dashboard is not None:
+            dashboard.stop()
         cluster.stop()
     print(render(cluster, events, started).splitlines()[0].split(",")[0] + ": stopped")
     return 0

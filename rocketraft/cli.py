@@ -10,6 +10,7 @@ from broker import server as broker_server
 from namesrv import server as namesrv_server
 
 from . import __version__, cli_admin, cli_client
+from .dashboard import server as dashboard_server
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,6 +32,11 @@ def main(argv: list[str] | None = None) -> int:
                                   description=cli_admin.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     cli_admin.add_arguments(admin_parser)
     admin_parser.set_defaults(run=cli_admin.run)
+    dashboard_parser = sub.add_parser("dashboard", help="serve the web dashboard (read-only unless --allow-changes)",
+                                      description=dashboard_server.__doc__,
+                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    dashboard_server.add_arguments(dashboard_parser)
+    dashboard_parser.set_defaults(run=dashboard_server.run)
     send_parser = sub.add_parser("send", help="send messages", description=cli_client.__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     cli_client.add_send_arguments(send_parser)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates .venv with rocketraft and its test dependencies, and the system tools the tests use (nftables for
-# partitions, Java for Spark).
+# partitions, Java for Spark, chromium and its driver for the dashboard's browser tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v nft >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -12,6 +12,12 @@ if ! command -v java >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get
   echo "installing a Java runtime (the Spark audit, audit/) ..."
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null) \
     || echo "warning: could not install Java 17; the audit tests will fail"
+fi
+if ! { command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; } \
+    && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "installing chromium and chromium-driver (the dashboard's browser tests, tests/dashboard) ..."
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
+    || echo "warning: could not install chromium; the dashboard tests will fail"
 fi
 if [ ! -x .venv/bin/python ]; then
   python3.11 -m venv .venv 2>/dev/null || python3 -m venv .venv

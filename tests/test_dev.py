@@ -7,14 +7,15 @@ from devkit.devcluster import free_port
 
 
 def test_dev_cluster_serves_fails_over_and_stops_cleanly(tmp_path):
-    namesrv_port, broker_port = free_port(), free_port()
+    namesrv_port, broker_port, dashboard_port = free_port(), free_port(), free_port()
     out = subprocess.run(
         [sys.executable, "-m", "rocketraft.cli", "dev", "--fresh", "--data-dir", str(tmp_path / "dev"),
          "--namesrv-port", str(namesrv_port), "--broker-port", str(broker_port), "--seconds", "9",
-         "--kill-master-every", "4", "--no-view"],
+         "--kill-master-every", "4", "--no-view", "--dashboard-port", str(dashboard_port)],
         capture_output=True, text=True, timeout=90)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "master is n" in out.stdout
+    assert f"dashboard: http://127.0.0.1:{dashboard_port} (read-only)" in out.stdout, out.stdout
     assert "kill -9 master" in out.stdout or "new master" in out.stdout, out.stdout
     assert out.stdout.rstrip().endswith("stopped"), out.stdout[-500:]
     logs = (tmp_path / "dev" / "logs")

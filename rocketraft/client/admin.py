@@ -1,6 +1,8 @@
 """The admin client: topics and groups on every broker group, routes, the cluster, message lookups and
-consumer progress (lag per queue). NameServers are tried in turn; broker-side calls go to each group's
-master, falling back to its other replicas (reads are served from any replica's applied state).
+consumer progress (lag per queue), consumer groups and their members, browsing a topic's newest messages (the
+dead-letter topics), resending a stored message and recalling a delay message. NameServers are tried in turn;
+broker-side calls go to each group's master, falling back to its other replicas (reads are served from any
+replica's applied state).
 """
 
 from __future__ import annotations
@@ -11,14 +13,15 @@ from dataclasses import dataclass
 
 import grpc
 
-from rocketraft.protocol.errors import BrokerUnreachableError, RocketraftError, from_status
+from rocketraft.protocol.errors import BadRequestError, BrokerUnreachableError, RocketraftError, from_status
+from rocketraft.protocol.limits import DLQ_TOPIC_PREFIX
 from rocketraft.protocol.names import check_group_name, check_topic_name
 from rocketraft.protocol.routing import PERM_READ_WRITE
-from rocketraft.protocol.wire import Code, ipb, pb
+from rocketraft.protocol.wire import Code, ipb, pb, svc
 
 from .base import AsyncClient
 from .config import ClientConfig
-from .message import ReceivedMessage, from_pb
+from .message import Message, ReceivedMessage, from_pb
 from .routes import TopicRoute
 from .transport import rpc_error
 
@@ -26,6 +29,8 @@ ADMIN_TIMEOUT_S = 10.0
 FAN_OUT_ATTEMPTS = 5           # while every refusal is TOO_MANY_REQUESTS
 FAN_OUT_BACKOFF_S = 0.05
 QUERY_MESSAGES_MAX = 1000
+BROWSE_MESSAGES_MAX = 256      # newest messages of one topic shown by browse_messages
+RESENT_FROM_PROPERTY = "RESENT_FROM"  # set on a resent copy: the message id it copies
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,34 @@ class QueueProgress:
     last_store_ms: int
 
 
+@dataclass(frozen=True)
+class TopicInfo:
+    """How a topic exists on one broker group (from the group's master registration, else any replica's)."""
+    name: str
+    group: str
+    queue_nums: int
+    perm: int
+    message_types: tuple[int, ...]   # apache.rocketmq.v2.MessageType values accepted; () = all
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    client_id: str
+    replica: str                     # the broker replica (host:port) that sees this client
+    subscriptions: tuple[tuple[str, str], ...]   # (topic, filter expression)
+
+
+@dataclass(frozen=True)
+class ConsumerGroupInfo:
+    name: str
+    created: bool                    # created with create_group on some broker group (else: consumer state only)
+    fifo: bool
+    max_delivery_attempts: int       # 0 = broker default
+    broker_groups: tuple[str, ...]   # broker groups that know it
+    topics: tuple[str, ...]          # topics it has consumer state for
+    members: tuple[GroupMember, ...]
+
+
 class Admin(AsyncClient):
     sends_heartbeats = False
 
@@ -71,19 +104,25 @@ class Admin(AsyncClient):
         super().__init__(config or ClientConfig(namesrv=namesrv))
 
     # -- NameServer calls ----------------------------------------------------------------------------------
-    async def _namesrv_call(self, what: str, call: Callable[[object], Awaitable]):
+    async def _namesrv_call(self, what: str, call: Callable[[object], Awaitable], messaging: bool = False):
+        """call(stub) on each NameServer in turn until one answers: its NameServer stub, or with messaging its
+        MessagingService (the NameServer as access point)."""
         last: RocketraftError | None = None
         for address in self.config.namesrv:
             try:
-                return await call(self.transport.namesrv(address))
+                stub = self.transport.messaging(address) if messaging else self.transport.namesrv(address)
+                return await call(stub)
             except grpc.aio.AioRpcError as exc:
                 last = rpc_error(exc, address, what)
         raise BrokerUnreachableError(f"{what}: no NameServer answered ({', '.join(self.config.namesrv)}); last "
                                      f"error: {last}", ",".join(self.config.namesrv))
 
-    async def cluster_list(self) -> list[GroupInfo]:
-        info = await self._namesrv_call("cluster list", lambda ns: ns.GetClusterInfo(
+    async def _cluster_info(self) -> ipb.GetClusterInfoResponse:
+        return await self._namesrv_call("cluster list", lambda ns: ns.GetClusterInfo(
             ipb.GetClusterInfoRequest(), timeout=self.config.request_timeout_s))
+
+    async def cluster_list(self) -> list[GroupInfo]:
+        info = await self._cluster_info()
         groups = []
         for g in info.groups:
             replicas = tuple(sorted((ReplicaInfo(
@@ -96,6 +135,16 @@ class Admin(AsyncClient):
 
     async def topic_list(self) -> list[str]:
         return sorted({t for g in await self.cluster_list() for t in g.topics})
+
+    async def topic_infos(self) -> list[TopicInfo]:
+        """Every topic on every broker group with its queue count, permission and message types."""
+        out = []
+        for g in (await self._cluster_info()).groups:
+            replicas = sorted(g.replicas, key=lambda r: r.replica_id != g.master_replica_id)  # the master first
+            if replicas:
+                out.extend(TopicInfo(t.name, g.group, t.queue_nums, t.perm, tuple(t.message_types))
+                           for t in replicas[0].topics)
+        return sorted(out, key=lambda t: (t.name, t.group))
 
     async def topic_route(self, topic: str) -> TopicRoute:
         check_topic_name(topic)
@@ -188,6 +237,116 @@ class Admin(AsyncClient):
             out.extend(QueueProgress(q.topic, q.broker_group, q.queue_id, q.broker_offset, q.consumer_offset,
                                      q.inflight, q.lag, q.last_store_ms) for q in response.queues)
         return sorted(out, key=lambda q: (q.topic, q.broker, q.queue_id))
+
+
+    async def consumer_groups(self) -> list[ConsumerGroupInfo]:
+        """Every consumer group the broker groups know, with the live members every replica sees."""
+        info = await self._cluster_info()
+        asked = [(g.group, r.address) for g in info.groups for r in g.replicas]
+        answers = await asyncio.gather(*(self._list_groups(address) for _, address in asked), return_exceptions=True)
+        answered = [(group, address, a) for (group, address), a in zip(asked, answers, strict=True)
+                    if not isinstance(a, BaseException)]
+        if asked and not answered:
+            raise answers[0]
+        return _merge_groups(answered)
+
+    async def _list_groups(self, address: str) -> ipb.ListGroupsResponse:
+        try:
+            response = await self.transport.broker_admin(address).ListGroups(
+                ipb.ListGroupsRequest(), timeout=self.config.request_timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            raise rpc_error(exc, address, "list consumer groups") from None
+        _check(response.code, response.message)
+        return response
+
+    async def browse_messages(self, topic: str, max_messages: int = 32) -> list[ReceivedMessage]:
+        """The newest messages of `topic` (at most max_messages per queue, newest last), read from each broker
+        group's master without any consumer group: nothing is consumed or acknowledged. For dead-letter topics."""
+        check_topic_name(topic)
+        if not 1 <= max_messages <= BROWSE_MESSAGES_MAX:
+            raise RocketraftError(f"max_messages must be 1..{BROWSE_MESSAGES_MAX}", Code.BAD_REQUEST)
+        route = await self.routes.refresh(topic)
+        found: list[ReceivedMessage] = []
+        for name, group in route.groups.items():
+            if not group.master:
+                raise RocketraftError(f"broker group {name} has no master (an election is under way); retry in a "
+                                      "few seconds", Code.HA_NOT_AVAILABLE)
+            for queue_id in group.read_queue_ids:
+                found.extend(await self._newest(group.master, name, topic, queue_id, max_messages))
+        found.sort(key=lambda m: (m.store_ms, m.queue.broker, m.queue.queue_id, m.queue_offset))
+        return found[-max_messages:]
+
+    async def _newest(self, address: str, group: str, topic: str, queue_id: int, count: int) -> list[ReceivedMessage]:
+        stub = self.transport.messaging(address)
+        queue = pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id)
+        try:
+            end = await stub.QueryOffset(svc.QueryOffsetRequest(
+                message_queue=queue, query_offset_policy=pb.QueryOffsetPolicy.END), timeout=ADMIN_TIMEOUT_S)
+            _check(end.status.code, end.status.message)
+            out = []
+            async for r in stub.PullMessage(svc.PullMessageRequest(
+                    message_queue=queue, offset=max(0, end.offset - count), batch_size=count), timeout=ADMIN_TIMEOUT_S):
+                if r.HasField("message"):
+                    out.append(from_pb(r.message, group))
+            return out
+        except grpc.aio.AioRpcError as exc:
+            raise rpc_error(exc, address, f"read {topic}/{queue_id}") from None
+
+    async def resend_message(self, topic: str, message_id: str, to_topic: str = "") -> str:
+        """Send a copy of stored message `message_id` of `topic` (body, tag, keys, properties) to `to_topic`
+        (default: the topic the message was sent to; a dead letter needs one); every consumer group of that topic
+        receives it again.
+        The copy has a new message id (returned) and RESENT_FROM = the original id."""
+        found = await self.query_message_by_id(topic, message_id)
+        if not found:
+            raise RocketraftError(f"message {message_id} not found in topic {topic} (wrong topic, a mistyped id, or "
+                                  "deleted by retention)", Code.MESSAGE_NOT_FOUND)
+        original = found[0]
+        target = to_topic or original.topic
+        check_topic_name(target)
+        if target.startswith(DLQ_TOPIC_PREFIX):
+            raise BadRequestError(f"message {message_id} is a dead letter: name the topic to resend it to (one its "
+                                  "consumer group subscribes); resent into its dead-letter topic no one gets it")
+        copy = Message(target, original.body, tag=original.tag, keys=original.keys,
+                       message_group=original.message_group,
+                       properties={**original.properties, RESENT_FROM_PROPERTY: original.message_id})
+        from .producer import Producer  # the admin client needs a producer only here
+
+        async with Producer(config=self.config) as producer:
+            return (await producer.send(copy)).message_id
+
+    async def recall_message(self, topic: str, recall_handle: str) -> str:
+        """Recall a delay message that is not yet due (RocketMQ 5.3's RecallMessage), with the recall handle its
+        send returned; the NameServer forwards it to the master of the group the handle names."""
+        check_topic_name(topic)
+        request = svc.RecallMessageRequest(topic=pb.Resource(name=topic), recall_handle=recall_handle)
+        response = await self._namesrv_call(f"recall in {topic}", lambda stub: stub.RecallMessage(
+            request, timeout=ADMIN_TIMEOUT_S), messaging=True)
+        _check(response.status.code, response.status.message)
+        return response.message_id
+
+
+def _merge_groups(answered: list[tuple[str, str, ipb.ListGroupsResponse]]) -> list[ConsumerGroupInfo]:
+    configs: dict[str, ipb.ConsumerGroupInfo] = {}
+    brokers: dict[str, set[str]] = {}
+    topics: dict[str, set[str]] = {}
+    members: dict[str, dict[str, GroupMember]] = {}
+    for broker_group, address, response in answered:
+        for g in response.groups:
+            if g.created or g.name not in configs:
+                configs[g.name] = g
+            brokers.setdefault(g.name, set()).add(broker_group)
+            topics.setdefault(g.name, set()).update(g.topics)
+        for m in response.members:
+            members.setdefault(m.group, {}).setdefault(m.client_id, GroupMember(
+                m.client_id, address, tuple(sorted(m.subscriptions.items()))))
+    out = []
+    for name in sorted(set(configs) | set(members)):
+        g = configs.get(name, ipb.ConsumerGroupInfo(name=name))
+        out.append(ConsumerGroupInfo(name, g.created, g.config.fifo, g.config.max_delivery_attempts,
+                                     tuple(sorted(brokers.get(name, ()))), tuple(sorted(topics.get(name, ()))),
+                                     tuple(members.get(name, {}).values())))
+    return out
 
 
 def _check(code: int, message: str) -> None:

@@ -351,6 +351,11 @@ class BrokerAdminStub:
                 request_serializer=rocketraft_dot_proto_dot_internal__pb2.ConsumerProgressRequest.SerializeToString,
                 response_deserializer=rocketraft_dot_proto_dot_internal__pb2.ConsumerProgressResponse.FromString,
                 _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/rocketraft.internal.v1.BrokerAdmin/ListGroups',
+                request_serializer=rocketraft_dot_proto_dot_internal__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=rocketraft_dot_proto_dot_internal__pb2.ListGroupsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerAdminServicer:
@@ -392,6 +397,12 @@ class BrokerAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -424,6 +435,11 @@ def add_BrokerAdminServicer_to_server(servicer, server):
                     servicer.ConsumerProgress,
                     request_deserializer=rocketraft_dot_proto_dot_internal__pb2.ConsumerProgressRequest.FromString,
                     response_serializer=rocketraft_dot_proto_dot_internal__pb2.ConsumerProgressResponse.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=rocketraft_dot_proto_dot_internal__pb2.ListGroupsRequest.FromString,
+                    response_serializer=rocketraft_dot_proto_dot_internal__pb2.ListGroupsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -588,6 +604,33 @@ class BrokerAdmin:
             '/rocketraft.internal.v1.BrokerAdmin/ConsumerProgress',
             rocketraft_dot_proto_dot_internal__pb2.ConsumerProgressRequest.SerializeToString,
             rocketraft_dot_proto_dot_internal__pb2.ConsumerProgressResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketraft.internal.v1.BrokerAdmin/ListGroups',
+            rocketraft_dot_proto_dot_internal__pb2.ListGroupsRequest.SerializeToString,
+            rocketraft_dot_proto_dot_internal__pb2.ListGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,
