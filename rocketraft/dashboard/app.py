@@ -180,6 +180,9 @@ def _action_endpoint(state: dict, action):
             return JSONResponse({"ok": False, "message": f"this dashboard is read-only: restart it with {ALLOW_FLAG} "
                                  "to change the cluster (later the security issue's ACL will decide per user)"},
                                 status_code=403)
+        refused = _cross_site(request)
+        if refused:
+            return JSONResponse({"ok": False, "message": refused}, status_code=403)
         try:
             form = await _form(request)
             return JSONResponse({"ok": True, "message": await action(ctx.admin, form)})
@@ -188,6 +191,19 @@ def _action_endpoint(state: dict, action):
             return JSONResponse({"ok": False, "message": message}, status_code=status)
 
     return endpoint
+
+
+def _cross_site(request: Request) -> str:
+    """Why a change request must be refused as possibly forged by another web site (cross-site request forgery:
+    a page elsewhere posting to this dashboard through the user's browser), or "". A change must be a JSON post
+    (a browser sends that cross-site only after a CORS preflight, which this server never grants) from this
+    dashboard's own origin when the browser names one."""
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+        return "a change must be posted as JSON (Content-Type: application/json), as the dashboard's pages do"
+    origin = request.headers.get("origin")
+    if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
+        return f"a change posted from another site ({origin}) is refused: use the dashboard's own pages"
+    return ""
 
 
 async def _form(request: Request) -> dict:

@@ -61,6 +61,14 @@ def rows_of(browser, table_id: str) -> list[list[str]]:
         ".map(tr => Array.from(tr.querySelectorAll('td')).map(td => td.innerText.trim()))", table_id)
 
 
+def admin_topic_list(cluster) -> list[str]:
+    """What `rocketraft admin topicList` prints, word by word (the CLI run as a process)."""
+    listed = subprocess.run([sys.executable, "-m", "rocketraft.cli", "admin", "topicList", "-n",
+                             cluster.namesrv_address], capture_output=True, text=True, timeout=30)
+    assert listed.returncode == 0, listed.stderr
+    return listed.stdout.split()
+
+
 def submit(browser, form_action: str, **fields: str) -> str:
     """Fill and submit the change form posting to form_action; the answer the page shows."""
     form = browser.find_element(By.CSS_SELECTOR, f'form[data-action="{form_action}"]')
@@ -110,10 +118,7 @@ def test_a_topic_created_in_the_browser_is_in_admin_topic_list(cluster, read_wri
     browser.get(read_write + "/topics")
     answer = submit(browser, "/api/topics/create", name="made-in-ui", queues="2")
     assert "topic made-in-ui created on broker groups broker-a" in answer
-    listed = subprocess.run([sys.executable, "-m", "rocketraft.cli", "admin", "topicList", "-n",
-                             cluster.namesrv_address], capture_output=True, text=True, timeout=30)
-    assert listed.returncode == 0, listed.stderr
-    assert "made-in-ui" in listed.stdout.split()
+    assert "made-in-ui" in admin_topic_list(cluster)
     wait_for(lambda: any(r[0] == "made-in-ui" and r[2] == "broker-a: 2" for r in rows_of(browser, "topic-table")),
              "the new topic in the live topic table")
 
@@ -128,6 +133,50 @@ def test_read_only_dashboard_refuses_changes_with_403_naming_the_flag(read_only,
     browser.get(read_only + "/topics")
     assert not browser.find_elements(By.CSS_SELECTOR, "form[data-action]")
     assert "--allow-changes" in browser.find_element(By.CSS_SELECTOR, "p.hint").text
+
+
+def post(url: str, body: bytes, **headers: str) -> tuple[int, str]:
+    request = urllib.request.Request(url, data=body, method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())["message"]
+    except urllib.error.HTTPError as refused:
+        return refused.code, json.loads(refused.read())["message"]
+
+
+def test_changes_posted_by_another_site_or_not_as_json_are_refused(cluster, read_write):
+    body = json.dumps({"name": "forged"}).encode()
+    code, message = post(read_write + "/api/topics/create", body, **{"Content-Type": "text/plain"})
+    assert code == 403 and "Content-Type: application/json" in message, message
+    code, message = post(read_write + "/api/topics/create", body, **{"Content-Type": "application/json",
+                                                                     "Origin": "http://attacker.example"})
+    assert code == 403 and "from another site (http://attacker.example) is refused" in message, message
+    assert "forged" not in admin_topic_list(cluster)
+
+
+def test_a_message_resent_and_a_topic_deleted_in_the_browser(cluster, read_write, browser):
+    browser.get(read_write + "/messages?topic=orders&key=order-3")
+    browser.find_element(By.CSS_SELECTOR, "#messages a").click()
+    wait_for(lambda: text_of(browser, "body"), "the message page")
+    answer = submit(browser, "/api/messages/resend")
+    assert answer.startswith("message ") and " resent as " in answer, answer
+    browser.get(read_write + "/messages?topic=orders&key=order-3")
+    copies = wait_for(lambda: len(rows_of(browser, "messages")) == 2 and rows_of(browser, "messages"),
+                      "the original and its resent copy under key order-3")
+    assert {row[6] for row in copies} == {"order-3"}
+
+    browser.get(read_write + "/topics")
+    submit(browser, "/api/topics/create", name="short-lived", queues="1")
+    browser.execute_script("window.confirm = () => true")  # the delete button asks first
+    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, 'form[data-action="/api/topics/delete"] '
+                                           'input[value="short-lived"]'), "short-lived's delete button")
+    form = browser.find_element(By.XPATH, '//form[@data-action="/api/topics/delete"][input[@value="short-lived"]]')
+    browser.execute_script("document.getElementById('flash').hidden = true")
+    form.find_element(By.TAG_NAME, "button").click()
+    answer = wait_for(lambda: browser.find_element(By.ID, "flash").is_displayed() and text_of(browser, "flash"),
+                      "an answer to the delete")
+    assert "topic short-lived deleted on broker groups broker-a" in answer, answer
+    assert "short-lived" not in admin_topic_list(cluster)
 
 
 def test_bad_input_gets_a_clear_message_and_the_server_goes_on(read_write, browser):
