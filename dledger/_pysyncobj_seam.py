@@ -8,7 +8,8 @@ Applied once, when this module is first imported (each change pinned by tests/dl
   bytes payload into a latin-1 str: ~1.6x size and CPU) and not zlib-compressed (CPU on 2 cores).
   Connection buffers are bytearrays: pysyncobj's bytes `+=` copied the whole pending buffer on every
   socket read, which starved followers under load. A connection closed for an undecodable message or
-  a read timeout says so in the log.
+  a read timeout says so in the log. Every pickle pysyncobj reads (messages, commands, snapshot metadata) goes
+  through dledger.plainpickle: plain data, or refused before anything in it is called.
 - Outgoing peer sockets bind to the replica's own address (bind_outgoing_sockets, per thread), so a
   peer is one IP on the wire and a firewall rule can cut exactly one replica off (tests use 127.0.0.11-13).
 
@@ -44,6 +45,7 @@ from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.syncobj import SyncObjException
 from pysyncobj.transport import TCPTransport
 
+from . import plainpickle
 from .errors import ListenError
 from .journal import LmdbJournal
 from .repair import FETCH, FETCH_RESP
@@ -92,6 +94,9 @@ _pso_syncobj.createJournal = _create_journal
 
 # -- wire format ----------------------------------------------------------------------------------------
 _pso_pickle.__dict__["__protocol"] = pickle.HIGHEST_PROTOCOL
+# every pickle pysyncobj reads (messages, commands at apply, snapshot metadata) is plain data or refused
+_pso_pickle.loads = plainpickle.loads
+_pso_pickle.load = plainpickle.load
 
 
 # -- source-bound outgoing sockets ------------------------------------------------------------------------
@@ -198,7 +203,7 @@ def _conn_parse_message(self):
                 raise ValueError("replayed or reordered encrypted message")
             self.recvLastTimestamp = timestamp
             data = self.encryptor.decrypt(data)
-        message = _pso_pickle.loads(data)
+        message = plainpickle.loads(data)
         if self.recvRandKey:
             rand_key, message = message
             if rand_key != self.recvRandKey:

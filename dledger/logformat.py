@@ -32,6 +32,7 @@ import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from . import plainpickle
 from .codec import decode_batch, verify_batch
 from .errors import EntryCorruptError
 
@@ -100,7 +101,7 @@ def decode_command(command: bytes) -> bytes | None:
     Raises on a damaged data command (pickle or tuple errors)."""
     if command[:1] != REGULAR_COMMAND:
         return None
-    _method_id, args = pickle.loads(command[1:])[:2]
+    _method_id, args = plainpickle.loads(command[1:])[:2]
     return args[0]
 
 
@@ -211,7 +212,7 @@ def _call_blob(command) -> tuple[int, int, int] | None:
 
 def _unpickled_call(command: bytes) -> tuple[int, bytes]:
     """(method id, batch) of a data command in any layout pickle reads, if it is exactly what encode_call makes."""
-    call = pickle.loads(command[1:])
+    call = plainpickle.loads(command[1:])
     if not (isinstance(call, tuple) and len(call) == 2 and isinstance(call[0], int) and isinstance(call[1], tuple)
             and len(call[1]) == 1 and isinstance(call[1][0], bytes)):
         raise ValueError(f"not a call of one batch: {type(call).__name__}")
