@@ -9,7 +9,9 @@ Applied once, when this module is first imported (each change pinned by tests/dl
   Connection buffers are bytearrays: pysyncobj's bytes `+=` copied the whole pending buffer on every
   socket read, which starved followers under load. A connection closed for an undecodable message or
   a read timeout says so in the log. Every pickle pysyncobj reads (messages, commands, snapshot metadata) goes
-  through dledger.plainpickle: plain data, or refused before anything in it is called.
+  through dledger.plainpickle: plain data, or refused before anything in it is called. A frame longer than
+  allow_frames_up_to allows, a first message that is not an address, and a message whose shape
+  dledger.peermessages refuses close that connection with a log line instead of stopping the replica.
 - Outgoing peer sockets bind to the replica's own address (bind_outgoing_sockets, per thread), so a
   peer is one IP on the wire and a firewall rule can cut exactly one replica off (tests use 127.0.0.11-13).
 
@@ -45,7 +47,7 @@ from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.syncobj import SyncObjException
 from pysyncobj.transport import TCPTransport
 
-from . import plainpickle
+from . import peermessages, plainpickle
 from .errors import ListenError
 from .journal import LmdbJournal
 from .repair import FETCH, FETCH_RESP
@@ -193,6 +195,11 @@ def _conn_parse_message(self):
     if len(buf) < 4:
         return None
     length = _FRAME.unpack_from(buf)[0]
+    if not 0 <= length <= self.dl_frame_bytes_max:
+        log.warning("closing a peer connection: a frame of %d bytes announced, over the %d-byte limit (set by "
+                    "entry_bytes_max)", length, self.dl_frame_bytes_max)
+        self.disconnect()
+        return None
     if len(buf) - 4 < length:
         return None
     data = bytes(buf[4:4 + length])
@@ -232,6 +239,14 @@ _Conn._TcpConnection__processConnectionTimeout = _conn_check_timeout
 _Conn._TcpConnection__processSend = _conn_process_send
 _Conn._TcpConnection__processRead = _conn_process_read
 _Conn._TcpConnection__processParseMessage = _conn_parse_message
+_Conn.dl_frame_bytes_max = 0  # raised by each engine of this process before it connects (allow_frames_up_to)
+
+
+def allow_frames_up_to(frame_bytes: int) -> None:
+    """Raft connections of this process accept frames up to frame_bytes (the largest any engine here needs; never
+    lowered). A larger announced length closes the connection before anything is buffered: a peer cannot make
+    a replica hold gigabytes for one message."""
+    _Conn.dl_frame_bytes_max = max(_Conn.dl_frame_bytes_max, frame_bytes)
 
 
 # -- what the engine plugs into a SyncObj ----------------------------------------------------------------
@@ -271,10 +286,18 @@ class Transport(TCPTransport):
         return conn is not None and conn.state == _pso_tcp.CONNECTION_STATE.CONNECTED
 
     def _onIncomingMessageReceived(self, conn, message):  # noqa: N802
-        # pysyncobj accepts unauthenticated utility commands (leadership transfer, membership, status)
-        # and read-only nodes that receive the whole log on its Raft port; a replica group has neither.
-        if isinstance(message, list) or message == "readonly":
-            log.warning("refused a pysyncobj utility/read-only connection on the Raft port")
+        # The first message of a connection a peer opened: with a password its session key (bytes), then its
+        # address. pysyncobj also accepts unauthenticated utility commands (leadership transfer, membership,
+        # status) and read-only nodes that receive the whole log; a replica group has neither.
+        if self._syncObj.encryptor and not conn.sendRandKey:
+            refusal = None if isinstance(message, bytes) else f"a session key is bytes, not a {type(message).__name__}"
+        elif isinstance(message, list) or message == "readonly":
+            refusal = "a pysyncobj utility or read-only connection"
+        else:
+            refusal = None if isinstance(message, str) else f"a peer names itself by its address, not a " \
+                                                            f"{type(message).__name__}"
+        if refusal:
+            log.warning("refused a connection on the Raft port: %s", refusal)
             conn.disconnect()
             self._unknownConnections.discard(conn)
             return
@@ -284,6 +307,13 @@ class Transport(TCPTransport):
         return super().send(node, message)
 
     def _onMessageReceived(self, node, message):  # noqa: N802
+        refusal = peermessages.problem(message)
+        if refusal:
+            log.warning("closing the connection of %s: a malformed Raft message (%s)", node.address, refusal)
+            conn = self._connections.get(node)
+            if conn is not None:
+                conn.disconnect()
+            return
         engine = self._syncObj.dl_engine
         kind = message.get("type") if isinstance(message, dict) else None
         if kind == "dl_hello":

@@ -81,6 +81,13 @@ class EngineView:
     identity: identity_rules.Identity
 
 
+def frame_bytes_max(c: ReplicaConfig) -> int:
+    """The largest Raft frame a replica with this configuration accepts. The largest it sends: an append_entries
+    batch (pysyncobj fills it to appendEntriesBatchSizeBytes and may add one more entry: two entries' worth) or a
+    snapshot chunk, plus pickle framing; a password's encryption (Fernet: base64) adds a third. Twice that."""
+    return 2 * (2 * (c.entry_bytes_max + 64 * 1024) + c.snapshot_chunk_bytes + 256 * 1024)
+
+
 def rewrite_append_entries(message: dict, journal: LmdbJournal) -> dict:
     """An incoming append_entries as pysyncobj should see it (raftrules.trim_append_entries): the same
     message when nothing is trimmed, else a copy with a new prevLogIdx/prevLogTerm and fewer entries.
@@ -173,6 +180,7 @@ class RaftEngine:
         c = self.config
         hb = c.heartbeat_interval_ms / 1000
         snapshot = self._snapshot_hooks
+        seam.allow_frames_up_to(frame_bytes_max(c))
         conf = seam.SyncObjConf(
             autoTick=False,
             journalFile=self._journal_token,
