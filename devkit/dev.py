@@ -91,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
     # sessions and would otherwise outlive this one.
     signal.signal(signal.SIGTERM, _interrupt)
     dashboard, dashboard_line = None, ""
+    printed_events = 0
     try:
         cluster.start()
         events.append(f"master is {cluster.wait_master(timeout_s=30)}")
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
             dashboard, dashboard_line = start_dashboard(cluster, args.dashboard_port, args.dashboard_allow_changes)
             events.append(dashboard_line)
         next_kill = started + args.kill_master_every if args.kill_master_every else None
-        last_print, printed_events = 0.0, 0
+        last_print = 0.0
         while not args.seconds or time.monotonic() - started < args.seconds:
             now = time.monotonic()
             if next_kill and now >= next_kill:
@@ -124,6 +125,9 @@ def run(args: argparse.Namespace) -> int:
         if dashboard is not None:
             dashboard.stop()
         cluster.stop()
+    if args.no_view:  # what happened after the last look (a start slower than --seconds prints everything here)
+        for event in events[printed_events:]:
+            print(event, flush=True)
     print(render(cluster, events, started).splitlines()[0].split(",")[0] + ": stopped")
     return 0
 
