@@ -29,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--broker-port", type=int, default=8081, help="first broker's gRPC port (default 8081)")
     parser.add_argument("--flush", choices=["ASYNC_FLUSH", "SYNC_FLUSH"], default="ASYNC_FLUSH",
                         help="flushDiskType of every replica (default ASYNC_FLUSH, RocketMQ's default)")
-    parser.add_argument("--seconds", type=float, default=0, help="stop after this long (default: until Ctrl-C)")
+    parser.add_argument("--seconds", type=float, default=0,
+                        help="stop this long after the cluster has a master (default: until Ctrl-C)")
     parser.add_argument("--kill-master-every", type=float, default=0, metavar="SECONDS",
                         help="kill -9 the master this often and restart it (default: never)")
     parser.add_argument("--no-view", action="store_true", help="print a status line every 5 s instead of a live view")
@@ -95,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         cluster.start()
         events.append(f"master is {cluster.wait_master(timeout_s=30)}")
+        started = time.monotonic()  # --seconds and --kill-master-every count from a serving cluster
         if args.dashboard_port:
             dashboard, dashboard_line = start_dashboard(cluster, args.dashboard_port, args.dashboard_allow_changes)
             events.append(dashboard_line)
