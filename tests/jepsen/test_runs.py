@@ -38,11 +38,21 @@ def assert_clean(results: dict) -> None:
         assert results["directory"] not in f.read()
 
 
+def acknowledged_once_faults_began(results: dict) -> int:
+    """Sends invoked after the first fault began and acknowledged: the group served through its faults."""
+    first_ns = min((w["start_s"] for w in results["faults"]), default=0) * 1e9
+    ops = history.read(os.path.join(results["directory"], "history.jsonl"))
+    return sum(1 for invoke, done in history.pairs(ops) if invoke.f == "send" and invoke.time_ns > first_ns
+               and done is not None and done.type == "ok")
+
+
 def assert_valid(code: int, results: dict) -> None:
     checked = results["checker"]
     assert code == runner.EXIT_VALID and results["valid"], json.dumps(results, indent=1)[:4000]
     assert checked["lost"] == 0 and checked["unexpected"] == 0 and checked["order_violations"] == 0
-    assert checked["acknowledged"] > 500, checked  # the clients really worked through the faults
+    # the clients really worked, and through the faults: a loaded machine slows the sends, not these claims
+    assert checked["acknowledged"] >= 100, checked
+    assert acknowledged_once_faults_began(results) > 0, (results["faults"], checked)
     for name in ("history.jsonl", "results.json", "report.html"):
         assert os.path.getsize(os.path.join(results["directory"], name)) > 0
 
