@@ -35,6 +35,7 @@ from rocketraft.protocol.wire import GRPC_OPTIONS, ipb, ipb_grpc, pb, svc, svc_g
 
 from .localcluster import free_port as dledger_free_port
 from .logtail import log_tail
+from .pause import pause
 
 READY_TIMEOUT_S = 20.0
 
@@ -91,8 +92,12 @@ class Proc:
         return self.process is not None and self.process.poll() is None
 
     def signal(self, sig: int) -> None:
+        """Send `sig`; a SIGSTOP returns only once every thread of the process has stopped (devkit.pause)."""
         if self.alive:
-            os.kill(self.process.pid, sig)
+            if sig == signal.SIGSTOP:
+                pause(self.process.pid)
+            else:
+                os.kill(self.process.pid, sig)
 
     def kill(self) -> None:
         if self.alive:

@@ -13,6 +13,7 @@ import pytest
 
 import rocketraft
 from devkit.devcluster import free_port
+from devkit.pause import pause
 from rocketraft import aio
 from rocketraft.client.message import MessageIdGenerator
 from rocketraft.protocol.errors import BadRequestError, BodyTooLargeError, OutcomeUnknownError, TopicNotFoundError
@@ -133,7 +134,7 @@ def test_a_send_whose_outcome_cannot_be_known_says_so_and_a_resend_with_its_id_i
         producer.send(rocketraft.Message("p-unknown", b"warm-up"))
         pids = [cluster.brokers[i].process.pid for i in cluster.ids]
         for pid in pids:
-            os.kill(pid, signal.SIGSTOP)
+            pause(pid)
         message = rocketraft.Message("p-unknown", b"in doubt")
         try:
             with pytest.raises(OutcomeUnknownError, match="outcome unknown"):

@@ -15,6 +15,7 @@ import time
 from dledger_workload import log_of
 
 from devkit import storefault
+from devkit.pause import pause
 
 ELECTION_TIMEOUT_MAX_S = 1.2
 NO_LEADER_WATCH_S = 4 * ELECTION_TIMEOUT_MAX_S
@@ -39,7 +40,7 @@ def test_a_wiped_follower_does_not_elect_a_lagging_peer_and_no_acknowledged_entr
     cluster = make_cluster()
     old_master = cluster.wait_leader()
     wiped, lagging = followers(cluster, old_master)
-    os.kill(cluster.pid(lagging), signal.SIGSTOP)
+    pause(cluster.pid(lagging))
     try:
         acked = {cluster.append(old_master, [f"acked-{i}".encode()])["index"]: f"acked-{i}".encode()
                  for i in range(40)}  # committed by the old master and `wiped` only
