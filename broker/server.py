@@ -22,6 +22,7 @@ from dledger import DledgerError
 from rocketraft import parentwatch
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.metrics import MetricsServer
+from rocketraft.protocol.serving import add_service
 from rocketraft.protocol.wire import GRPC_OPTIONS, Code, ipb, ipb_grpc, pb, svc, svc_grpc
 
 from . import config as config_mod
@@ -144,11 +145,11 @@ class BrokerServer:
 
     async def start(self) -> None:
         server = grpc.aio.server(options=GRPC_OPTIONS)
-        svc_grpc.add_MessagingServiceServicer_to_server(MessagingService(
-            self.config, topics=self.topics, writes=self.writes, consume=self.consume, clients=self.clients,
-            route_lookup=self.namesrvs.route, traffic=self.traffic), server)
-        ipb_grpc.add_BrokerAdminServicer_to_server(BrokerAdminService(self.topics, self.queries, self.registration,
-                                                                      self.clients), server)
+        messaging = MessagingService(self.config, topics=self.topics, writes=self.writes, consume=self.consume,
+                                     clients=self.clients, route_lookup=self.namesrvs.route, traffic=self.traffic)
+        add_service(server, messaging, svc.DESCRIPTOR.services_by_name["MessagingService"])
+        add_service(server, BrokerAdminService(self.topics, self.queries, self.registration, self.clients),
+                    ipb.DESCRIPTOR.services_by_name["BrokerAdmin"])
         try:  # bind before the replica starts: a broker that cannot serve must not join its Raft group
             bound = server.add_insecure_port(self.config.listenAddress)
         except RuntimeError:

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.limits import PUSH_LONG_POLLING_MS, PUSH_RECEIVE_BATCH_SIZE, RETRY_BACKOFF_S
 from rocketraft.protocol.routing import allocate_averagely, one_queue_per_group, readable_master_queues
+from rocketraft.protocol.serving import Undecodable
 from rocketraft.protocol.wire import Code, ipb, ipb_grpc, pb, svc, svc_grpc
 from rocketraft.protocol.wire import ok as ok_status
 
@@ -154,10 +155,13 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             if session.outbox is outbox:
                 session.outbox = None
 
-    def _telemetry_reply(self, client_id: str, command: svc.TelemetryCommand) -> svc.TelemetryCommand:
+    def _telemetry_reply(self, client_id: str, command: svc.TelemetryCommand | Undecodable) -> svc.TelemetryCommand:
+        if isinstance(command, Undecodable):  # one bad frame is answered; the stream goes on
+            return svc.TelemetryCommand(status=pb.Status(code=Code.BAD_REQUEST, message=command.message))
         if not command.HasField("settings"):
             return svc.TelemetryCommand(status=ok_status())
         try:
+            validation.settings(command.settings)
             self.clients.apply_settings(client_id, command.settings)
             return svc.TelemetryCommand(status=ok_status(), settings=self._settings_for(command.settings))
         except Exception as exc:  # noqa: BLE001
@@ -248,6 +252,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         config = self.config
         group, topic = request.group.name, request.message_queue.topic.name
         client_id = client_id_of(context)
+        validation.subscription(group, topic, request.filter_expression)  # checked before it is recorded
         self.clients.subscribe(client_id, group, topic, request.filter_expression)
         if request.HasField("invisible_duration"):
             invisible_ms = _ms(request.invisible_duration)
@@ -285,6 +290,12 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
     async def ForwardMessageToDeadLetterQueue(self, request, context):
         await self.consume.dead_letter(request.group.name, request.topic.name, request.receipt_handle)
         return svc.ForwardMessageToDeadLetterQueueResponse(status=ok_status())
+
+    @unary(svc.SyncLiteSubscriptionResponse)
+    async def SyncLiteSubscription(self, request, context):
+        return svc.SyncLiteSubscriptionResponse(status=pb.Status(
+            code=Code.NOT_IMPLEMENTED, message="lite topics (SyncLiteSubscription) are not supported by rocketraft; "
+            "subscribe to a normal topic"))
 
     # -- offset-based consumption ---------------------------------------------------------------------------
     async def PullMessage(self, request, context):

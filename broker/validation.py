@@ -92,6 +92,25 @@ def filter_expression(expr: pb.FilterExpression) -> None:
     rules.check_tag_expression(expr.expression)
 
 
+def subscription(group: str, topic: str, expr: pb.FilterExpression) -> None:
+    """One subscription a consumer declares (Telemetry settings, ReceiveMessage): its group, topic and filter."""
+    group_name(group)
+    topic_name(topic)
+    filter_expression(expr)
+
+
+def settings(theirs: pb.Settings) -> None:
+    """A client's Telemetry settings: every group, topic and filter in them, before anything is recorded."""
+    if theirs.HasField("publishing"):
+        for topic in theirs.publishing.topics:
+            topic_name(topic.name)
+    if theirs.HasField("subscription"):
+        group_name(theirs.subscription.group.name)
+        for entry in theirs.subscription.subscriptions:
+            topic_name(entry.topic.name)
+            filter_expression(entry.expression)
+
+
 def invisible_ms(duration_ms: int, config: BrokerConfig) -> int:
     if not config.invisibleTimeMillisMin <= duration_ms <= config.invisibleTimeMillisMax:
         raise RocketraftError(f"invisible duration {duration_ms} ms: use {config.invisibleTimeMillisMin}.."

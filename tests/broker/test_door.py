@@ -137,3 +137,63 @@ def test_a_request_apply_could_not_store_is_refused_by_name_and_the_group_goes_o
     assert send_status(cluster, after).code == Code.OK
     wait_until(lambda: served_everywhere(cluster, after.system_properties.message_id), 10,
                f"every replica to store and serve the send after {name}")
+
+
+GARBAGE = b"\xff\xff\xff\xff not a protobuf message"
+
+
+def raw_call(cluster, address: str, path: str, deserializer, streaming: bool = False):
+    """Send GARBAGE as the whole request of `path` (no serializer: the bytes go on the wire as they are)."""
+    channel = cluster.channel(address)
+    if streaming:
+        return list(channel.unary_stream(path, response_deserializer=deserializer)(GARBAGE, timeout=5))
+    return channel.unary_unary(path, response_deserializer=deserializer)(GARBAGE, timeout=5)
+
+
+def test_undecodable_requests_get_a_named_error_and_no_traceback(cluster):
+    import grpc
+
+    master = cluster.address_of[cluster.wait_master()]
+    v2 = "/apache.rocketmq.v2.MessagingService/"
+    sent = raw_call(cluster, master, v2 + "SendMessage", svc.SendMessageResponse.FromString)
+    assert sent.status.code == Code.BAD_REQUEST
+    assert "not a valid apache.rocketmq.v2.SendMessageRequest" in sent.status.message, sent.status
+    [received] = raw_call(cluster, master, v2 + "ReceiveMessage", svc.ReceiveMessageResponse.FromString, True)
+    assert received.status.code == Code.BAD_REQUEST
+    changed = raw_call(cluster, master, "/rocketraft.internal.v1.BrokerAdmin/CreateTopic",
+                       ipb.BrokerChangeResponse.FromString)
+    assert changed.code == Code.BAD_REQUEST and "not a valid" in changed.message, changed
+    with pytest.raises(grpc.RpcError) as status_call:  # a response with no field for an error: gRPC's own status
+        raw_call(cluster, master, "/rocketraft.internal.v1.BrokerAdmin/Status", ipb.BrokerStatusResponse.FromString)
+    assert status_call.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    routed = raw_call(cluster, cluster.namesrv_address, v2 + "QueryRoute", svc.QueryRouteResponse.FromString)
+    assert routed.status.code == Code.BAD_REQUEST
+    lite = stub(cluster).SyncLiteSubscription(svc.SyncLiteSubscriptionRequest(), timeout=5)
+    assert lite.status.code == Code.NOT_IMPLEMENTED and "lite topics" in lite.status.message, lite.status
+    assert_no_traceback(cluster)
+
+
+def test_a_bad_telemetry_frame_or_settings_are_answered_and_the_stream_goes_on(cluster):
+    bad_group = svc.TelemetryCommand(settings=pb.Settings(
+        client_type=pb.ClientType.SIMPLE_CONSUMER, subscription=pb.Subscription(
+            group=pb.Resource(name=""), subscriptions=[pb.SubscriptionEntry(topic=pb.Resource(name=TOPIC))])))
+    good = svc.TelemetryCommand(settings=pb.Settings(client_type=pb.ClientType.PRODUCER, publishing=pb.Publishing(
+        topics=[pb.Resource(name=TOPIC)])))
+    frames = [GARBAGE, bad_group.SerializeToString(), good.SerializeToString()]
+    telemetry = cluster.channel(cluster.address_of[cluster.wait_master()]).stream_stream(
+        "/apache.rocketmq.v2.MessagingService/Telemetry", response_deserializer=svc.TelemetryCommand.FromString)
+    replies = telemetry(iter(frames), timeout=5, metadata=[("x-mq-client-id", "door-telemetry")])
+    answers = [next(replies) for _ in frames]
+    replies.cancel()
+    assert answers[0].status.code == Code.BAD_REQUEST and "TelemetryCommand" in answers[0].status.message
+    assert answers[1].status.code == Code.ILLEGAL_CONSUMER_GROUP, answers[1].status
+    assert answers[2].status.code == Code.OK and answers[2].settings.publishing.max_body_size > 0, answers[2]
+    assert_no_traceback(cluster)
+
+
+def assert_no_traceback(cluster) -> None:
+    import glob
+
+    for path in glob.glob(f"{cluster.base_dir}/logs/*.log"):
+        with open(path, errors="replace") as f:
+            assert "Traceback" not in f.read(), f"a traceback in {path}"

@@ -1,0 +1,105 @@
+"""How the broker and the NameServer put a gRPC service on a server: every request is decoded here, and one that
+is not a valid protobuf message of its type gets a named error instead of a traceback.
+
+grpcio's generated `add_..._to_server` decodes requests with `FromString`; garbage bytes then raise inside grpc,
+which logs an ERROR with a full traceback per request (anyone could flood the log) and answers UNKNOWN. Here a
+request that does not decode is answered without calling the servicer: a v2 response with status BAD_REQUEST, an
+internal response with code BAD_REQUEST, or (for a response type with neither) the gRPC status INVALID_ARGUMENT;
+each names the message type and the decoder's complaint. A bidirectional stream (Telemetry) hands its servicer an
+`Undecodable` for the frame instead, so the stream goes on.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+
+import grpc
+from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
+from google.protobuf.message import DecodeError
+from google.protobuf.message_factory import GetMessageClass
+
+from .wire import Code, pb
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Undecodable:
+    """A request frame that is not a valid message of its type."""
+    type_name: str
+    problem: str
+
+    @property
+    def message(self) -> str:
+        return f"the request is not a valid {self.type_name} ({self.problem}); send a protobuf-encoded " \
+               f"{self.type_name}"
+
+
+def _decoder(message_cls):
+    def decode(data: bytes):
+        try:
+            return message_cls.FromString(data)
+        except (DecodeError, ValueError, RuntimeError) as exc:
+            log.debug("undecodable %s of %d bytes: %s", message_cls.DESCRIPTOR.name, len(data), exc)
+            return Undecodable(message_cls.DESCRIPTOR.full_name, str(exc) or type(exc).__name__)
+
+    return decode
+
+
+def refusal(response_cls, undecodable: Undecodable):
+    """The response that answers an undecodable request, or None if its type has no field for an error."""
+    fields = response_cls.DESCRIPTOR.fields_by_name
+    if "status" in fields and fields["status"].message_type is pb.Status.DESCRIPTOR:
+        return response_cls(status=pb.Status(code=Code.BAD_REQUEST, message=undecodable.message))
+    if "code" in fields and "message" in fields:
+        return response_cls(code=Code.BAD_REQUEST, message=undecodable.message)
+    return None
+
+
+def _unary(method, response_cls):
+    @functools.wraps(method)
+    async def handle(request, context):
+        if isinstance(request, Undecodable):
+            answer = refusal(response_cls, request)
+            if answer is None:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+            return answer
+        return await method(request, context)
+
+    return handle
+
+
+def _server_streaming(method, response_cls):
+    @functools.wraps(method)
+    async def handle(request, context):
+        if isinstance(request, Undecodable):
+            answer = refusal(response_cls, request)
+            if answer is None:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+            yield answer
+            return
+        async for response in method(request, context):
+            yield response
+
+    return handle
+
+
+def _handler(servicer, method: MethodDescriptor):
+    request_cls, response_cls = GetMessageClass(method.input_type), GetMessageClass(method.output_type)
+    implementation = getattr(servicer, method.name)
+    decode, encode = _decoder(request_cls), response_cls.SerializeToString
+    if method.client_streaming and method.server_streaming:  # the servicer receives Undecodable frames itself
+        return grpc.stream_stream_rpc_method_handler(implementation, decode, encode)
+    if method.client_streaming:
+        return grpc.stream_unary_rpc_method_handler(implementation, decode, encode)
+    if method.server_streaming:
+        return grpc.unary_stream_rpc_method_handler(_server_streaming(implementation, response_cls), decode, encode)
+    return grpc.unary_unary_rpc_method_handler(_unary(implementation, response_cls), decode, encode)
+
+
+def add_service(server: grpc.aio.Server, servicer, service: ServiceDescriptor) -> None:
+    """Serve every method of `service` from `servicer` (an instance of its generated Servicer class)."""
+    handlers = {method.name: _handler(servicer, method) for method in service.methods}
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
