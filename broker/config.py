@@ -111,6 +111,7 @@ class BrokerConfig:
     # storeMapCleanForciblyRatio (both below the ratios at which sends are refused, so cleanup comes first)
     fileReservedTime: float = 72.0
     cleanResourceInterval: int = 10_000
+    cleanFileForciblyEnable: bool = True  # false: only fileReservedTime deletes (space never forces a cleanup)
     diskSpaceCleanForciblyRatio: int = 70
     storeMapCleanForciblyRatio: int = 80
     cleanMessagesPerCommandMax: int = 10_000  # consume-queue entries one retention command deletes (one apply)
@@ -247,14 +248,14 @@ class BrokerConfig:
                              "(fractions allowed: 0.001 = 3.6 s; at least 1 ms)")
         if self.cleanResourceInterval < 1:
             raise ValueError(f"cleanResourceInterval {self.cleanResourceInterval}: use at least 1 (ms)")
-        if not 1 <= self.diskSpaceCleanForciblyRatio < self.diskMaxUsedSpaceRatio:
-            raise ValueError(f"diskSpaceCleanForciblyRatio {self.diskSpaceCleanForciblyRatio}: use 1..(diskMaxUsedSpace"
-                             f"Ratio - 1) = 1..{self.diskMaxUsedSpaceRatio - 1} (percent), so the oldest messages "
-                             "are deleted before sends are refused")
-        if not 1 <= self.storeMapCleanForciblyRatio < self.storeMapMaxUsedRatio:
-            raise ValueError(f"storeMapCleanForciblyRatio {self.storeMapCleanForciblyRatio}: use 1..(storeMapMaxUsed"
-                             f"Ratio - 1) = 1..{self.storeMapMaxUsedRatio - 1} (percent of storeMapSizeBytes), so the "
-                             "oldest messages are deleted before sends are refused")
+        if not 1 <= self.diskSpaceCleanForciblyRatio <= 99:
+            raise ValueError(f"diskSpaceCleanForciblyRatio {self.diskSpaceCleanForciblyRatio}: use 1..99 (percent; "
+                             f"below diskMaxUsedSpaceRatio={self.diskMaxUsedSpaceRatio} so the oldest messages are "
+                             "deleted before sends are refused)")
+        if not 1 <= self.storeMapCleanForciblyRatio <= 99:
+            raise ValueError(f"storeMapCleanForciblyRatio {self.storeMapCleanForciblyRatio}: use 1..99 (percent of "
+                             f"storeMapSizeBytes; below storeMapMaxUsedRatio={self.storeMapMaxUsedRatio} so the oldest "
+                             "messages are deleted before sends are refused)")
         if self.cleanMessagesPerCommandMax < 1:
             raise ValueError(f"cleanMessagesPerCommandMax {self.cleanMessagesPerCommandMax}: use at least 1")
         if self.dLegerCompactionMinEntries < 1:

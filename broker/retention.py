@@ -61,7 +61,7 @@ class Retention:
         cfg = self.config
         command = spb.RetentionCommand(cutoff_ms=max(0, time.time_ns() // 1_000_000 - cfg.file_reserved_ms),
                                        messages_max=cfg.cleanMessagesPerCommandMax)
-        pressure = self.space_pressure()
+        pressure = self.space_pressure() if cfg.cleanFileForciblyEnable else None
         if pressure is not None:
             floor, applied = self.broker.sm.retention_floor, self.broker.status.applied_index
             command.force_floor = floor + max(1, (applied - floor) // FORCED_STEP_FRACTION)

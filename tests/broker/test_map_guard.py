@@ -26,6 +26,8 @@ def tmpfs_cluster(tmp_path):
     made: list[tuple[DevCluster, list[str]]] = []
 
     def make(**broker_settings) -> DevCluster:
+        # forced cleanup (retention) off: these tests fill the filesystem on purpose and look at the guards alone
+        broker_settings.setdefault("cleanFileForciblyEnable", False)
         cluster = DevCluster(str(tmp_path / f"c{len(made)}"), broker_settings=broker_settings)
         mounts = [cluster.config_of(i).data_dir for i in cluster.ids]
         made.append((cluster, mounts))
