@@ -138,3 +138,23 @@ def test_two_replicas_applying_the_same_commands_hold_the_same_tables(tmp_path):
     finally:
         a.store.close()
         b.store.close()
+
+
+def test_a_pending_half_message_pins_the_floor_until_its_transaction_ends(m):
+    m.apply(send("h", 0, 100, half=True))                          # index 2: half, no outcome yet
+    m.apply(send("e", 0, 100))                                     # index 3
+    assert m.apply(retention(cutoff_ms=200))[0].floor == 1          # e deleted; h holds the log
+    m.apply(spb.Command(end_transaction=spb.EndTransactionCommand(topic="T", message_id="h", commit=False,
+                                                                  now_ms=150)))
+    assert m.apply(retention(cutoff_ms=200))[0].floor == 5          # rolled back: nothing references the log
+    assert m.table(t.MSGID) == {}
+
+
+def test_a_deleted_topics_messages_are_passed_by_the_next_floor(m):
+    m.apply(topic("U", 1))
+    m.apply(send("old", 0, 100))                                   # index 3, topic T
+    m.apply(spb.Command(send=spb.SendCommand(message=b"", queue_id=0, store_ms=900, topic="U", message_id="u")))
+    assert m.apply(retention(cutoff_ms=50))[0].floor == 2           # nothing old enough yet: T's message holds it
+    m.apply(spb.Command(topic=spb.TopicCommand(
+        topic_config=ipb.TopicConfig(name="T").SerializeToString(), delete=True)))
+    assert m.apply(retention(cutoff_ms=50))[0].floor == 3           # T deleted: only U's message (index 4) is kept
