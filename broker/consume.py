@@ -146,7 +146,7 @@ class Consume:
                 raise OffsetMovedError(
                     f"offset {offset} of {topic} queue {queue} is below the queue's first offset {first}: retention "
                     f"deleted those messages (fileReservedTime={self.config.fileReservedTime} h, or forced cleanup "
-                    f"for space); resume at {first}", first)
+                    f"for space); resume at {first}", next_offset=first)
             if messages or time.monotonic() >= deadline or next_offset > offset:
                 if messages and self.traffic is not None:
                     self.traffic.count_delivered(topic, group, [len(m.body) for m in messages])

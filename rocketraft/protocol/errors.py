@@ -122,7 +122,7 @@ class OffsetMovedError(RocketraftError):
     OFFSET_TOO_SMALL; in v2 the status ILLEGAL_OFFSET followed by the offset to resume at (next_offset)."""
     code = Code.ILLEGAL_OFFSET
 
-    def __init__(self, message: str, next_offset: int | None = None, code: int | None = None):
+    def __init__(self, message: str, code: int | None = None, next_offset: int | None = None):
         super().__init__(message, code)
         self.next_offset = next_offset
 
