@@ -158,3 +158,22 @@ def test_a_deleted_topics_messages_are_passed_by_the_next_floor(m):
     m.apply(spb.Command(topic=spb.TopicCommand(
         topic_config=ipb.TopicConfig(name="T").SerializeToString(), delete=True)))
     assert m.apply(retention(cutoff_ms=50))[0].floor == 3           # T deleted: only U's message (index 4) is kept
+
+
+def test_pages_freed_by_retention_count_as_free_for_the_guards(tmp_path):
+    from broker.guards import DiskGuard, MapGuard
+
+    machine = Machine(str(tmp_path / "store"))
+    try:
+        machine.apply(topic("T", 1))
+        for e in range(20):
+            machine.apply(*[send(f"m{e}-{i}", 0, 100, key="k" * 100) for i in range(200)])
+        disk = DiskGuard(str(tmp_path), 75, 0, machine.store)
+        guard = MapGuard(machine.store, disk, 90, 0)
+        full_live, full_reusable = guard.measure(), disk.reusable_bytes()
+        machine.apply(retention(cutoff_ms=200, messages_max=10_000))
+        machine.apply(retention(cutoff_ms=200))  # the pages freed by the first are reusable once it is committed
+        assert guard.measure() < full_live / 2, (guard.measure(), full_live)
+        assert disk.reusable_bytes() > full_reusable + full_live / 2, (disk.reusable_bytes(), full_reusable)
+    finally:
+        machine.store.close()
