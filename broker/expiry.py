@@ -19,6 +19,7 @@ The state machine stores the floor (table retain) and, once it is committed, tel
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, NamedTuple
 
 from rocketraft.proto import store_pb2 as spb
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
     from .statemachine import BrokerStateMachine
 
 
+log = logging.getLogger(__name__)
+
+
 class RetentionResult(NamedTuple):
     floor: int            # no table references the log at or below this index
     deleted: int          # consume-queue entries deleted by this command
@@ -38,6 +42,8 @@ class RetentionResult(NamedTuple):
 
 def apply_retention(sm: BrokerStateMachine, command: spb.RetentionCommand, index: int, txn) -> RetentionResult:
     old = sm.retention_floor
+    if txn.get(t.RETAIN_REFS_BUILT, db=sm.db[t.RETAIN]) is None:
+        _build_refs(sm, txn)
     budget = max(1, command.messages_max)
     heads, moved, deleted = _trim_queue_heads(sm, command, budget, txn)
     if command.force_floor:
@@ -48,6 +54,25 @@ def apply_retention(sm: BrokerStateMachine, command: spb.RetentionCommand, index
         _move_consumers(sm, moved, txn)
     txn.put(t.RETAIN_FLOOR, t.u64(floor), db=sm.db[t.RETAIN])
     return RetentionResult(floor, deleted, capped or deleted >= budget)
+
+
+def _build_refs(sm: BrokerStateMachine, txn) -> None:
+    """A store written before the refs table: record, once, its pending delayed messages and every queue entry that
+    points below an earlier entry of its queue (delivered delayed, committed half, dead-lettered): one scan of the
+    timer and consume-queue tables, in this apply, on every replica alike."""
+    refs_db, added = sm.db[t.REFS], 0
+    for key, _ in txn.cursor(db=sm.db[t.TIMER]):
+        _, index, slot = t.timer_of(key)
+        added += txn.put(t.ref_key(index, slot, t.REF_TIMER), b"", db=refs_db)
+    highest: dict[bytes, int] = {}
+    for key, value in txn.cursor(db=sm.db[t.CQ]):
+        qkey, cq = t.queue_key_of_cq_key(key), t.cq_entry(value)
+        if cq.index < highest.get(qkey, 0):
+            added += txn.put(t.ref_key(cq.index, cq.slot, t.REF_QUEUED, key), b"", db=refs_db)
+        else:
+            highest[qkey] = cq.index
+    txn.put(t.RETAIN_REFS_BUILT, b"", db=sm.db[t.RETAIN])
+    log.warning("retention: the store was written before the refs table: built it once (%d references)", added)
 
 
 def _trim_queue_heads(sm: BrokerStateMachine, command: spb.RetentionCommand, budget: int, txn):

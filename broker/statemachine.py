@@ -190,6 +190,8 @@ class BrokerStateMachine:
                                  "index only grows (an entry applied twice, or out of order)")
         self._queue_nums.clear()
         self._qmax.clear()
+        if index == 1:  # a store that starts with this version keeps the refs table from its first entry
+            txn.put(t.RETAIN_REFS_BUILT, b"", db=self.db[t.RETAIN])
         results = []
         for slot, payload in enumerate(entry.payloads):
             command = spb.Command.FromString(payload)

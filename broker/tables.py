@@ -20,6 +20,8 @@ committed read transactions. All integers are big-endian so keys sort by number.
                                                      its message was stored: delayed, committed half, %DLQ% (Q))
   retain    "floor"                               -> index:u64 (retention: no table references the log at or
                                                      below it; dledger may compact it away)
+            "refs"                                -> "" (the refs table is complete: kept from the first entry, or
+                                                     built once for a store written before it)
 
 Every key must stay within LMDB's key size (KEY_BYTES_MAX): the door's rules keep names, ids and keys short
 enough (rocketraft.protocol.limits), and apply refuses by name a command that would break it.
@@ -49,6 +51,7 @@ REFS = b"b_refs"
 RETAIN = b"b_retain"
 ALL = (TOPICS, GROUPS, QMAX, CQ, MSGID, KEYS, TIMER, HALF, OFFSETS, POPPED, INFLIGHT, REFS, RETAIN)
 RETAIN_FLOOR = b"floor"
+RETAIN_REFS_BUILT = b"refs"  # present: the refs table covers every entry (written at index 1, or built once)
 REF_TIMER = b"T"
 REF_QUEUED = b"Q"
 

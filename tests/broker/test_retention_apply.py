@@ -177,3 +177,21 @@ def test_pages_freed_by_retention_count_as_free_for_the_guards(tmp_path):
         assert disk.reusable_bytes() > full_reusable + full_live / 2, (disk.reusable_bytes(), full_reusable)
     finally:
         machine.store.close()
+
+
+def test_a_store_written_before_the_refs_table_gets_it_built_once_by_its_first_retention(m):
+    m.apply(send("d", 0, 100, deliver_at_ms=500))                  # index 2: delayed
+    m.apply(send("e", 0, 100))                                     # index 3: offset 0
+    m.apply(spb.Command(deliver_due=spb.DeliverDueCommand(now_ms=500, max_messages=10)))  # index 4: d at offset 1
+    m.apply(send("p", 1, 100, deliver_at_ms=9_000))                # index 5: delayed, pending
+    m.apply(send("f", 1, 600))                                     # index 6
+
+    def forget(txn):  # as a store written before: no refs, no marker
+        txn.drop(m.sm.db[t.REFS], delete=False)
+        txn.delete(t.RETAIN_REFS_BUILT, db=m.sm.db[t.RETAIN])
+    forget(m.store.write_txn())
+    m.store.commit()
+    assert m.table(t.REFS) == {}
+    kept = m.apply(retention(cutoff_ms=450))[0]                    # e goes; d (in its queue at 500) and p stay
+    assert kept.floor == 1 and m.offsets("T", 0) == [1]
+    assert set(m.table(t.REFS)) == {t.ref_key(2, 0, t.REF_QUEUED, t.cq_key("T", 0, 1)), t.ref_key(5, 0, t.REF_TIMER)}
