@@ -190,7 +190,7 @@ class BrokerStateMachine:
                                  "index only grows (an entry applied twice, or out of order)")
         self._queue_nums.clear()
         self._qmax.clear()
-        if index == 1:  # a store that starts with this version keeps the refs table from its first entry
+        if self._applied_index == 0:  # a new store keeps the refs table from its first entry (index 1 is a Raft no-op)
             txn.put(t.RETAIN_REFS_BUILT, b"", db=self.db[t.RETAIN])
         results = []
         for slot, payload in enumerate(entry.payloads):

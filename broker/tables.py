@@ -20,8 +20,8 @@ committed read transactions. All integers are big-endian so keys sort by number.
                                                      its message was stored: delayed, committed half, %DLQ% (Q))
   retain    "floor"                               -> index:u64 (retention: no table references the log at or
                                                      below it; dledger may compact it away)
-            "refs"                                -> "" (the refs table is complete: kept from the first entry, or
-                                                     built once for a store written before it)
+            "refs"                                -> "" (the refs table is complete: kept from the first entry
+                                                     applied, or built once for a store written before it)
 
 Every key must stay within LMDB's key size (KEY_BYTES_MAX): the door's rules keep names, ids and keys short
 enough (rocketraft.protocol.limits), and apply refuses by name a command that would break it.
