@@ -105,8 +105,8 @@ def committed_prefix(spark: SparkSession, entries: DataFrame, metas: list[StoreM
 # -- c. consume queues point at stored sends and are dense -----------------------------------------------------
 def consume_queues(spark: SparkSession, cq: DataFrame, sends: DataFrame, queues: DataFrame,
                    metas: list[StoreMeta]) -> dict:
-    bounds = spark.createDataFrame([(m.replica, m.first_index, m.last_index) for m in metas],
-                                   "replica string, first_index long, last_index long")
+    bounds = spark.createDataFrame([(m.replica, m.first_index, m.last_index, m.retention_floor) for m in metas],
+                                   "replica string, first_index long, last_index long, retention_floor long")
     targets = sends.select("group", "replica", "index", "slot", F.col("topic").alias("send_topic"),
                            F.col("queue_id").alias("send_queue"))
     dlq = F.col("topic").startswith(DLQ_PREFIX)
@@ -128,10 +128,10 @@ def consume_queues(spark: SparkSession, cq: DataFrame, sends: DataFrame, queues:
         result[f"{kind}_examples"] = _rows(checked.filter(F.col("status") == kind).select(*columns)
                                            .orderBy("replica", "topic", "queue_id", "offset")) if result[kind] else []
     result.update(_double_enqueued(cq.filter(~dlq)))
-    result.update(_gaps(cq, queues))
+    result.update(_gaps(cq, queues, bounds))
     result.update(_replicas_disagree(cq))
-    result["valid"] = not any(result[k] for k in ("dangling", "mismatched", "double_enqueued", "gaps",
-                                                    "replicas_disagree"))
+    result["valid"] = not any(result[k] for k in ("unverifiable_compacted", "dangling", "mismatched",
+                                                    "double_enqueued", "gaps", "replicas_disagree"))
     return result
 
 
@@ -147,14 +147,17 @@ def _double_enqueued(cq: DataFrame) -> dict:
     return {"double_enqueued": n, "double_enqueued_examples": examples}
 
 
-def _gaps(cq: DataFrame, queues: DataFrame) -> dict:
-    """Offsets of each queue are dense from its first retained offset up to its next offset (b_qmax)."""
+def _gaps(cq: DataFrame, queues: DataFrame, bounds: DataFrame) -> dict:
+    """Offsets of each queue are dense from its first retained offset up to its next offset (b_qmax). A queue may
+    be empty with a next offset above 0 only on a replica whose retention deleted messages (retention_floor > 0)."""
     keys = ["group", "replica", "topic", "queue_id"]
     spans = cq.groupBy(*keys).agg(F.min("offset").alias("first_offset"), F.max("offset").alias("last_offset"),
                                   F.count("*").alias("entries"))
-    joined = spans.join(queues, keys, "full_outer").fillna({"entries": 0})
+    joined = (spans.join(queues, keys, "full_outer").fillna({"entries": 0})
+              .join(F.broadcast(bounds.select("replica", "retention_floor")), "replica", "left"))
+    emptied = F.coalesce(F.col("retention_floor"), F.lit(0)) > 0
     gap = (F.col("next_offset").isNull()
-           | ((F.col("entries") == 0) & (F.col("next_offset") > 0))
+           | ((F.col("entries") == 0) & (F.col("next_offset") > 0) & ~emptied)
            | ((F.col("entries") > 0) & ((F.col("last_offset") - F.col("first_offset") + 1 != F.col("entries"))
                                         | (F.col("last_offset") + 1 != F.col("next_offset")))))
     bad = joined.filter(gap)

@@ -59,7 +59,7 @@ SCHEMAS = {
     "cq": "group string, replica string, topic string, queue_id int, offset long, index long, slot int",
     "queues": "group string, replica string, topic string, queue_id int, next_offset long",
     "meta": "group string, replica string, path string, first_index long, last_index long, commit_index long, "
-            "applied_index long, term long, store_bytes long",
+            "applied_index long, term long, store_bytes long, retention_floor long",
 }
 
 
@@ -347,5 +347,5 @@ def _read_meta(part: Part) -> Iterator:
     out = Batcher("meta")
     meta = read_meta(part.ref)
     out.add(meta.group, meta.replica, meta.path, meta.first_index, meta.last_index, meta.commit_index,
-            meta.applied_index, meta.term, meta.store_bytes)
+            meta.applied_index, meta.term, meta.store_bytes, meta.retention_floor)
     yield out.flush()

@@ -30,6 +30,8 @@ from dledger.logformat import (
 from dledger.storecheck import check_tree
 
 DATA_FILE = "data.mdb"
+RETAIN_DB = b"b_retain"  # broker/tables.py RETAIN
+RETAIN_FLOOR = b"floor"  # broker/tables.py RETAIN_FLOOR
 
 
 class Problem(enum.Enum):
@@ -70,6 +72,7 @@ class StoreMeta:
     applied_index: int
     term: int
     store_bytes: int
+    retention_floor: int = 0  # the broker's retention floor (b_retain): 0 = retention never deleted anything
 
 
 def open_env(path: str) -> lmdb.Environment:
@@ -147,10 +150,19 @@ def read_meta(ref: StoreRef) -> StoreMeta:
             last = key_index(cursor.key()) if cursor.last() else 0
             meta = {key: _u64_or_zero(txn.get(key, db=meta_db)) for key in (META_COMMIT_INDEX, META_APPLIED_INDEX,
                                                                             META_TERM)}
+            floor = _retention_floor(env, txn)
     finally:
         env.close()
     return StoreMeta(ref.group, ref.replica, ref.path, first, last, meta[META_COMMIT_INDEX], meta[META_APPLIED_INDEX],
-                     meta[META_TERM], os.path.getsize(os.path.join(ref.path, DATA_FILE)))
+                     meta[META_TERM], os.path.getsize(os.path.join(ref.path, DATA_FILE)), floor)
+
+
+def _retention_floor(env: lmdb.Environment, txn: lmdb.Transaction) -> int:
+    """The broker's retention floor (broker/tables.py RETAIN, key "floor"); 0 without one."""
+    try:
+        return _u64_or_zero(txn.get(RETAIN_FLOOR, db=env.open_db(RETAIN_DB, txn=txn, create=False)))
+    except lmdb.NotFoundError:
+        return 0
 
 
 def _u64_or_zero(raw: bytes | None) -> int:

@@ -26,6 +26,7 @@ _DLEDGER = dledger.ReplicaConfig  # its class attributes are dledger's defaults
 WRITE_RETRY_MILLIS_MAX = 60_000
 METRICS_PORT_DEFAULT = 5557  # RocketMQ 5's metricsPromExporterPort
 PORT_MAX = 65_535
+FILE_RESERVED_HOURS_MAX = 24 * 365 * 100
 
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -103,6 +104,22 @@ class BrokerConfig:
     transactionTimeOut: int = 6_000  # a half message older than this is checked back
     transactionCheckInterval: int = 30_000
     transactionCheckMax: int = 15  # then rolled back
+    # message retention (docs/broker.md, "Retention"): the master deletes, on every replica at once through Raft,
+    # messages stored more than fileReservedTime hours ago (RocketMQ's key and unit; fractions allowed, e.g.
+    # 0.001 = 3.6 s), checking every cleanResourceInterval ms, and the oldest messages whatever their age while the
+    # store's filesystem (net of LMDB's reusable pages) is above diskSpaceCleanForciblyRatio or its LMDB map above
+    # storeMapCleanForciblyRatio (both below the ratios at which sends are refused, so cleanup comes first)
+    fileReservedTime: float = 72.0
+    cleanResourceInterval: int = 10_000
+    cleanFileForciblyEnable: bool = True  # false: only fileReservedTime deletes (space never forces a cleanup)
+    diskSpaceCleanForciblyRatio: int = 70
+    storeMapCleanForciblyRatio: int = 80
+    # consume-queue entries one retention command deletes: one apply on every replica's Raft thread (~8 us each)
+    cleanMessagesPerCommandMax: int = 2_000
+    # Raft log compaction (dledger): the log prefix below the retention floor is compacted (a snapshot, then the
+    # prefix deleted) once this many entries can go, at most once per interval
+    dLegerCompactionMinEntries: int = _DLEDGER.compaction_min_entries
+    dLegerCompactionMinIntervalMs: int = _DLEDGER.compaction_min_interval_ms
     # NameServer registration
     heartbeatIntervalMillis: int = 1_000
     heartbeatTimeoutMillis: int = 3_000  # NameServers drop this replica after this silence
@@ -168,7 +185,8 @@ class BrokerConfig:
             election_timeout_max_ms=self.dLegerElectionTimeoutMaxMs,
             leader_fallback_timeout_ms=self.dLegerLeaderFallbackTimeoutMs or None,
             append_timeout_ms=self.dLegerMaxWaitAckTimeMs, entry_bytes_max=self.entry_bytes_max,
-            join_as_voter=self.dLegerJoinAsVoter)
+            join_as_voter=self.dLegerJoinAsVoter, compaction_min_entries=self.dLegerCompactionMinEntries,
+            compaction_min_interval_ms=self.dLegerCompactionMinIntervalMs)
 
     @property
     def entry_bytes_max(self) -> int:
@@ -204,6 +222,7 @@ class BrokerConfig:
         if not self.namesrv_addresses:
             raise ValueError("namesrvAddr is empty: give at least one NameServer host:port")
         self._validate_metrics()
+        self._validate_retention()
         self.delay_levels_ms  # noqa: B018 - validates the format
         self._validate_raft()
         return self
@@ -219,6 +238,31 @@ class BrokerConfig:
         if any(c.isspace() or c in "/[]" for c in self.metricsListenHost):
             raise ValueError(f"metricsListenHost {self.metricsListenHost!r}: give a host name or IP address "
                              "(\"\" = the host of listenAddress)")
+
+    @property
+    def file_reserved_ms(self) -> int:
+        return round(self.fileReservedTime * 3_600_000)
+
+    def _validate_retention(self) -> None:
+        if not (0 < self.fileReservedTime <= FILE_RESERVED_HOURS_MAX) or self.file_reserved_ms < 1:
+            raise ValueError(f"fileReservedTime {self.fileReservedTime}: use hours in (0, {FILE_RESERVED_HOURS_MAX}] "
+                             "(fractions allowed: 0.001 = 3.6 s; at least 1 ms)")
+        if self.cleanResourceInterval < 1:
+            raise ValueError(f"cleanResourceInterval {self.cleanResourceInterval}: use at least 1 (ms)")
+        if not 1 <= self.diskSpaceCleanForciblyRatio <= 99:
+            raise ValueError(f"diskSpaceCleanForciblyRatio {self.diskSpaceCleanForciblyRatio}: use 1..99 (percent; "
+                             f"below diskMaxUsedSpaceRatio={self.diskMaxUsedSpaceRatio} so the oldest messages are "
+                             "deleted before sends are refused)")
+        if not 1 <= self.storeMapCleanForciblyRatio <= 99:
+            raise ValueError(f"storeMapCleanForciblyRatio {self.storeMapCleanForciblyRatio}: use 1..99 (percent of "
+                             f"storeMapSizeBytes; below storeMapMaxUsedRatio={self.storeMapMaxUsedRatio} so the oldest "
+                             "messages are deleted before sends are refused)")
+        if self.cleanMessagesPerCommandMax < 1:
+            raise ValueError(f"cleanMessagesPerCommandMax {self.cleanMessagesPerCommandMax}: use at least 1")
+        if self.dLegerCompactionMinEntries < 1:
+            raise ValueError(f"dLegerCompactionMinEntries {self.dLegerCompactionMinEntries}: use at least 1")
+        if self.dLegerCompactionMinIntervalMs < 0:
+            raise ValueError(f"dLegerCompactionMinIntervalMs {self.dLegerCompactionMinIntervalMs}: use 0 or more (ms)")
 
     def _validate_raft(self) -> None:
         heartbeat, low, high = (self.dLegerHeartBeatTimeIntervalMs, self.dLegerElectionTimeoutMinMs,
@@ -297,8 +341,8 @@ def to_toml(config: BrokerConfig) -> str:
     for key, value in dataclasses.asdict(config).items():
         if isinstance(value, bool):
             lines.append(f"{key} = {'true' if value else 'false'}")
-        elif isinstance(value, int):
-            lines.append(f"{key} = {value}")
+        elif isinstance(value, int | float):
+            lines.append(f"{key} = {value!r}")
         else:
             lines.append(f'{key} = "{value}"')
     return "\n".join(lines) + "\n"

@@ -8,7 +8,7 @@ import collections
 import time
 
 from rocketraft.proto import store_pb2 as spb
-from rocketraft.protocol.errors import RocketraftError
+from rocketraft.protocol.errors import OffsetMovedError, RocketraftError
 from rocketraft.protocol.rules import tag_filter
 from rocketraft.protocol.wire import Code, ipb, pb
 
@@ -139,8 +139,14 @@ class Consume:
         deadline = time.monotonic() + long_polling_ms / 1000
         sm, scan_max = self.broker.sm, self.config.popScanOffsetsMax
         while True:
-            messages, next_offset = self.broker.read(lambda txn: reads.queue_messages(
-                sm, txn, topic, queue, offset, batch_size, scan_max, accept))
+            first, (messages, next_offset) = self.broker.read(lambda txn: (
+                reads.queue_range(sm, txn, topic, queue)[0],
+                reads.queue_messages(sm, txn, topic, queue, offset, batch_size, scan_max, accept)))
+            if offset < first:
+                raise OffsetMovedError(
+                    f"offset {offset} of {topic} queue {queue} is below the queue's first offset {first}: retention "
+                    f"deleted those messages (fileReservedTime={self.config.fileReservedTime} h, or forced cleanup "
+                    f"for space); resume at {first}", next_offset=first)
             if messages or time.monotonic() >= deadline or next_offset > offset:
                 if messages and self.traffic is not None:
                     self.traffic.count_delivered(topic, group, [len(m.body) for m in messages])

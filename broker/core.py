@@ -35,7 +35,10 @@ class Broker:
     def __init__(self, config: BrokerConfig):
         self.config = config
         self.sm = BrokerStateMachine()
+        self.replica: dledger.Replica | None = None
+        self.sm.add_floor_listener(self._retention_floor_committed)
         self.replica = dledger.Replica.open(config.replica_config(), self.sm)
+        self.replica.set_retention_floor(self.sm.retention_floor)  # the floor is kept in the tables, not by dledger
         self.store = self.replica.store
         self.guards = WriteGuards(self.store, config.data_dir, config.advertised, config.diskMaxUsedSpaceRatio,
                                   config.storeMapMaxUsedRatio, config.diskCheckIntervalMs)
@@ -49,6 +52,11 @@ class Broker:
         # the client (gRPC) address of every replica of this group, as the NameServers know them; set by the
         # server. Only a refused write (slaveForwardEnable=false) asks it, to name the master's address.
         self.replica_addresses: Callable[[], Awaitable[dict[str, str]]] | None = None
+
+    def _retention_floor_committed(self, floor: int) -> None:
+        """Raft thread, after the commit of a retention command's apply: dledger may compact the log up to it."""
+        if self.replica is not None:
+            self.replica.set_retention_floor(floor)
 
     # -- lifecycle ----------------------------------------------------------------------------------------
     def start(self) -> None:

@@ -17,10 +17,13 @@ log = logging.getLogger(__name__)
 
 
 class DiskGuard:
-    """Refuses writes that add data while the store's filesystem is fuller than diskMaxUsedSpaceRatio."""
+    """Refuses writes that add data while the store's filesystem is fuller than diskMaxUsedSpaceRatio. Pages of the
+    store's file that LMDB will reuse (freed by retention) count as free: the file never shrinks, but it stops
+    growing while they last."""
 
-    def __init__(self, path: str, ratio_max_percent: int, check_interval_ms: int):
+    def __init__(self, path: str, ratio_max_percent: int, check_interval_ms: int, store=None):
         self.path = path
+        self.store = store  # dledger's Store, or None: its reusable pages count as free
         self.ratio_max_percent = ratio_max_percent
         self._interval_s = check_interval_ms / 1000
         self._checked_at = 0.0
@@ -30,11 +33,22 @@ class DiskGuard:
         now = time.monotonic()
         if now - self._checked_at >= self._interval_s:
             st = os.statvfs(self.path)
-            used = (st.f_blocks - st.f_bfree) * st.f_frsize
-            avail = st.f_bavail * st.f_frsize
+            reusable = self.reusable_bytes()
+            used = max(0, (st.f_blocks - st.f_bfree) * st.f_frsize - reusable)
+            avail = st.f_bavail * st.f_frsize + reusable
             self._used_percent = 100.0 * used / (used + avail) if used + avail else 100.0
             self._checked_at = now
         return self._used_percent
+
+    def reusable_bytes(self) -> int:
+        """Bytes of the store's file that hold no data now (LMDB reuses them before the file grows)."""
+        if self.store is None:
+            return 0
+        try:
+            return max(0, self.store.disk_bytes() - self.store.live_bytes())
+        except Exception as exc:  # noqa: BLE001 - the environment is being swapped (snapshot install)
+            log.debug("cannot read the LMDB usage of %s: %s", self.store.path, exc)
+            return 0
 
     def check(self) -> None:
         used = self.used_percent()
@@ -63,7 +77,9 @@ class MapGuard:
         self._admitted_max = store.map_size_bytes // 100
 
     def used_bytes(self) -> int:
-        """Pages in use up to LMDB's high-water mark (last_pgno), as LMDB counts them against the map."""
+        """Pages LMDB's trees use (Store.live_bytes): freed pages are reused before the file grows, so once retention
+        deletes messages this goes down and sends are admitted again. The headroom between storeMapMaxUsedRatio and
+        the map covers pages freed but not yet reusable (a reader, such as a snapshot copy, still sees them)."""
         now = time.monotonic()
         if now - self._checked_at >= self._interval_s or self._admitted >= self._admitted_max:
             self._admitted = 0
@@ -75,8 +91,7 @@ class MapGuard:
         """used_bytes read now, changing nothing (the metrics call it from their own thread); `default` while the
         environment is being swapped."""
         try:
-            env = self.store.env
-            return (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+            return self.store.live_bytes()
         except Exception as exc:  # noqa: BLE001 - the environment is being swapped
             log.debug("cannot read the LMDB map usage of %s: %s", self.store.path, exc)
             return default
@@ -104,7 +119,7 @@ class WriteGuards:
 
     def __init__(self, store, data_dir: str, advertised: str, disk_ratio_max_percent: int,
                  map_ratio_max_percent: int, check_interval_ms: int):
-        self.disk = DiskGuard(data_dir, disk_ratio_max_percent, check_interval_ms)
+        self.disk = DiskGuard(data_dir, disk_ratio_max_percent, check_interval_ms, store)
         self.map = MapGuard(store, self.disk, map_ratio_max_percent, check_interval_ms)
         self._advertised = advertised
 

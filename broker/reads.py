@@ -54,12 +54,14 @@ def queue_end(sm: BrokerStateMachine, txn, topic: str, queue: int) -> int:
 
 
 def queue_range(sm: BrokerStateMachine, txn, topic: str, queue: int) -> tuple[int, int]:
-    """(min offset, max offset) of a queue: offsets min..max-1 hold messages."""
+    """(min offset, max offset) of a queue: offsets min..max-1 hold messages (retention deletes from the head;
+    a forced cleanup may leave gaps)."""
     cur = txn.cursor(db=sm.db[t.CQ])
-    low = 0
+    end = queue_end(sm, txn, topic, queue)
+    low = end  # empty: every message was deleted by retention (or none was stored)
     if cur.set_range(t.cq_key(topic, queue, 0)) and cur.key().startswith(t.queue_key(topic, queue)):
         low = t.offset_of_cq_key(cur.key())
-    return low, queue_end(sm, txn, topic, queue)
+    return low, end
 
 
 def queue_messages(sm: BrokerStateMachine, txn, topic: str, queue: int, offset: int, batch_size: int,

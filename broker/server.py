@@ -31,6 +31,7 @@ from .clients import ClientRegistry
 from .consume import Consume
 from .core import Broker, now_ms
 from .queries import Queries
+from .retention import Retention
 from .service import BrokerAdminService, MessagingService
 from .topics import Topics
 from .traffic import Traffic
@@ -120,6 +121,7 @@ class BrokerServer:
         self.writes = Writes(self.broker, self.topics)
         self.consume = Consume(self.broker, self.topics)
         self.queries = Queries(self.broker, self.topics)
+        self.retention = Retention(self.broker, config)
         self.clients = ClientRegistry(config.clientExpiryMillis)
         self.traffic = Traffic() if config.metrics_address else None  # nothing is counted while metrics are off
         self.writes.traffic = self.consume.traffic = self.traffic
@@ -167,7 +169,8 @@ class BrokerServer:
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._register_loop(), name="register"),
                        loop.create_task(self._timer_loop(), name="timers"),
-                       loop.create_task(self._transaction_check_loop(), name="tx-check")]
+                       loop.create_task(self._transaction_check_loop(), name="tx-check"),
+                       loop.create_task(self.retention.run(), name="retention")]
 
     async def stop(self) -> None:
         for task in self._tasks:

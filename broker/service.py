@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from rocketraft.protocol.errors import RocketraftError
+from rocketraft.protocol.errors import OffsetMovedError, RocketraftError
 from rocketraft.protocol.limits import PUSH_LONG_POLLING_MS, PUSH_RECEIVE_BATCH_SIZE, RETRY_BACKOFF_S
 from rocketraft.protocol.routing import allocate_averagely, one_queue_per_group, readable_master_queues
 from rocketraft.protocol.serving import Undecodable
@@ -309,6 +309,10 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                 request.batch_size or 32, request.filter_expression, polling_ms, request.group.name)
         except asyncio.CancelledError:
             raise
+        except OffsetMovedError as exc:  # as RocketMQ 5's proxy: ILLEGAL_OFFSET, then where to resume
+            yield svc.PullMessageResponse(status=_status_of(exc))
+            yield svc.PullMessageResponse(next_offset=exc.next_offset)
+            return
         except Exception as exc:  # noqa: BLE001
             yield svc.PullMessageResponse(status=_status_of(exc))
             return

@@ -28,6 +28,7 @@ from rocketraft.protocol.names import dlq_topic
 from rocketraft.protocol.rules import tag_filter
 from rocketraft.protocol.wire import Code, ipb, pb
 
+from . import expiry
 from . import tables as t
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,9 @@ class BrokerStateMachine:
         self._touched: set[str] = set()
         self._configs_changed = False  # a topic was created, changed or deleted (not merely written to)
         self._listeners: list[Callable[[set[str], bool], None]] = []
+        self._floor_listeners: list[Callable[[int], None]] = []
+        self._retention_floor = 0
+        self._floor_told = -1
         self._lock = threading.Lock()
         # Queue counts of topics read during the current entry: every message of an entry usually goes to one
         # topic. Cleared before each entry and whenever a topic is written, so it only ever repeats what the
@@ -145,13 +149,29 @@ class BrokerStateMachine:
         # dledger records the applied index in the transaction that applies (dledger.logformat)
         raw = store.read(lambda txn: txn.get(logformat.META_APPLIED_INDEX, db=store.meta_db))
         self._applied_index = logformat.decode_u64(raw) if raw else 0
+        raw = store.read(lambda txn: txn.get(t.RETAIN_FLOOR, db=self.db[t.RETAIN]))
+        self._retention_floor = t.u64_of(raw) if raw else 0
+        self._floor_told = -1  # committed() tells the floor listeners (again: a snapshot may have moved it)
 
     def add_listener(self, callback: Callable[[set[str], bool], None]) -> None:
         """callback(topics, configs_changed) runs on the Raft thread after entries touching those topics are
         committed; configs_changed says whether a topic's configuration changed (not just its messages)."""
         self._listeners.append(callback)
 
+    def add_floor_listener(self, callback: Callable[[int], None]) -> None:
+        """callback(floor) runs on the Raft thread once a retention floor is committed (and after attach): the log
+        at or below it is referenced by nothing any more (dledger may compact it)."""
+        self._floor_listeners.append(callback)
+
+    @property
+    def retention_floor(self) -> int:
+        return self._retention_floor
+
     def committed(self, applied_index: int) -> None:
+        if self._floor_told != self._retention_floor:
+            self._floor_told = self._retention_floor
+            for listener in self._floor_listeners:
+                listener(self._retention_floor)
         if not self._touched:
             return
         touched, self._touched = self._touched, set()
@@ -170,6 +190,8 @@ class BrokerStateMachine:
                                  "index only grows (an entry applied twice, or out of order)")
         self._queue_nums.clear()
         self._qmax.clear()
+        if self._applied_index == 0:  # a new store keeps the refs table from its first entry (index 1 is a Raft no-op)
+            txn.put(t.RETAIN_REFS_BUILT, b"", db=self.db[t.RETAIN])
         results = []
         for slot, payload in enumerate(entry.payloads):
             command = spb.Command.FromString(payload)
@@ -207,6 +229,10 @@ class BrokerStateMachine:
             return self._deliver_due(command.deliver_due, txn)
         if kind == "recall":
             return self._recall(command.recall, txn)
+        if kind == "retention":
+            result = expiry.apply_retention(self, command.retention, index, txn)
+            self._retention_floor = result.floor
+            return result
         return ApplyError(Code.BAD_REQUEST, f"unknown command {kind!r}")
 
     # -- topics and groups ----------------------------------------------------------------------------
@@ -245,6 +271,13 @@ class BrokerStateMachine:
             _delete_matching(txn, self.db[table], lambda key: t.topic_of_group_key(key) == name)
         _delete_matching(txn, self.db[t.HALF], lambda key: self._topic_of_send(txn, *t.position_of(key)) == name)
         _delete_matching(txn, self.db[t.TIMER], lambda key: self._topic_of_send(txn, *t.timer_of(key)[1:]) == name)
+        _delete_matching(txn, self.db[t.REFS], lambda key: self._topic_of_ref(txn, key) == name)
+
+    def _topic_of_ref(self, txn, key: bytes) -> str | None:
+        index, slot, kind, cq = t.ref_of(key)
+        if kind == t.REF_QUEUED:
+            return t.topic_queue_of(t.queue_key_of_cq_key(cq))[0]
+        return self._topic_of_send(txn, index, slot)
 
     def _topic_of_send(self, txn, index: int, slot: int) -> str | None:
         send = self.stored_send(txn, index, slot)
@@ -304,6 +337,7 @@ class BrokerStateMachine:
             offset = t.NO_OFFSET
         elif command.deliver_at_ms > command.store_ms:
             txn.put(t.timer_key(command.deliver_at_ms, index, slot), b"", db=self.db[t.TIMER])
+            txn.put(t.ref_key(index, slot, t.REF_TIMER), b"", db=self.db[t.REFS])  # pins it against retention
             offset = t.NO_OFFSET
         else:
             offset = self._enqueue(topic, queue, index, slot, command.store_ms, tag, txn)
@@ -334,6 +368,14 @@ class BrokerStateMachine:
         self._qmax[qkey] = offset + 1
         return offset
 
+    def _queue_start(self, topic: str, queue: int, txn) -> int:
+        """The queue's first offset (retention deletes from the head; its max offset when it is empty)."""
+        qkey = t.queue_key(topic, queue)
+        cur = txn.cursor(db=self._cq_db)
+        if cur.set_range(qkey + b"\x00" * 8) and cur.key().startswith(qkey):
+            return t.offset_of_cq_key(cur.key())
+        return self._queue_end(qkey, txn)
+
     def _queue_end(self, qkey: bytes, txn) -> int:
         """The queue's next offset (its qmax), including this entry's not yet written advances."""
         offset = self._qmax.get(qkey)
@@ -342,14 +384,18 @@ class BrokerStateMachine:
             offset = t.u64_of(raw) if raw else 0
         return offset
 
-    def stored_send(self, txn, index: int, slot: int) -> spb.SendCommand | None:
+    def payloads_at(self, txn, index: int) -> list[bytes] | None:
+        """The payloads of the log entry at `index` (None: pysyncobj's no-op, or no such entry)."""
         payloads = self._entries.get(index)
         if payloads is None:
             payloads = read_payloads(self._store, txn, index)
-            if payloads is None:
-                return None
-            self._entries.put(index, payloads)
-        if slot >= len(payloads):
+            if payloads is not None:
+                self._entries.put(index, payloads)
+        return payloads
+
+    def stored_send(self, txn, index: int, slot: int) -> spb.SendCommand | None:
+        payloads = self.payloads_at(txn, index)
+        if payloads is None or slot >= len(payloads):
             return None
         command = spb.Command.FromString(payloads[slot])
         return command.send if command.WhichOneof("body") == "send" else None
@@ -360,10 +406,17 @@ class BrokerStateMachine:
         if send is None:
             return None
         topic, message_id, tag = send_fields(send)
-        offset = self._enqueue(topic, send.queue_id, index, slot, store_ms, tag, txn)
+        offset = self._enqueue_late(topic, send.queue_id, index, slot, store_ms, tag, txn)
         txn.put(t.msgid_key(topic, message_id), t.msgid_value(index, slot, send.queue_id, offset),
                 db=self.db[t.MSGID])
         return topic, send.queue_id, offset
+
+    def _enqueue_late(self, topic: str, queue: int, index: int, slot: int, store_ms: int, tag: str, txn) -> int:
+        """Enqueue a message stored earlier (delayed, committed half, dead-lettered): its queue entry points below
+        the queue's newer entries, so it is recorded in the refs table, which retention reads."""
+        offset = self._enqueue(topic, queue, index, slot, store_ms, tag, txn)
+        txn.put(t.ref_key(index, slot, t.REF_QUEUED, t.cq_key(topic, queue, offset)), b"", db=self.db[t.REFS])
+        return offset
 
     # -- delayed messages ----------------------------------------------------------------------------
     def _deliver_due(self, command: spb.DeliverDueCommand, txn) -> int:
@@ -377,6 +430,7 @@ class BrokerStateMachine:
                 due.append((key, deliver_at, index, slot))
         for key, deliver_at, index, slot in due:
             txn.delete(key, db=self.db[t.TIMER])
+            txn.delete(t.ref_key(index, slot, t.REF_TIMER), db=self.db[t.REFS])
             self._enqueue_stored(index, slot, deliver_at, txn)
         return len(due)
 
@@ -392,6 +446,7 @@ class BrokerStateMachine:
         if send is None or not txn.delete(t.timer_key(send.deliver_at_ms, entry.index, entry.slot),
                                            db=self.db[t.TIMER]):
             return ApplyError(Code.BAD_REQUEST, f"message {command.message_id} is not a pending delayed message")
+        txn.delete(t.ref_key(entry.index, entry.slot, t.REF_TIMER), db=self.db[t.REFS])
         return None
 
     # -- transactions ------------------------------------------------------------------------------------
@@ -458,11 +513,11 @@ class BrokerStateMachine:
                 continue
             self._deliver(command, queue, offset, state.attempt + 1, index, out, txn)
         if command.fifo and inflight:
-            self._advance_consumed(group, topic, queue, txn)
+            self.advance_consumed(group, topic, queue, txn)
             return  # redelivered messages first; new ones once they are acknowledged
         popped_key = t.group_queue_key(group, topic, queue)
         raw = txn.get(popped_key, db=self.db[t.POPPED])
-        next_offset = t.u64_of(raw) if raw else 0
+        next_offset = t.u64_of(raw) if raw else self._queue_start(topic, queue, txn)
         queue_end = self._queue_end(t.queue_key(topic, queue), txn)
         scan_end = min(queue_end, next_offset + max(command.scan_offsets_max, command.batch_size))
         while next_offset < scan_end and len(out) < command.batch_size:
@@ -471,7 +526,7 @@ class BrokerStateMachine:
                 self._deliver(command, queue, next_offset, 1, index, out, txn, raw_cq)
             next_offset += 1
         txn.put(popped_key, t.u64(next_offset), db=self.db[t.POPPED])
-        self._advance_consumed(group, topic, queue, txn)
+        self.advance_consumed(group, topic, queue, txn)
 
     def _deliver(self, command: spb.PopCommand, queue: int, offset: int, attempt: int, index: int, out: list,
                  txn, raw_cq: bytes | None = None) -> None:
@@ -494,9 +549,9 @@ class BrokerStateMachine:
     def _dead_letter(self, group: str, cq: t.CqEntry, now_ms: int, txn) -> None:
         topic = dlq_topic(group)
         self._ensure_topic(topic, 1, txn)
-        self._enqueue(topic, 0, cq.index, cq.slot, now_ms, cq.tag, txn)
+        self._enqueue_late(topic, 0, cq.index, cq.slot, now_ms, cq.tag, txn)
 
-    def _advance_consumed(self, group: str, topic: str, queue: int, txn) -> None:
+    def advance_consumed(self, group: str, topic: str, queue: int, txn) -> None:
         """The group's consumer offset: the lowest offset in flight, or the next one never delivered."""
         inflight = t.inflight_of_queue(txn, self.db[t.INFLIGHT], group, topic, queue)
         if inflight:
@@ -529,7 +584,7 @@ class BrokerStateMachine:
             raw_cq = txn.get(t.cq_key(command.topic, queue, offset), db=self.db[t.CQ])
             if raw_cq is not None:
                 self._dead_letter(command.group, t.cq_entry(raw_cq), command.now_ms, txn)
-        self._advance_consumed(command.group, command.topic, queue, txn)
+        self.advance_consumed(command.group, command.topic, queue, txn)
         return HandleResult(command.receipt_handle)
 
 

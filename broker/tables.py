@@ -15,7 +15,13 @@ committed read transactions. All integers are big-endian so keys sort by number.
   offsets   group 0 topic 0 queue:u16             -> offset:u64 (everything below is consumed)
   popped    group 0 topic 0 queue:u16             -> offset:u64 (next offset never delivered to the group)
   inflight  group 0 topic 0 queue:u16 offset:u64  -> deadline_ms:u64 attempt:u32 handle_gen:u64
-  meta      "applied_index"                       -> index:u64 (the last entry the state machine applied)
+  refs      index:u64 slot:u16 kind:u8 [cq key]   -> ""   (log positions referenced out of queue order: a pending
+                                                     delayed message (kind T), or a consume-queue entry made after
+                                                     its message was stored: delayed, committed half, %DLQ% (Q))
+  retain    "floor"                               -> index:u64 (retention: no table references the log at or
+                                                     below it; dledger may compact it away)
+            "refs"                                -> "" (the refs table is complete: kept from the first entry
+                                                     applied, or built once for a store written before it)
 
 Every key must stay within LMDB's key size (KEY_BYTES_MAX): the door's rules keep names, ids and keys short
 enough (rocketraft.protocol.limits), and apply refuses by name a command that would break it.
@@ -41,7 +47,13 @@ HALF = b"b_half"
 OFFSETS = b"b_offsets"
 POPPED = b"b_popped"
 INFLIGHT = b"b_inflight"
-ALL = (TOPICS, GROUPS, QMAX, CQ, MSGID, KEYS, TIMER, HALF, OFFSETS, POPPED, INFLIGHT)
+REFS = b"b_refs"
+RETAIN = b"b_retain"
+ALL = (TOPICS, GROUPS, QMAX, CQ, MSGID, KEYS, TIMER, HALF, OFFSETS, POPPED, INFLIGHT, REFS, RETAIN)
+RETAIN_FLOOR = b"floor"
+RETAIN_REFS_BUILT = b"refs"  # present: the refs table covers every entry (written at index 1, or built once)
+REF_TIMER = b"T"
+REF_QUEUED = b"Q"
 
 NO_OFFSET = 2**64 - 1
 U64_MAX = 2**64 - 1
@@ -140,6 +152,26 @@ def position_key(index: int, slot: int) -> bytes:
 
 def position_of(key: bytes) -> tuple[int, int]:
     return _POS.unpack(key)
+
+
+def ref_key(index: int, slot: int, kind: bytes, cq: bytes = b"") -> bytes:
+    return _POS.pack(index, slot) + kind + cq
+
+
+def ref_of(key: bytes) -> tuple[int, int, bytes, bytes]:
+    """(index, slot, kind, consume-queue key or b"") of a refs key."""
+    index, slot = _POS.unpack_from(key)
+    return index, slot, key[_POS.size:_POS.size + 1], key[_POS.size + 1:]
+
+
+def queue_key_of_cq_key(key: bytes) -> bytes:
+    """The qmax key (topic 0 queue) of a consume-queue key."""
+    return key[:-8]
+
+
+def topic_queue_of(qkey: bytes) -> tuple[str, int]:
+    """(topic, queue) of a qmax key."""
+    return qkey[:-3].decode(), _Q.unpack_from(qkey, len(qkey) - 2)[0]
 
 
 def group_queue_key(group: str, topic: str, queue: int) -> bytes:

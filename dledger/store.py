@@ -198,6 +198,19 @@ class Store:
                 continue
         return total
 
+    def live_bytes(self) -> int:
+        """Bytes of the pages the store's B-trees use now (every database's branch, leaf and overflow pages, and the
+        two meta pages). The file's other pages are free: LMDB reuses them for later writes (once no reader still
+        sees them), so this, not the file size, is what the store holds. Any thread."""
+        def pages(stat) -> int:
+            return stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"]
+
+        def count(txn) -> int:
+            return 2 + pages(txn.stat(self.env.open_db(txn=txn))) + sum(
+                pages(txn.stat(handle)) for handle in list(self._dbs.values()))
+
+        return self.read(count) * self.env.stat()["psize"]
+
     def abort(self) -> None:
         if self._wtxn is not None:
             self._wtxn.abort()

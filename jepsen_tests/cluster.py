@@ -37,8 +37,10 @@ class ChaosCluster:
         if not 1 <= replicas <= 9:
             raise ValueError(f"replicas must be 1..9, not {replicas}")
         hosts = tuple(f"127.0.0.{FIRST_HOST + i}" for i in range(replicas))
-        self.dev = DevCluster(base_dir, replicas=replicas, hosts=hosts, broker_settings=broker_settings or {},
-                              flush=flush)
+        # Forced cleanup off: the checker and the audit require every acknowledged message, and the disk nemesis
+        # fills filesystems on purpose; forced cleanup deletes the oldest messages, acknowledged or not, by design.
+        settings = {"cleanFileForciblyEnable": False, **(broker_settings or {})}
+        self.dev = DevCluster(base_dir, replicas=replicas, hosts=hosts, broker_settings=settings, flush=flush)
         self.flush = flush
         self.aside_dir = os.path.join(self.dev.base_dir, "aside")  # stores the nemesis moved aside, kept
         self.ids = self.dev.ids

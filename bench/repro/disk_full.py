@@ -75,7 +75,8 @@ def filesystem_full(checks: Checklist, work: str, args: argparse.Namespace) -> N
         checks.check("can mount a tmpfs (needs root)", False, f"euid {os.geteuid()}: run as root")
         return
     cluster = DevCluster(os.path.join(work, "cluster-disk"), broker_settings={
-        "diskMaxUsedSpaceRatio": RATIO_MAX_PERCENT, "diskCheckIntervalMs": CHECK_INTERVAL_MS})
+        "diskMaxUsedSpaceRatio": RATIO_MAX_PERCENT, "diskCheckIntervalMs": CHECK_INTERVAL_MS,
+        "cleanFileForciblyEnable": False})  # the guards alone: retention's forced cleanup would free the space
     mounts = {i: cluster.config_of(i).data_dir for i in cluster.ids}  # <root>/<brokerName>/<selfId>
     mounted = []
     try:
@@ -188,7 +189,8 @@ def lmdb_map_full(checks: Checklist, work: str, args: argparse.Namespace) -> Non
     map_bytes = args.map_mib * MiB
     # the map, not the disk, is what this part fills: the host's own disk usage must not refuse first
     cluster = DevCluster(os.path.join(work, "cluster-map"), broker_settings={
-        "storeMapSizeBytes": map_bytes, "diskMaxUsedSpaceRatio": 99})
+        "storeMapSizeBytes": map_bytes, "diskMaxUsedSpaceRatio": 99,
+        "cleanFileForciblyEnable": False})  # the guards alone: retention's forced cleanup would free the map
     step(f"starting a group whose stores have a {args.map_mib} MiB LMDB map (storeMapSizeBytes={map_bytes}, "
          f"storeMapMaxUsedRatio={MAP_RATIO_PERCENT}% and diskCheckIntervalMs=1000 by default; "
          "diskMaxUsedSpaceRatio=99 so the host's disk usage plays no part)")

@@ -336,9 +336,12 @@ class ConsumerBase(AsyncClient):
             stream = self.transport.messaging(address).PullMessage(
                 request, metadata=self.transport.metadata, timeout=polling_s + self.config.request_timeout_s)
             try:
+                moved = None
                 async for response in stream:
                     kind = response.WhichOneof("content")
-                    if kind == "status" and response.status.code not in (Code.OK, Code.MESSAGE_NOT_FOUND):
+                    if kind == "status" and response.status.code == Code.ILLEGAL_OFFSET:
+                        moved = response.status  # retention deleted it; next_offset follows (RocketMQ 5's proxy)
+                    elif kind == "status" and response.status.code not in (Code.OK, Code.MESSAGE_NOT_FOUND):
                         raise from_status(response.status)
                     if kind == "message":
                         rules.check_body_digest(response.message)  # a pull consumer must not skip it: raise
@@ -347,6 +350,12 @@ class ConsumerBase(AsyncClient):
                         next_offset = response.next_offset
             except grpc.aio.AioRpcError as exc:
                 raise rpc_error(exc, address, what) from None
+            if moved is not None:
+                if next_offset <= offset:  # a server that names no offset to resume at
+                    raise from_status(moved)
+                log.warning("group %s: %s: offset moved, resuming at %d (%s)", self.group, what, next_offset,
+                            moved.message)
+                return [], next_offset
             return messages, max(next_offset, offset)
 
         return await self.on_replicas(queue.topic, queue.broker, what, call, self.config.request_timeout_s,

@@ -117,6 +117,16 @@ class OutcomeUnknownError(RocketraftError):
     code = Code.PROXY_TIMEOUT
 
 
+class OffsetMovedError(RocketraftError):
+    """A pull asked for an offset below the queue's first offset: retention deleted those messages. RocketMQ's
+    OFFSET_TOO_SMALL; in v2 the status ILLEGAL_OFFSET followed by the offset to resume at (next_offset)."""
+    code = Code.ILLEGAL_OFFSET
+
+    def __init__(self, message: str, code: int | None = None, next_offset: int | None = None):
+        super().__init__(message, code)
+        self.next_offset = next_offset
+
+
 class UnsupportedError(RocketraftError):
     code = Code.UNSUPPORTED
 
@@ -165,6 +175,7 @@ _BY_CODE = {
     Code.PROXY_TIMEOUT: OutcomeUnknownError,
     Code.UNSUPPORTED: UnsupportedError,
     Code.ILLEGAL_FILTER_EXPRESSION: IllegalFilterExpressionError,
+    Code.ILLEGAL_OFFSET: OffsetMovedError,
     RocketraftCode.DISK_FULL: DiskFullError,
     RocketraftCode.STORE_MAP_FULL: StoreMapFullError,
     RocketraftCode.STORE_UNAVAILABLE: StoreUnavailableError,

@@ -114,8 +114,9 @@ def small_filesystem(tmp_path):
 
 
 def test_disk_guard_refuses_writes_with_the_real_usage_keeps_reads_and_resumes(make_cluster, small_filesystem):
+    # forced cleanup off: this test reads the message stored before the disk filled up
     cluster = make_cluster(broker_settings={"storePathRootDir": str(small_filesystem / "store"),
-                                            "diskCheckIntervalMs": 100})
+                                            "diskCheckIntervalMs": 100, "cleanFileForciblyEnable": False})
     cluster.create_topic("guarded")
     assert send(cluster, raw_message("guarded", b"before")).status.code == Code.OK
     ballast = small_filesystem / "ballast"

@@ -26,6 +26,8 @@ def tmpfs_cluster(tmp_path):
     made: list[tuple[DevCluster, list[str]]] = []
 
     def make(**broker_settings) -> DevCluster:
+        # forced cleanup (retention) off: these tests fill the filesystem on purpose and look at the guards alone
+        broker_settings.setdefault("cleanFileForciblyEnable", False)
         cluster = DevCluster(str(tmp_path / f"c{len(made)}"), broker_settings=broker_settings)
         mounts = [cluster.config_of(i).data_dir for i in cluster.ids]
         made.append((cluster, mounts))
@@ -74,9 +76,11 @@ def test_a_nearly_full_map_refuses_sends_by_name_and_every_replica_keeps_serving
     statuses = cluster.statuses()
     assert all(cluster.brokers[i].alive for i in cluster.ids)
     assert all(s is not None and s.role in ("LEADER", "FOLLOWER") for s in statuses.values()), statuses
-    for replica_id in cluster.ids:  # reads go on, on every replica, with every acknowledged message
-        stored = cluster.read_messages("mapped", cluster.address_of[replica_id])
-        assert len(stored) >= acked, (replica_id, len(stored), acked)
+    for replica_id in cluster.ids:  # reads go on, on every replica, with every acknowledged message (the follower
+        # outside the quorum may still be applying the last ~2 MiB: replication flow control)
+        address = cluster.address_of[replica_id]
+        wait_until(lambda a=address: len(cluster.read_messages("mapped", a)) >= acked, 10,
+                   f"{replica_id} to serve all {acked} acknowledged messages")
     for replica_id in cluster.ids:
         log = open(cluster.brokers[replica_id].log_path, errors="replace").read()
         assert "MDB_MAP_FULL" not in log and "stopped:" not in log, replica_id

@@ -110,6 +110,14 @@ def test_each_store_refusal_has_its_own_code_and_the_client_tells_them_apart(cod
     assert error("x").code == code
 
 
+def test_an_offset_deleted_by_retention_is_illegal_offset_and_carries_where_to_resume():
+    from rocketraft.protocol.errors import OffsetMovedError
+
+    received = from_status(pb.Status(code=Code.ILLEGAL_OFFSET, message="resume at 10"))
+    assert type(received) is OffsetMovedError and received.next_offset is None
+    assert OffsetMovedError("m", next_offset=10).to_status().code == Code.ILLEGAL_OFFSET
+
+
 def test_a_masters_refusal_reason_travels_as_an_enum_and_maps_back_to_one_error_class():
     assert {r: type(refusal_error(r.value, "m")) for r in Reason} == {
         Reason.DISK_FULL: DiskFullError, Reason.STORE_MAP_FULL: StoreMapFullError,

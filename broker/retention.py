@@ -1,0 +1,83 @@
+"""Message retention, the master's side: every cleanResourceInterval the master proposes one RetentionCommand through
+Raft (what applying it deletes: broker/expiry.py). The decision (the cutoff time, and whether space forces a
+cleanup) is the master's alone and travels in the command, so every replica deletes exactly the same state at the
+same log position. Its measurements run in a worker thread, never on the event loop; sends are never blocked: the
+command is one small entry in the batcher like any other write.
+
+Time: messages stored more than fileReservedTime before the master's clock go (RocketMQ's fileReservedTime).
+Space: while the store's filesystem (net of LMDB's reusable pages) is above diskSpaceCleanForciblyRatio or its LMDB
+map above storeMapCleanForciblyRatio, the oldest tenth of the retained log goes too, whatever its age (RocketMQ's
+forced cleanup), one command per interval until usage is below both ratios.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from rocketraft.proto import store_pb2 as spb
+
+from .config import BrokerConfig
+from .core import Broker
+
+log = logging.getLogger(__name__)
+
+FORCED_STEP_FRACTION = 10  # a forced cleanup deletes the oldest 1/10 of the retained log per command
+MORE_PAUSE_S = 0.05  # between commands while a limit left more to delete (lets sends interleave)
+
+
+class Retention:
+    def __init__(self, broker: Broker, config: BrokerConfig):
+        self.broker = broker
+        self.config = config
+
+    async def run(self) -> None:
+        """The master's loop (a task of the server): one command per interval, more at once while a limit of the
+        last one left work."""
+        interval_s = self.config.cleanResourceInterval / 1000
+        while True:
+            more = False
+            if self.broker.is_master:
+                try:
+                    more = await self.clean_once()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - tried again on the next interval
+                    log.warning("retention: cleanup failed, retried in %.1f s: %s", interval_s, exc)
+            await asyncio.sleep(MORE_PAUSE_S if more else interval_s)
+
+    async def clean_once(self) -> bool:
+        """Propose one retention command; True if it stopped at a limit with more to delete."""
+        command = await asyncio.to_thread(self.decide)
+        result = await self.broker.commit(spb.Command(retention=command))
+        if result.deleted or command.force_floor:
+            log.info("retention: deleted %d messages, floor at log index %d%s", result.deleted, result.floor,
+                     f" (forced cleanup up to index {command.force_floor})" if command.force_floor else "")
+        return result.more
+
+    def decide(self) -> spb.RetentionCommand:
+        """The command for now (worker thread: reads the guards' measurements and the replica's status)."""
+        cfg = self.config
+        command = spb.RetentionCommand(cutoff_ms=max(0, time.time_ns() // 1_000_000 - cfg.file_reserved_ms),
+                                       messages_max=cfg.cleanMessagesPerCommandMax)
+        pressure = self.space_pressure() if cfg.cleanFileForciblyEnable else None
+        if pressure is not None:
+            floor, applied = self.broker.sm.retention_floor, self.broker.status.applied_index
+            command.force_floor = floor + max(1, (applied - floor) // FORCED_STEP_FRACTION)
+            log.warning("retention: %s: forced cleanup of the oldest messages up to log index %d (floor %d, "
+                        "applied %d)", pressure, command.force_floor, floor, applied)
+        return command
+
+    def space_pressure(self) -> str | None:
+        """Why space forces a cleanup now, or None."""
+        cfg, guards = self.config, self.broker.guards
+        disk = guards.disk.used_percent()
+        if disk > cfg.diskSpaceCleanForciblyRatio:
+            return (f"{guards.disk.path} is {disk:.1f}% used (LMDB's reusable pages count as free), above "
+                    f"diskSpaceCleanForciblyRatio={cfg.diskSpaceCleanForciblyRatio}%")
+        map_percent = 100.0 * guards.map.measure() / self.broker.store.map_size_bytes
+        if map_percent > cfg.storeMapCleanForciblyRatio:
+            return (f"the LMDB map is {map_percent:.1f}% used, above storeMapCleanForciblyRatio="
+                    f"{cfg.storeMapCleanForciblyRatio}% of storeMapSizeBytes={self.broker.store.map_size_bytes}")
+        return None
