@@ -22,6 +22,7 @@ from .clients import ClientRegistry
 from .config import BrokerConfig
 from .core import Broker
 from .queries import Queries, StateView
+from .retention import Retention
 from .traffic import MESSAGE_SIZE_BUCKETS_BYTES, RPC_LATENCY_BUCKETS_MS, Traffic
 
 CONSUMPTION_QUEUES_MAX = 10_000  # queues one scrape reads the consumption of; more are left out (and said so)
@@ -47,12 +48,13 @@ RAFT_COUNTERS = {
 
 class BrokerCollector:
     def __init__(self, config: BrokerConfig, broker: Broker, queries: Queries, clients: ClientRegistry,
-                 traffic: Traffic):
+                 traffic: Traffic, retention: Retention):
         self.config = config
         self.broker = broker
         self.queries = queries
         self.clients = clients
         self.traffic = traffic
+        self.retention = retention
         self._errors = [0]
 
     def collect(self):
@@ -65,6 +67,7 @@ class BrokerCollector:
         status = self.broker.status
         self._raft(f, status)
         self._node(f)
+        self._retention(f)
         self._traffic(f)
         if status.role is dledger.Role.LEADER and status.failure is None:
             self._state(f, self.queries.state_view(CONSUMPTION_QUEUES_MAX))
@@ -130,6 +133,15 @@ class BrokerCollector:
         for (group, kind), n in sorted(by_type.items()):
             if kind in CONSUMER_TYPES:
                 consumers(n, group)
+
+    def _retention(self, f: m.Families) -> None:
+        r = self.retention
+        f.counter("rocketraft_retention_deleted_messages_total", "messages deleted by the retention commands this "
+                  "replica proposed while master (fileReservedTime and forced cleanup)")(r.deleted_total)
+        f.gauge("rocketraft_retention_forced_cleanup", "1 if this replica's last retention command, as master, "
+                "forced a cleanup (disk or LMDB map above its forced-cleanup ratio)")(int(r.forced))
+        f.gauge("rocketraft_retention_last_run_timestamp_seconds", "when this replica last committed a retention "
+                "command as master (0: never)")(r.last_run_s)
 
     # -- counted on the request paths of this replica -----------------------------------------------------------
     def _traffic(self, f: m.Families) -> None:
@@ -213,6 +225,6 @@ class BrokerCollector:
 
 
 def serve(config: BrokerConfig, broker: Broker, queries: Queries, clients: ClientRegistry,
-          traffic: Traffic) -> m.MetricsServer:
+          traffic: Traffic, retention: Retention) -> m.MetricsServer:
     host, port = config.metrics_address
-    return m.serve(BrokerCollector(config, broker, queries, clients, traffic), host, port, "metricsPort")
+    return m.serve(BrokerCollector(config, broker, queries, clients, traffic, retention), host, port, "metricsPort")

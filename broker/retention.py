@@ -31,6 +31,10 @@ class Retention:
     def __init__(self, broker: Broker, config: BrokerConfig):
         self.broker = broker
         self.config = config
+        # what this replica's commands did while it was master, for the metrics (in memory: a restart resets them)
+        self.deleted_total = 0
+        self.forced = False  # the last decision forced a cleanup (space above a forced-cleanup ratio)
+        self.last_run_s = 0.0  # wall-clock time of the last command committed
 
     async def run(self) -> None:
         """The master's loop (a task of the server): one command per interval, more at once while a limit of the
@@ -51,6 +55,9 @@ class Retention:
         """Propose one retention command; True if it stopped at a limit with more to delete."""
         command = await asyncio.to_thread(self.decide)
         result = await self.broker.commit(spb.Command(retention=command))
+        self.deleted_total += result.deleted
+        self.forced = bool(command.force_floor)
+        self.last_run_s = time.time()
         if result.deleted or command.force_floor:
             log.info("retention: deleted %d messages, floor at log index %d%s", result.deleted, result.floor,
                      f" (forced cleanup up to index {command.force_floor})" if command.force_floor else "")

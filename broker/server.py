@@ -160,7 +160,8 @@ class BrokerServer:
             raise OSError(f"cannot listen on {self.config.listenAddress}: the port is in use or the address is not "
                           f"this host's; set listenAddress to a free local host:port")
         if self.traffic is not None:
-            self._metrics = metrics.serve(self.config, self.broker, self.queries, self.clients, self.traffic)
+            self._metrics = metrics.serve(self.config, self.broker, self.queries, self.clients, self.traffic,
+                                          self.retention)
         self.broker.start()
         self.broker.on_role_change(self._register_now.set)
         self.broker.on_topic_change(self._register_now.set)

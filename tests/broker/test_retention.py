@@ -14,7 +14,7 @@ from brokerkit import messaging_stub, raw_message, wait_until
 
 from broker import config as broker_config
 from broker import tables as t
-from devkit.devcluster import DevCluster
+from devkit.devcluster import DevCluster, metric_value, scrape_metrics
 from dledger import logformat
 from rocketraft.client.message import QueueRef
 from rocketraft.client.pull_consumer import PullConsumer
@@ -30,7 +30,7 @@ FAST_RETENTION = {"fileReservedTime": RESERVED_S / 3600, "cleanResourceInterval"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """One group with a retention of RESERVED_S, shared by the tests of this module (each uses its own topic)."""
-    group = DevCluster(str(tmp_path_factory.mktemp("retention")), broker_settings=FAST_RETENTION, metrics=False)
+    group = DevCluster(str(tmp_path_factory.mktemp("retention")), broker_settings=FAST_RETENTION)
     group.start()
     group.wait_master()
     yield group
@@ -94,6 +94,10 @@ def test_old_messages_leave_every_replicas_queues_indexes_and_log_and_new_ones_s
     states = wait_until(gone_everywhere, 30, "the old messages deleted and compacted away on every replica",
                         interval_s=0.3)
     assert all(t.msgid_key(topic, i) not in s[t.MSGID] for s in states.values() for i in old_ids)
+    on_master = scrape_metrics(cluster.metrics_address_of[cluster.wait_master()])
+    assert metric_value(on_master, "rocketraft_retention_deleted_messages_total") >= len(old_ids)
+    assert metric_value(on_master, "rocketraft_retention_last_run_timestamp_seconds") > time.time() - 60
+    assert metric_value(on_master, "rocketraft_retention_forced_cleanup") == 0
     fresh = send(cluster, topic, 5)
     for replica_id in cluster.ids:
         got = wait_until(lambda r=replica_id: len(cluster.read_messages(topic, cluster.address_of[r])) == 5 and
