@@ -19,8 +19,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def short(tmp_path, **overrides) -> runner.RunConfig:
+    # quiet_s: the drain ends once every acknowledged id was consumed and nothing more came for this long
     settings = dict(time_limit_s=16, rate=100, concurrency=4, consumers=2, interval_s=3, fault_s=4, drain_s=40,
-                    seed=11, out_dir=str(tmp_path))
+                    quiet_s=1.5, seed=11, out_dir=str(tmp_path))
     settings.update(overrides)
     return runner.RunConfig(**settings)
 
