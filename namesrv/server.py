@@ -34,6 +34,7 @@ from rocketraft.protocol.wire import (
     ALL_MESSAGE_TYPES,
     GRPC_OPTIONS,
     Code,
+    address_argument,
     ipb,
     ipb_grpc,
     ok,
@@ -528,20 +529,12 @@ async def _fan_out_response(method: str, fan_out: Awaitable[list[ipb.GroupResult
 
 # -- command line ------------------------------------------------------------------------------------------------
 
-def _listen_address(value: str) -> str:
-    try:
-        split_address(value)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--listen", type=_listen_address, default=os.environ.get(LISTEN_ENV) or DEFAULT_LISTEN,
+    parser.add_argument("--listen", type=address_argument, default=os.environ.get(LISTEN_ENV) or DEFAULT_LISTEN,
                         metavar="HOST:PORT",
                         help=f"address to serve clients and brokers on (default: ${LISTEN_ENV} or {DEFAULT_LISTEN}; "
                              f"port 0 picks a free port)")
-    parser.add_argument("--metrics-listen", type=_listen_address, default=os.environ.get(METRICS_LISTEN_ENV) or None,
+    parser.add_argument("--metrics-listen", type=address_argument, default=os.environ.get(METRICS_LISTEN_ENV) or None,
                         metavar="HOST:PORT",
                         help=f"serve Prometheus metrics on http://HOST:PORT/metrics (default: ${METRICS_LISTEN_ENV}, "
                              "else off; docs/metrics.md)")

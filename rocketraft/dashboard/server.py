@@ -18,7 +18,7 @@ import socket
 import uvicorn
 
 from rocketraft import parentwatch
-from rocketraft.protocol.wire import split_address
+from rocketraft.protocol.wire import address_argument, split_address
 
 from .app import ALLOW_FLAG, POLL_INTERVAL_S_DEFAULT, create_app
 
@@ -28,18 +28,10 @@ LISTEN_ENV = "ROCKETRAFT_DASHBOARD_LISTEN"
 log = logging.getLogger(__name__)
 
 
-def _listen_address(value: str) -> str:
-    try:
-        split_address(value)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", "--namesrv", default="127.0.0.1:9876", help="NameServer(s), ';'-separated "
                         "(default 127.0.0.1:9876)")
-    parser.add_argument("--listen", type=_listen_address, default=os.environ.get(LISTEN_ENV) or DEFAULT_LISTEN,
+    parser.add_argument("--listen", type=address_argument, default=os.environ.get(LISTEN_ENV) or DEFAULT_LISTEN,
                         metavar="HOST:PORT", help=f"where to serve the dashboard (default: ${LISTEN_ENV} or "
                         f"{DEFAULT_LISTEN}: this machine only; port 0 picks a free port)")
     parser.add_argument(ALLOW_FLAG, action="store_true", help="enable the changing actions (create/delete topic, "

@@ -58,14 +58,19 @@ def refusal(response_cls, undecodable: Undecodable):
     return None
 
 
+async def _refuse(response_cls, request: Undecodable, context):
+    """The answer to an undecodable request; a response type with no field for an error aborts the call."""
+    answer = refusal(response_cls, request)
+    if answer is None:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+    return answer
+
+
 def _unary(method, response_cls):
     @functools.wraps(method)
     async def handle(request, context):
         if isinstance(request, Undecodable):
-            answer = refusal(response_cls, request)
-            if answer is None:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
-            return answer
+            return await _refuse(response_cls, request, context)
         return await method(request, context)
 
     return handle
@@ -75,10 +80,7 @@ def _server_streaming(method, response_cls):
     @functools.wraps(method)
     async def handle(request, context):
         if isinstance(request, Undecodable):
-            answer = refusal(response_cls, request)
-            if answer is None:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
-            yield answer
+            yield await _refuse(response_cls, request, context)
             return
         async for response in method(request, context):
             yield response

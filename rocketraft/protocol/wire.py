@@ -7,6 +7,8 @@ traffic is our own rocketraft/proto/internal.proto. Everything else imports from
 
 from __future__ import annotations
 
+import argparse
+
 from rocketmq.grpc_protocol import definition_pb2 as pb  # noqa: F401 - re-exported
 from rocketmq.grpc_protocol import service_pb2 as svc  # noqa: F401 - re-exported
 from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc  # noqa: F401 - re-exported
@@ -43,6 +45,15 @@ def split_address(address: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit():
         raise ValueError(f"address {address!r} is not host:port")
     return host, int(port)
+
+
+def address_argument(value: str) -> str:
+    """An argparse `type` for a host:port option: the value, or argparse's error naming what is wrong."""
+    try:
+        split_address(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value
 
 
 def endpoints(address: str) -> pb.Endpoints:
