@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates .venv with rocketraft and its test dependencies, and the system tools the tests use (nftables for
-# partitions, Java for Spark, chromium and its driver for the dashboard's browser tests).
+# partitions, Java for Spark; with --tests also chromium and its driver for the dashboard's browser tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v nft >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -13,7 +13,7 @@ if ! command -v java >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null) \
     || echo "warning: could not install Java 17; the audit tests will fail"
 fi
-if ! { command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; } \
+if [ "${1:-}" = "--tests" ] && ! { command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; } \
     && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "installing chromium and chromium-driver (the dashboard's browser tests, tests/dashboard) ..."
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
