@@ -6,8 +6,9 @@ Phases, all timed on the history's clock:
   2. chaos      senders at --rate over --concurrency processes, consumers, and the nemesis: quiet for about
                 --interval seconds, then a fault (one family, or two at once with --combine) for --fault
                 seconds, healed, and again, until --time-limit
-  3. drain      senders stop, every fault is healed, consumers go on until every acknowledged message was
-                consumed and nothing came for --quiet seconds, or --drain seconds pass
+  3. drain      senders stop, every fault is healed, consumers go on until no send is in flight any more,
+                every acknowledged message was consumed and nothing came for quiet_s (3 s), or --drain
+                seconds pass
   4. check      the queue checker over the history; with --audit, the Spark audit over the stopped replicas
 """
 
@@ -105,6 +106,7 @@ class Clients:
         self.consuming = threading.Event()
         self.acked: set[str] = set()
         self.consumed: set[str] = set()
+        self.sends_in_flight = 0  # invoked and not yet answered (written on the clients' loop, read by the drain)
         self.last_delivery_s = 0.0
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="clients", daemon=True)
@@ -135,7 +137,8 @@ class Clients:
         self.thread.join(5)
 
     def complete(self) -> bool:
-        return self.acked <= self.consumed
+        """No send is still in flight (one may yet be acknowledged) and every acknowledged one was consumed."""
+        return self.sends_in_flight == 0 and self.acked <= self.consumed
 
     async def _main(self) -> None:
         cfg = self.cfg
@@ -177,6 +180,7 @@ class Clients:
 
     async def _send_one(self, process: int, client, value: dict) -> None:
         self.recorder.record(process, "invoke", "send", value)
+        self.sends_in_flight += 1
         try:
             extra = await asyncio.wait_for(client.send(value), SEND_OP_TIMEOUT_S)
         except TimeoutError:
@@ -186,6 +190,8 @@ class Clients:
         else:
             self.recorder.record(process, "ok", "send", {**value, **extra})
             self.acked.add(value["id"])
+        finally:
+            self.sends_in_flight -= 1
 
     async def _consume_loop(self, process: int, client) -> None:
         while self.consuming.is_set():
