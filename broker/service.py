@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from rocketraft.protocol.errors import OffsetMovedError, RocketraftError
+from rocketraft.protocol.errors import OffsetMovedError, RocketraftError, UnsupportedError
 from rocketraft.protocol.limits import PUSH_LONG_POLLING_MS, PUSH_RECEIVE_BATCH_SIZE, RETRY_BACKOFF_S
 from rocketraft.protocol.routing import allocate_averagely, one_queue_per_group, readable_master_queues
 from rocketraft.protocol.serving import Undecodable
@@ -293,9 +293,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
 
     @unary(svc.SyncLiteSubscriptionResponse)
     async def SyncLiteSubscription(self, request, context):
-        return svc.SyncLiteSubscriptionResponse(status=pb.Status(
-            code=Code.NOT_IMPLEMENTED, message="lite topics (SyncLiteSubscription) are not supported by rocketraft; "
-            "subscribe to a normal topic"))
+        raise UnsupportedError("lite topics (SyncLiteSubscription) are not supported by rocketraft; subscribe to a "
+                               "normal topic")
 
     # -- offset-based consumption ---------------------------------------------------------------------------
     async def PullMessage(self, request, context):
