@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import json
 import sys
 import time
@@ -26,7 +25,7 @@ from rich.table import Table
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.wire import MessageType
 
-from .client.admin import Admin
+from .client.admin import Admin, plain
 from .client.message import ReceivedMessage
 
 VERBS = ("clusterList", "topicList", "topicRoute", "updateTopic", "deleteTopic", "updateSubGroup",
@@ -66,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[red]error ({exc.code}):[/red] {exc.message}", highlight=False)
         return 1
     if args.json:
-        print(json.dumps(_plain(result), indent=2, default=str))
+        print(json.dumps(plain(result), indent=2, default=str))
     else:
         _show(console, args.verb, result)
     return 0
@@ -111,23 +110,6 @@ async def _call(args):
         if verb == "queryMsgById":
             return await admin.query_message_by_id(args.topic, args.msgId)
         return await admin.consumer_progress(args.consumerGroup, args.topic)
-
-
-def _plain(value):
-    if dataclasses.is_dataclass(value):
-        return {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if hasattr(value, "groups") and hasattr(value, "topic"):  # TopicRoute
-        return {"topic": value.topic, "groups": {n: {"master": g.master, "replicas": g.replicas,
-                                                     "write_queues": list(g.write_queue_ids),
-                                                     "read_queues": list(g.read_queue_ids)}
-                                                 for n, g in value.groups.items()}}
-    return value
 
 
 def _table(*columns: str) -> Table:

@@ -8,6 +8,7 @@ replica's applied state).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -365,3 +366,22 @@ def _fan_out_result(what: str, response: ipb.FanOutResponse, ignore: set[int] = 
                                     message=f"{what} failed on {len(failed)} of {len(response.results)} broker "
                                     f"groups: {details}"))
     return [r.group for r in response.results]
+
+
+def plain(value):
+    """An admin answer (dataclasses, routes, lists, bytes) as plain JSON-ready values: the CLI's --json and
+    the dashboard's /api pages."""
+    if dataclasses.is_dataclass(value):
+        return {k: plain(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, TopicRoute):
+        return {"topic": value.topic, "groups": {n: {"master": g.master, "replicas": g.replicas,
+                                                     "write_queues": list(g.write_queue_ids),
+                                                     "read_queues": list(g.read_queue_ids)}
+                                                 for n, g in value.groups.items()}}
+    return value

@@ -4,11 +4,10 @@ with fresh ones from the page's JSON endpoint) plus the same data as plain JSON.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from rocketraft.client.admin import Admin, ConsumerGroupInfo, GroupInfo, TopicInfo
+from rocketraft.client.admin import Admin, ConsumerGroupInfo, GroupInfo, TopicInfo, plain
 from rocketraft.client.message import ReceivedMessage
 from rocketraft.protocol.errors import BadRequestError, BrokerUnreachableError, RocketraftError
 from rocketraft.protocol.limits import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX
@@ -68,18 +67,6 @@ def explain(exc: RocketraftError, namesrv: str) -> tuple[int, str]:
     if exc.code == Code.HA_NOT_AVAILABLE:
         return 503, f"{exc.message}. A broker group without a master is electing one: retry in a few seconds."
     return 502, f"{exc.message} (code {exc.code})"
-
-
-def plain(value):
-    if dataclasses.is_dataclass(value):
-        return {k: plain(v) for k, v in dataclasses.asdict(value).items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return value
 
 
 def read_only_hint(ctx: Context, what: str) -> str:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import time
 
 from rocketmq import ClientConfiguration, Credentials, Message
+
+from devkit.waiting import wait_until  # noqa: F401 - re-exported for the broker and client tests
 
 
 def sdk_config(cluster, request_timeout_s: int = 3) -> ClientConfiguration:
@@ -28,16 +29,6 @@ def message(topic: str, body: bytes, tag: str | None = None, keys: tuple[str, ..
     for key, value in (properties or {}).items():
         msg.add_property(key, value)
     return msg
-
-
-def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.05):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 
 from devkit.devcluster import DevCluster, Proc, free_port
+from devkit.waiting import wait_until
 from rocketraft.aio import Admin, Producer, SimpleConsumer
 from rocketraft.client.message import Message
 
@@ -72,12 +73,5 @@ def traffic(cluster: DevCluster, consumed: int = 10, pending: int = 3) -> None:
 
 
 def wait_for(check: Callable[[], object], what: str, timeout_s: float = WAIT_S):
-    """check()'s first truthy answer, polled until timeout_s; fails naming `what` and the last answer."""
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"{what}: not within {timeout_s}s (last answer {last!r})")
+    """check()'s first truthy answer, polled every 0.1 s until timeout_s (the browser's pages poll too)."""
+    return wait_until(check, timeout_s, what, interval_s=0.1)
