@@ -1,7 +1,8 @@
 """A local dledger group of real replica processes on 127.0.0.x (demo, tests, benchmarks).
 
-Each replica gets its own loopback address (127.0.0.11, .12, ...) so a firewall rule can isolate one
-of them; all replicas use the same two ports (Raft, control) on their own address.
+Each replica gets its own loopback address (127.0.0.11, .12, ...; 127.0.<slot>.11, ... in a parallel test worker,
+devkit/workerslot.py) so a firewall rule can isolate one of them; all replicas use the same two ports (Raft,
+control) on their own address.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dledger import FlushPolicy, ReplicaConfig
 
 from .control import ControlClient
 from .logtail import log_tail
+from .workerslot import loopback_host, port_range
 
 
 @dataclass
@@ -50,14 +52,15 @@ _handed_out: set[int] = set()  # ports this process already gave out: a probe's 
 
 
 def free_port(ip: str) -> int:
-    """A port to listen on, free on ip now, below the kernel's ephemeral range, and never one this process gave
-    out before. A port from the ephemeral range (what binding port 0 gives) can be taken by any outgoing
-    connection before the server binds it; and two probes in a row could return the same port, so one cluster
-    could hand its broker's and its Raft's listener the same number. Both made clusters fail to start with
+    """A port to listen on, free on ip now, below the kernel's ephemeral range, in this test worker's share of
+    that range (devkit/workerslot.py), and never one this process gave out before. A port from the ephemeral
+    range (what binding port 0 gives) can be taken by any outgoing connection before the server binds it; and
+    two probes in a row could return the same port, so one cluster could hand its broker's and its Raft's
+    listener the same number. Both made clusters fail to start with
     "Address already in use" under load."""
-    low = _ephemeral_low()
+    low, high = port_range(LISTEN_PORT_MIN, _ephemeral_low())
     for _ in range(200):
-        port = random.randrange(LISTEN_PORT_MIN, low) if low > LISTEN_PORT_MIN + 100 else 0
+        port = random.randrange(low, high) if high > low + 100 else 0
         if port in _handed_out:
             continue
         with socket.socket() as probe:
@@ -68,7 +71,7 @@ def free_port(ip: str) -> int:
             port = probe.getsockname()[1]
         _handed_out.add(port)
         return port
-    raise RuntimeError(f"no free port on {ip} between {LISTEN_PORT_MIN} and {low}")
+    raise RuntimeError(f"no free port on {ip} between {low} and {high}")
 
 
 def free_port_pair(ips: list[str]) -> int:
@@ -94,7 +97,7 @@ class LocalCluster:
         self.base_dir = base_dir
         self.group_id = group_id
         self.log_level = log_level
-        ips = [f"127.0.0.{first_ip + i}" for i in range(size)]
+        ips = [loopback_host(first_ip + i) for i in range(size)]
         port = free_port_pair(ips)
         self.nodes = {f"n{i + 1}": NodeSpec(f"n{i + 1}", ip, port, port + 1, os.path.join(base_dir, f"n{i + 1}"))
                       for i, ip in enumerate(ips)}

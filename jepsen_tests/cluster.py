@@ -16,12 +16,13 @@ import time
 
 from devkit.devcluster import DevCluster
 from devkit.diskfault import fill, mount_tmpfs, unmount, used_percent
+from devkit.workerslot import loopback_host
 
 from . import netfault
 
 log = logging.getLogger(__name__)
 
-FIRST_HOST = 11  # replica i listens on 127.0.0.(11 + i)
+FIRST_HOST = 11  # replica i listens on 127.0.0.(11 + i) (127.0.<slot>.(11 + i) in a parallel test worker)
 BALLAST = "jepsen-ballast"
 RESTART_ATTEMPTS = 3
 STORE_REFUSED_MARKS = ("StoreDamagedError", "MDB_CORRUPTED", "EntryCorruptError")
@@ -36,7 +37,7 @@ class ChaosCluster:
                  flush: str = "ASYNC_FLUSH"):
         if not 1 <= replicas <= 9:
             raise ValueError(f"replicas must be 1..9, not {replicas}")
-        hosts = tuple(f"127.0.0.{FIRST_HOST + i}" for i in range(replicas))
+        hosts = tuple(loopback_host(FIRST_HOST + i) for i in range(replicas))
         # Forced cleanup off: the checker and the audit require every acknowledged message, and the disk nemesis
         # fills filesystems on purpose; forced cleanup deletes the oldest messages, acknowledged or not, by design.
         settings = {"cleanFileForciblyEnable": False, **(broker_settings or {})}

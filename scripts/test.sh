@@ -4,4 +4,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --tests
 .venv/bin/ruff check .
-exec .venv/bin/python -m pytest "$@"
+# Two workers (pytest-xdist); TEST_WORKERS=0 runs in this process. Tests that make network faults share one
+# worker (tests/conftest.py); hosts and ports are split between workers (devkit/workerslot.py).
+exec .venv/bin/python -m pytest -n "${TEST_WORKERS:-2}" --dist loadgroup "$@"
