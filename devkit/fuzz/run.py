@@ -1,0 +1,235 @@
+"""The fuzz run: which servers and services are fuzzed, the requests generated for each RPC (with hypothesis),
+the calls in flight, the servers' health after each RPC (alive, no traceback in their logs), and the report."""
+
+from __future__ import annotations
+
+import collections
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
+from google.protobuf.message import Message
+from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import strategies as st
+
+import rocketraft
+from devkit.devcluster import DevCluster
+from devkit.waiting import wait_until
+from rocketraft.protocol.wire import ipb, svc
+
+from . import templates
+from .calls import Verdict, call
+from .messages import interesting_strings, request_bytes
+
+V2 = svc.DESCRIPTOR.services_by_name["MessagingService"]
+BROKER_ADMIN = ipb.DESCRIPTOR.services_by_name["BrokerAdmin"]
+NAME_SERVER = ipb.DESCRIPTOR.services_by_name["NameServer"]
+TRACEBACK_MARKS = ("Traceback (most recent call last)", "Exception calling application", "Exception iterating")
+EXAMPLES_KEPT = 3
+SETUP_TIMEOUT_S = 30.0
+HEADERS = (("x-mq-client-id", "fuzz-client-1"), ("x-mq-language", "PYTHON"), ("x-mq-protocol", "v2"))
+METADATA = st.sampled_from((
+    HEADERS,
+    (("x-mq-client-id", "fuzz-client-2"),) + HEADERS[1:],
+    (),
+    (("x-mq-client-id", ""),),
+    (("x-mq-client-id", "x" * 4000), ("x-mq-namespace", "ns")),
+    (("x-mq-client-id", "fuzz-client-1"), ("authorization", "MQv2-HMAC-SHA1 Credential=a, Signature=b")),
+))
+
+
+@dataclass
+class RpcResult:
+    server: str
+    rpc: str
+    requests: int = 0
+    ok: int = 0
+    refused: collections.Counter = field(default_factory=collections.Counter)
+    defect_kinds: collections.Counter = field(default_factory=collections.Counter)
+    examples: list[str] = field(default_factory=list)
+
+    @property
+    def defects(self) -> int:
+        return sum(self.defect_kinds.values())
+
+    def record(self, verdict: Verdict, kind: str, payload: bytes, request_cls) -> None:
+        self.requests += 1
+        if verdict.kind == "ok":
+            self.ok += 1
+        elif verdict.kind == "refused":
+            self.refused[verdict.detail] += 1
+        else:
+            self.defect(verdict.detail, f"{kind} request {_describe(payload, request_cls)}")
+
+    def defect(self, what: str, context: str) -> None:
+        self.defect_kinds[what] += 1
+        if len(self.examples) < EXAMPLES_KEPT:
+            self.examples.append(f"{what} <- {context}")
+
+    def as_json(self) -> dict:
+        return {"server": self.server, "rpc": self.rpc, "requests": self.requests, "ok": self.ok,
+                "refused": dict(self.refused), "defects": dict(self.defect_kinds), "examples": self.examples}
+
+
+def _describe(payload: bytes, request_cls) -> str:
+    try:
+        text = str(request_cls.FromString(payload)).replace("\n", " ")
+    except Exception:  # noqa: BLE001 - undecodable is what it is; show the bytes
+        text = f"bytes {payload[:64].hex()}"
+    return text[:300] + (" ..." if len(text) > 300 else "")
+
+
+@dataclass(frozen=True)
+class Server:
+    label: str  # "namesrv", "master n0", "follower n1"
+    address: str
+    services: tuple[tuple[ServiceDescriptor, dict[str, Message]], ...]
+
+
+class Fuzzer:
+    def __init__(self, cluster: DevCluster, requests: int, seed: int, concurrency: int, only: set[str],
+                 progress: TextIO | None = None):
+        self.cluster, self.requests, self.seed, self.concurrency = cluster, requests, seed, concurrency
+        self.only, self.progress = only, progress
+        self.names = templates.Names(cluster=cluster.cluster)
+        self.strings = interesting_strings(self.names.all())
+        self._log_offsets: dict[str, int] = {}
+        self._generated: dict[str, list] = {}
+
+    def servers(self) -> list[Server]:
+        master = self.cluster.wait_master()
+        follower = next(i for i in self.cluster.ids if i != master)
+        v2, admin, ns = templates.v2(self.names), templates.broker_admin(self.names), templates.name_server(self.names)
+        return [Server("namesrv", self.cluster.namesrv_address, ((V2, v2), (NAME_SERVER, ns))),
+                Server(f"master {master}", self.cluster.address_of[master], ((V2, v2), (BROKER_ADMIN, admin))),
+                Server(f"follower {follower}", self.cluster.address_of[follower], ((V2, v2), (BROKER_ADMIN, admin)))]
+
+    def run(self) -> list[RpcResult]:
+        self._prepare(self.names.topic, self.names.group)
+        self._logs_since_last_look()
+        results = []
+        with ThreadPoolExecutor(self.concurrency) as pool:
+            for server in self.servers():
+                for service, service_templates in server.services:
+                    for method in service.methods:
+                        if self.only and method.name not in self.only:
+                            continue
+                        results.append(self._fuzz_rpc(pool, server, service, method, service_templates))
+        results.append(self._still_serves())
+        return results
+
+    def _prepare(self, topic: str, group: str) -> None:
+        """Creates the topic and group, waiting out an election (a fan-out needs a master)."""
+        wait_until(lambda: _succeeds(lambda: (self.cluster.create_topic(topic), self.cluster.create_group(group))),
+                   SETUP_TIMEOUT_S, f"creating topic {topic} and group {group} (logs in {self.cluster.base_dir})")
+
+    def _fuzz_rpc(self, pool, server: Server, service: ServiceDescriptor, method: MethodDescriptor,
+                  service_templates: dict[str, Message]) -> RpcResult:
+        result = RpcResult(server.label, f"{service.name}.{method.name}")
+        requests = self._requests_for(service, method, templates.template_for(method, service_templates))
+        channel = self.cluster.channel(server.address)
+        request_cls = type(templates.template_for(method, service_templates))
+        calls = [pool.submit(call, channel, service.full_name, method, payload, metadata)
+                 for _kind, payload, metadata in requests]
+        for (kind, payload, _), future in zip(requests, calls, strict=True):
+            result.record(future.result(), kind, payload, request_cls)
+        self._check_health(result)
+        if self.progress:
+            print(f"{server.label:14} {result.rpc:58} {result.requests:6} requests, {result.defects} defects",
+                  file=self.progress, flush=True)
+        return result
+
+    def _requests_for(self, service: ServiceDescriptor, method: MethodDescriptor, template: Message) -> list:
+        """self.requests (kind, bytes, metadata) for this RPC; the same ones for every server that serves it."""
+        key = f"{service.full_name}.{method.name}"
+        if key not in self._generated:
+            self._generated[key] = generate(method, template, self.strings, self.requests, self.seed)
+        return self._generated[key]
+
+    def _check_health(self, result: RpcResult) -> None:
+        for proc in [*self.cluster.namesrv_procs, *self.cluster.brokers.values()]:
+            if not proc.alive:
+                result.defect(f"{proc.name} exited", f"after {result.rpc}; its log: {proc.log_path}")
+        for path, text in self._logs_since_last_look().items():
+            for mark in TRACEBACK_MARKS:
+                if mark in text:
+                    at = text.index(mark)
+                    result.defect(f"a traceback in {os.path.basename(path)}", text[max(0, at - 300):at + 700])
+                    break
+
+    def _logs_since_last_look(self) -> dict[str, str]:
+        new = {}
+        for proc in [*self.cluster.namesrv_procs, *self.cluster.brokers.values()]:
+            with open(proc.log_path, "rb") as f:
+                f.seek(self._log_offsets.get(proc.log_path, 0))
+                new[proc.log_path] = f.read().decode(errors="replace")
+                self._log_offsets[proc.log_path] = f.tell()
+        return new
+
+    def _still_serves(self) -> RpcResult:
+        """After the fuzzing, a producer and a consumer on a new topic and group still work."""
+        result = RpcResult("cluster", "send and receive after fuzzing")
+        topic, group = "fuzz-after", "fuzz-after-group"
+        try:
+            self._prepare(topic, group)
+            with rocketraft.Producer(self.cluster.namesrv_address) as producer:
+                producer.send(rocketraft.Message(topic, b"after the fuzz"))
+            with rocketraft.SimpleConsumer(self.cluster.namesrv_address, group=group, subscriptions={topic: "*"},
+                                           await_duration_s=2) as consumer:
+                got = [m.body for _ in range(10) for m in consumer.receive(max_messages=16)]
+            result.requests = 1
+            if b"after the fuzz" in got:
+                result.ok = 1
+            else:
+                result.defect("a message sent after fuzzing was not received", f"received {got[:3]}")
+        except Exception as exc:  # noqa: BLE001 - any failure here is the finding
+            result.requests = 1
+            result.defect(f"the cluster no longer serves: {type(exc).__name__}: {exc}", "a send and a receive")
+        self._check_health(result)
+        return result
+
+
+def _succeeds(action) -> bool:
+    try:
+        action()
+        return True
+    except RuntimeError:
+        return False
+
+
+def generate(method: MethodDescriptor, template: Message, strings: tuple[str, ...], count: int,
+             seed_value: int) -> list[tuple[str, bytes, tuple]]:
+    """`count` requests for one RPC, drawn by hypothesis (generation only: no shrinking, no database)."""
+    collected: list = []
+    strategy = st.tuples(request_bytes(method.input_type, template, strings), METADATA)
+    attempt = 0
+    while len(collected) < count:
+        @seed(seed_value * 1_000 + attempt)
+        @settings(max_examples=count - len(collected), database=None, deadline=None, phases=[Phase.generate],
+                  suppress_health_check=list(HealthCheck))
+        @given(strategy)
+        def draw(item):
+            (kind, payload), metadata = item
+            collected.append((kind, payload, metadata))
+
+        draw()
+        attempt += 1
+    return collected[:count]
+
+
+def report_lines(results: list[RpcResult], elapsed_s: float) -> list[str]:
+    lines = [f"{'server':16} {'rpc':58} {'requests':>8} {'ok':>7} {'refused':>8} {'defects':>7}  top refusals"]
+    for r in results:
+        top = ", ".join(f"{name} {n}" for name, n in r.refused.most_common(3))
+        lines.append(f"{r.server:16} {r.rpc:58} {r.requests:8} {r.ok:7} {sum(r.refused.values()):8} "
+                     f"{r.defects:7}  {top}")
+    total = sum(r.requests for r in results)
+    defects = [r for r in results if r.defects]
+    lines.append(f"{total} requests to {len(results) - 1} RPCs in {elapsed_s:.0f} s: "
+                 f"{sum(r.defects for r in results)} defects")
+    for r in defects:
+        lines.append(f"DEFECTS in {r.server} {r.rpc}: {dict(r.defect_kinds)}")
+        lines.extend(f"  e.g. {example}" for example in r.examples)
+    return lines
