@@ -38,17 +38,50 @@ class ClientSession:
     outbox: asyncio.Queue | None = None  # commands to push on its Telemetry stream
 
 
+SWEEP_INTERVAL_S = 1.0  # expired sessions are dropped at most this often (a sweep looks at every session)
+
+
 class ClientRegistry:
-    def __init__(self, expiry_ms: int):
+    def __init__(self, expiry_ms: int, clients_max: int):
         self._expiry_s = expiry_ms / 1000
+        self._clients_max = clients_max
         self._sessions: dict[str, ClientSession] = {}
+        self._next_sweep = 0.0
 
     def session(self, client_id: str) -> ClientSession:
         session = self._sessions.get(client_id)
         if session is None:
+            self._make_room()
             session = self._sessions[client_id] = ClientSession(client_id)
         session.last_seen = time.monotonic()
         return session
+
+    def _make_room(self) -> None:
+        """Refuses a new client while clientsMax live ones are known (each costs memory, and every Heartbeat,
+        assignment and subscription check looks at them: 100,000 made-up client ids once cost a real consumer a
+        288 ms QueryAssignment)."""
+        if len(self._sessions) < self._clients_max:
+            return
+        self._sweep(force=True)
+        if len(self._sessions) >= self._clients_max:
+            log.warning("refused a new client: %d clients known (clientsMax)", len(self._sessions))
+            raise RocketraftError(
+                f"this broker replica already serves {len(self._sessions)} clients (clientsMax = "
+                f"{self._clients_max}); a client is forgotten {self._expiry_s:.0f} s after its last heartbeat "
+                "(clientExpiryMillis). Reuse client ids across restarts, or raise clientsMax", Code.TOO_MANY_REQUESTS)
+
+    def _sweep(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now < self._next_sweep:
+            return
+        self._next_sweep = now + SWEEP_INTERVAL_S
+        cutoff = now - self._expiry_s
+        for client_id in [c for c, s in self._sessions.items() if s.last_seen < cutoff and s.outbox is None]:
+            del self._sessions[client_id]
+
+    def known(self) -> int:
+        """Sessions held, the expired ones not yet swept included (the figure clientsMax bounds)."""
+        return len(self._sessions)
 
     def touch(self, client_id: str, group: str = "", client_type: int = 0) -> None:
         if not client_id:
@@ -63,10 +96,9 @@ class ClientRegistry:
         self._sessions.pop(client_id, None)
 
     def _live(self) -> list[ClientSession]:
+        self._sweep()
         cutoff = time.monotonic() - self._expiry_s
-        for client_id in [c for c, s in self._sessions.items() if s.last_seen < cutoff and s.outbox is None]:
-            del self._sessions[client_id]
-        return list(self._sessions.values())
+        return [s for s in self._sessions.values() if s.last_seen >= cutoff or s.outbox is not None]
 
     def subscribe(self, client_id: str, group: str, topic: str, expression: pb.FilterExpression) -> None:
         """Record a subscription; refuse one that differs from another live member of the same group."""

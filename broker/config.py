@@ -125,6 +125,9 @@ class BrokerConfig:
     heartbeatTimeoutMillis: int = 3_000  # NameServers drop this replica after this silence
     # clients
     clientExpiryMillis: int = 30_000  # a client silent this long is forgotten (subscriptions, streams)
+    clientsMax: int = 10_000  # live clients one replica tracks; a new one beyond is refused (TOO_MANY_REQUESTS)
+    rpcsInFlightMax: int = limits.RPCS_IN_FLIGHT_MAX  # RPCs served at once; one more gets RESOURCE_EXHAUSTED
+    connectionIdleMillis: int = limits.CONNECTION_IDLE_MS  # a connection with no RPC this long is closed
     # Prometheus metrics over HTTP (GET /metrics; docs/metrics.md): RocketMQ 5's port; 0 = off
     metricsPort: int = METRICS_PORT_DEFAULT
     metricsListenHost: str = ""  # "" = the host of listenAddress
@@ -225,7 +228,13 @@ class BrokerConfig:
         self._validate_retention()
         self.delay_levels_ms  # noqa: B018 - validates the format
         self._validate_raft()
+        self._validate_client_limits()
         return self
+
+    def _validate_client_limits(self) -> None:
+        for key in ("clientsMax", "rpcsInFlightMax", "connectionIdleMillis"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key} {getattr(self, key)}: use at least 1")
 
     def _validate_metrics(self) -> None:
         if not 0 <= self.metricsPort <= PORT_MAX:

@@ -45,7 +45,9 @@ class Broker:
         self.batcher = Batcher(self.replica, config, StoreFacts(config.storeMapSizeBytes, self.store.path,
                                                                 self.guards.disk.used_percent))
         self.replica.set_append_admission(self.guards.admit_forwarded)
-        self._topic_events: dict[str, asyncio.Event] = {}
+        # topic -> (the event its next commit sets, how many requests wait on it); an entry lives only while
+        # someone waits, so waits on topics that never come (unknown names) leave nothing behind
+        self._topic_events: dict[str, tuple[asyncio.Event, int]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._role_listeners: list[Callable[[], None]] = []
         self._topic_listeners: list[Callable[[], None]] = []
@@ -85,21 +87,31 @@ class Broker:
 
     def _on_topics_committed(self, topics: set[str], configs_changed: bool) -> None:
         for topic in topics:
-            event = self._topic_events.pop(topic, None)
-            if event is not None:
-                event.set()
+            waiting = self._topic_events.pop(topic, None)
+            if waiting is not None:
+                waiting[0].set()
         if configs_changed:  # new messages alone must not re-register with every NameServer
             self._fire(self._topic_listeners)
 
+    def topics_waited_on(self) -> int:
+        """Topics some request is waiting on right now (bounded by the requests in flight)."""
+        return len(self._topic_events)
+
     async def wait_for_topic(self, topic: str, timeout_s: float) -> None:
         """Wait until an entry touching `topic` is committed and applied here, or `timeout_s` passed."""
-        event = self._topic_events.get(topic)
-        if event is None:
-            event = self._topic_events[topic] = asyncio.Event()
+        event, waiters = self._topic_events.get(topic) or (asyncio.Event(), 0)
+        self._topic_events[topic] = (event, waiters + 1)
         try:
             await asyncio.wait_for(event.wait(), timeout_s)
         except TimeoutError:
             pass
+        finally:
+            current = self._topic_events.get(topic)
+            if current is not None and current[0] is event:  # not set meanwhile: one waiter fewer
+                if current[1] <= 1:
+                    del self._topic_events[topic]
+                else:
+                    self._topic_events[topic] = (event, current[1] - 1)
 
     # -- status ---------------------------------------------------------------------------------------------
     @property

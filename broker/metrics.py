@@ -128,6 +128,10 @@ class BrokerCollector:
                             "clientExpiryMillis")
         consumers = f.gauge("rocketmq_consumer_connections", "consumers this replica heard from within "
                             "clientExpiryMillis", m.CONSUMER_GROUP)
+        f.gauge("rocketraft_clients_known", "client sessions this replica holds, expired ones not yet forgotten "
+                "included (new clients are refused at clientsMax)")(self.clients.known())
+        f.gauge("rocketraft_topic_waits", "topics that requests on this replica are waiting on right now (a long "
+                "poll, a follower waiting for a new topic to arrive)")(broker.topics_waited_on())
         by_type = self.clients.live_by_group_and_type()
         producers(sum(n for (_, kind), n in by_type.items() if kind == pb.ClientType.PRODUCER))
         for (group, kind), n in sorted(by_type.items()):

@@ -22,7 +22,7 @@ from dledger import DledgerError
 from rocketraft import parentwatch
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.metrics import MetricsServer
-from rocketraft.protocol.serving import add_service
+from rocketraft.protocol.serving import add_service, new_server
 from rocketraft.protocol.wire import GRPC_OPTIONS, Code, ipb, ipb_grpc, pb, svc, svc_grpc
 
 from . import config as config_mod
@@ -122,7 +122,7 @@ class BrokerServer:
         self.consume = Consume(self.broker, self.topics)
         self.queries = Queries(self.broker, self.topics)
         self.retention = Retention(self.broker, config)
-        self.clients = ClientRegistry(config.clientExpiryMillis)
+        self.clients = ClientRegistry(config.clientExpiryMillis, config.clientsMax)
         self.traffic = Traffic() if config.metrics_address else None  # nothing is counted while metrics are off
         self.writes.traffic = self.consume.traffic = self.traffic
         self._metrics: MetricsServer | None = None
@@ -146,7 +146,7 @@ class BrokerServer:
             leader_address=st.leader_address or "")
 
     async def start(self) -> None:
-        server = grpc.aio.server(options=GRPC_OPTIONS)
+        server = new_server(self.config.rpcsInFlightMax, self.config.connectionIdleMillis)
         messaging = MessagingService(self.config, topics=self.topics, writes=self.writes, consume=self.consume,
                                      clients=self.clients, route_lookup=self.namesrvs.route, traffic=self.traffic)
         add_service(server, messaging, svc.DESCRIPTOR.services_by_name["MessagingService"])

@@ -29,7 +29,7 @@ from rocketraft.protocol.errors import (
 )
 from rocketraft.protocol.names import check_topic_name
 from rocketraft.protocol.routing import PERM_READ_WRITE
-from rocketraft.protocol.serving import add_service
+from rocketraft.protocol.serving import add_service, new_server
 from rocketraft.protocol.wire import (
     ALL_MESSAGE_TYPES,
     GRPC_OPTIONS,
@@ -95,7 +95,7 @@ class NameServer:
 
     async def start(self) -> str:
         """Bind and serve; return the bound "host:port" (useful with port 0)."""
-        server = grpc.aio.server(options=GRPC_OPTIONS)
+        server = new_server()  # the bounds every server has (rocketraft.protocol.limits)
         add_service(server, MessagingService(self), svc.DESCRIPTOR.services_by_name["MessagingService"])
         add_service(server, NameServerService(self), ipb.DESCRIPTOR.services_by_name["NameServer"])
         host, _ = split_address(self.listen)

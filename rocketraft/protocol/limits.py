@@ -58,3 +58,8 @@ RETRY_BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600
 # A request is at most one body plus properties (the broker validates the body itself and says so; this is
 # the hard cap of every gRPC server and channel).
 GRPC_MESSAGE_BYTES_MAX = 16 * 1024 * 1024
+# Every gRPC server (broker, NameServer): RPCs served at once (long polls and Telemetry streams count; one more
+# is refused with RESOURCE_EXHAUSTED), and how long a connection with no RPC stays open before the server
+# closes it (a client reconnects on its next call; 4,000 idle connections once held 4,000 descriptors for ever).
+RPCS_IN_FLIGHT_MAX = 10_000
+CONNECTION_IDLE_MS = 120_000

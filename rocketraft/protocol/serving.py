@@ -20,9 +20,19 @@ from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
 from google.protobuf.message import DecodeError
 from google.protobuf.message_factory import GetMessageClass
 
-from .wire import Code, pb
+from . import limits
+from .wire import GRPC_OPTIONS, Code, pb
 
 log = logging.getLogger(__name__)
+
+
+def new_server(rpcs_in_flight_max: int = limits.RPCS_IN_FLIGHT_MAX,
+               connection_idle_ms: int = limits.CONNECTION_IDLE_MS, **kwargs) -> grpc.aio.Server:
+    """A gRPC server with every server's bounds: at most rpcs_in_flight_max RPCs at once (grpc answers one more
+    with RESOURCE_EXHAUSTED "Concurrent RPC limit exceeded!"), and a connection with no RPC for
+    connection_idle_ms closed by the server (GOAWAY; the client reconnects on its next call)."""
+    options = (*GRPC_OPTIONS, ("grpc.max_connection_idle_ms", connection_idle_ms))
+    return grpc.aio.server(options=options, maximum_concurrent_rpcs=rpcs_in_flight_max, **kwargs)
 
 
 @dataclass(frozen=True)

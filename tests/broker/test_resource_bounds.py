@@ -1,0 +1,107 @@
+"""Every resource a client can make a broker hold is bounded, and the bound answers by name (real cluster, real
+gRPC): client sessions (clientsMax), RPCs in flight (rpcsInFlightMax), idle connections (connectionIdleMillis),
+and waits on topics that never come."""
+
+from __future__ import annotations
+
+import threading
+
+import grpc
+import pytest
+from brokerkit import admin_stub, client_metadata, messaging_stub, raw_message, wait_until
+
+from devkit.devcluster import DevCluster, metric_value, scrape_metrics
+from rocketraft.protocol.wire import Code, ipb, ipb_grpc, pb, svc
+
+CLIENTS_MAX = 5
+RPCS_MAX = 40
+IDLE_MS = 1_000
+EXPIRY_MS = 2_000
+TOPIC, GROUP = "bounded", "bounded-readers"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = DevCluster(str(tmp_path_factory.mktemp("bounds")), broker_settings={
+        "clientsMax": CLIENTS_MAX, "rpcsInFlightMax": RPCS_MAX, "connectionIdleMillis": IDLE_MS,
+        "clientExpiryMillis": EXPIRY_MS, "autoCreateTopicEnable": False})
+    c.start()
+    c.wait_master()
+    c.create_topic(TOPIC, queue_nums=1)
+    c.create_group(GROUP)
+    yield c
+    c.stop()
+
+
+def gauge(cluster, replica: str, name: str) -> float | None:
+    return metric_value(scrape_metrics(cluster.metrics_address_of[replica]), name)
+
+
+def heartbeat(stub, client_id: str) -> pb.Status:
+    return stub.Heartbeat(svc.HeartbeatRequest(client_type=pb.ClientType.PRODUCER), timeout=5,
+                          metadata=client_metadata(client_id)).status
+
+
+def test_a_new_client_beyond_clientsMax_is_refused_by_name_and_a_forgotten_one_makes_room(cluster):
+    master = cluster.wait_master()
+    stub = messaging_stub(cluster, cluster.address_of[master])
+    for i in range(CLIENTS_MAX):
+        assert heartbeat(stub, f"client-{i}").code == Code.OK
+    refused = heartbeat(stub, "one-too-many")
+    assert refused.code == Code.TOO_MANY_REQUESTS and "clientsMax" in refused.message, refused
+    assert heartbeat(stub, "client-0").code == Code.OK, "a known client must go on"
+    assert gauge(cluster, master, "rocketraft_clients_known") == CLIENTS_MAX
+    # silent clients are forgotten after clientExpiryMillis, and their places go to new ones
+    wait_until(lambda: heartbeat(stub, "after-expiry").code == Code.OK, 3 * EXPIRY_MS / 1000,
+               "a new client accepted once the silent ones expired")
+
+
+def test_requests_waiting_for_topics_that_never_come_leave_nothing_behind(cluster):
+    follower = next(i for i in cluster.ids if i != cluster.wait_master())
+    stub = messaging_stub(cluster, cluster.address_of[follower])
+    sends = [stub.SendMessage.future(svc.SendMessageRequest(messages=[raw_message(f"never-{i}", b"x")]), timeout=10)
+             for i in range(30)]
+    # a follower gives a topic it does not know a moment to arrive through its log; the gauge sees the waits
+    wait_until(lambda: (gauge(cluster, follower, "rocketraft_topic_waits") or 0) >= 1, 5, "a wait on a topic")
+    assert {s.result().status.code for s in sends} == {Code.TOPIC_NOT_FOUND}
+    wait_until(lambda: gauge(cluster, follower, "rocketraft_topic_waits") == 0, 5,
+               "every wait on a topic that never came to be forgotten")
+
+
+def test_one_rpc_beyond_rpcsInFlightMax_is_refused_with_resource_exhausted_until_one_ends(cluster):
+    address = cluster.address_of[cluster.wait_master()]
+    stub = messaging_stub(cluster, address)
+    poll = svc.ReceiveMessageRequest(
+        group=pb.Resource(name=GROUP), message_queue=pb.MessageQueue(topic=pb.Resource(name=TOPIC)),
+        filter_expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"), batch_size=1,
+        invisible_duration={"seconds": 30}, long_polling_timeout={"seconds": 4})
+    polls = [stub.ReceiveMessage(poll, timeout=15, metadata=client_metadata("poller")) for _ in range(RPCS_MAX)]
+    readers = [threading.Thread(target=lambda p=p: list(p), daemon=True) for p in polls]
+    for reader in readers:
+        reader.start()
+    admin = admin_stub(cluster, address)
+
+    def refused() -> str | None:
+        try:
+            admin.Status(ipb.BrokerStatusRequest(), timeout=2)
+            return None
+        except grpc.RpcError as exc:
+            return f"{exc.code().name}: {exc.details()}" if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED else None
+
+    answer = wait_until(refused, 3, f"a call beyond {RPCS_MAX} long polls to be refused")
+    assert "limit" in answer.lower(), answer
+    for reader in readers:
+        reader.join(15)
+    assert admin.Status(ipb.BrokerStatusRequest(), timeout=2).registration.replica_id
+
+
+def test_a_connection_with_no_rpc_is_closed_after_connectionIdleMillis_and_the_client_reconnects(cluster):
+    states: list[grpc.ChannelConnectivity] = []
+    with grpc.insecure_channel(cluster.address_of[cluster.wait_master()]) as channel:
+        channel.subscribe(states.append, try_to_connect=False)
+        stub = ipb_grpc.BrokerAdminStub(channel)
+        stub.Status(ipb.BrokerStatusRequest(), timeout=5)
+        wait_until(lambda: states and states[-1] == grpc.ChannelConnectivity.READY, 5, "a ready connection")
+        wait_until(lambda: states[-1] == grpc.ChannelConnectivity.IDLE, 5 * IDLE_MS / 1000,
+                   f"the server to close the idle connection (states {states})")
+        assert stub.Status(ipb.BrokerStatusRequest(), timeout=5).registration.replica_id
