@@ -194,8 +194,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
     # -- producing ---------------------------------------------------------------------------------------
     @unary(svc.SendMessageResponse)
     async def SendMessage(self, request, context):
-        if not request.messages:
-            return svc.SendMessageResponse(status=pb.Status(code=Code.BAD_REQUEST, message="no messages to send"))
+        validation.messages_in_request(len(request.messages))
         outcomes = await self.writes.send_many(request.messages, client_id_of(context), work_deadline(context))
         response = svc.SendMessageResponse()
         add, ok, failed = response.entries.add, ok_status(), []
@@ -267,6 +266,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
 
     @unary(svc.AckMessageResponse)
     async def AckMessage(self, request, context):
+        validation.ack_entries(len(request.entries))
         group, topic = request.group.name, request.topic.name
         outcomes = await asyncio.gather(*(self.consume.ack(group, topic, e.receipt_handle) for e in request.entries),
                                         return_exceptions=True)

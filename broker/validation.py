@@ -11,7 +11,7 @@ bytes) is checked here.
 
 from __future__ import annotations
 
-from rocketraft.protocol import names, rules
+from rocketraft.protocol import limits, names, rules
 from rocketraft.protocol.errors import BadRequestError, InvalidReceiptHandleError, RocketraftError, UnsupportedError
 from rocketraft.protocol.wire import Code, MessageType, pb
 
@@ -166,3 +166,17 @@ def receipt_handle(handle: str) -> str:
     except ValueError as exc:
         raise InvalidReceiptHandleError(f"{exc}; use the handle of the last delivery") from None
     return handle
+
+
+def messages_in_request(count: int) -> int:
+    if not 1 <= count <= limits.SEND_MESSAGES_PER_REQUEST_MAX:
+        raise BadRequestError(f"{count} messages in one SendMessage: send 1..{limits.SEND_MESSAGES_PER_REQUEST_MAX} "
+                              "per request")
+    return count
+
+
+def ack_entries(count: int) -> int:
+    if not 1 <= count <= limits.ACK_ENTRIES_PER_REQUEST_MAX:
+        raise BadRequestError(f"{count} entries in one AckMessage: acknowledge 1..{limits.ACK_ENTRIES_PER_REQUEST_MAX} "
+                              "per request")
+    return count

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import grpc
 
 from rocketraft.protocol.errors import BadRequestError, RocketraftError, from_status
+from rocketraft.protocol.limits import SEND_MESSAGES_PER_REQUEST_MAX
 from rocketraft.protocol.wire import Code, pb, svc
 
 from .transport import Transport, encode_send_request, rpc_error
@@ -34,7 +35,8 @@ class BatchLimits:
 
     def __post_init__(self) -> None:
         checks = ((self.linger_ms >= 0, "linger_ms must be >= 0"),
-                  (1 <= self.batch_messages_max <= 1024, "batch_messages_max must be 1..1024"),
+                  (1 <= self.batch_messages_max <= SEND_MESSAGES_PER_REQUEST_MAX,
+                   f"batch_messages_max must be 1..{SEND_MESSAGES_PER_REQUEST_MAX}"),
                   (64 * 1024 <= self.batch_bytes_max <= 8 * 1024 * 1024, "batch_bytes_max must be 64 KiB..8 MiB"),
                   (1 <= self.requests_in_flight_max <= 256, "requests_in_flight_max must be 1..256"))
         for ok, text in checks:

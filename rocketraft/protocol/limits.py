@@ -36,6 +36,10 @@ DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 DELAY_LEVEL_COUNT = len(DELAY_LEVELS.split())
 DELIVERY_DELAY_MS_MAX = 40 * 86_400_000  # timerMaxDelayMillis default: 40 days (RocketMQ 5's timer)
 
+# -- requests -------------------------------------------------------------------------------------------
+SEND_MESSAGES_PER_REQUEST_MAX = 1024  # messages in one SendMessage (rocketraft's producer batches up to this)
+ACK_ENTRIES_PER_REQUEST_MAX = 1024    # entries in one AckMessage (each one is a command through Raft)
+
 # -- queues ---------------------------------------------------------------------------------------------
 QUEUES_PER_TOPIC_DEFAULT = 8          # per broker group
 QUEUE_NUMS_MAX = 1024                 # topicQueueNumsMax default

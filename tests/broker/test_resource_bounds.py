@@ -11,6 +11,7 @@ import pytest
 from brokerkit import admin_stub, client_metadata, messaging_stub, raw_message, wait_until
 
 from devkit.devcluster import DevCluster, metric_value, scrape_metrics
+from rocketraft.protocol import limits
 from rocketraft.protocol.wire import Code, ipb, ipb_grpc, pb, svc
 
 CLIENTS_MAX = 5
@@ -105,3 +106,18 @@ def test_a_connection_with_no_rpc_is_closed_after_connectionIdleMillis_and_the_c
         wait_until(lambda: states[-1] == grpc.ChannelConnectivity.IDLE, 5 * IDLE_MS / 1000,
                    f"the server to close the idle connection (states {states})")
         assert stub.Status(ipb.BrokerStatusRequest(), timeout=5).registration.replica_id
+
+
+def test_a_send_of_more_messages_or_an_ack_of_more_entries_than_a_request_may_hold_is_refused_by_name(cluster):
+    stub = messaging_stub(cluster, cluster.address_of[cluster.wait_master()])
+    too_many = limits.SEND_MESSAGES_PER_REQUEST_MAX + 1
+    sent = stub.SendMessage(svc.SendMessageRequest(messages=[raw_message(TOPIC, b"x")] * too_many), timeout=10)
+    assert sent.status.code == Code.BAD_REQUEST and f"{too_many} messages" in sent.status.message, sent.status
+    assert not sent.entries, "nothing of a refused request is stored"
+    entry = svc.AckMessageEntry(message_id="m", receipt_handle="1.0.0")
+    acked = stub.AckMessage(svc.AckMessageRequest(group=pb.Resource(name=GROUP), topic=pb.Resource(name=TOPIC),
+                                                  entries=[entry] * (limits.ACK_ENTRIES_PER_REQUEST_MAX + 1)),
+                            timeout=10)
+    assert acked.status.code == Code.BAD_REQUEST and "AckMessage" in acked.status.message, acked.status
+    ok = stub.SendMessage(svc.SendMessageRequest(messages=[raw_message(TOPIC, b"x")] * 2), timeout=10)
+    assert ok.status.code == Code.OK, ok.status
