@@ -6,7 +6,9 @@ from __future__ import annotations
 import time
 
 from rocketraft.proto import store_pb2 as spb
+from rocketraft.protocol.configs import check_group_config, check_topic_config
 from rocketraft.protocol.errors import BadRequestError, TopicNotFoundError
+from rocketraft.protocol.routing import PERM_READ_WRITE
 from rocketraft.protocol.wire import ipb
 
 from . import tables as t
@@ -61,10 +63,9 @@ class Topics:
         return self.broker.read(scan)
 
     async def create(self, config: ipb.TopicConfig) -> None:
-        validation.topic_name(config.name)
-        validation.queue_nums(config.queue_nums, self.config)
-        if config.perm == 0:
-            config.perm = 6
+        if config.perm == 0:  # proto3's unset default: RocketMQ's READ_WRITE
+            config.perm = PERM_READ_WRITE
+        check_topic_config(config, self.config.topicQueueNumsMax)
         await self.broker.commit(spb.Command(topic=spb.TopicCommand(topic_config=config.SerializeToString())))
 
     async def delete(self, name: str) -> None:
@@ -83,8 +84,6 @@ class Topics:
         return config
 
     async def create_group(self, config: ipb.GroupConfig) -> None:
-        validation.group_name(config.name)
-        if config.max_delivery_attempts < 0:
-            raise BadRequestError(f"max_delivery_attempts {config.max_delivery_attempts}: use 0 (default) or more")
+        check_group_config(config)
         await self.broker.commit(spb.Command(group=spb.GroupCommand(
             group=config.name, fifo=config.fifo, max_delivery_attempts=config.max_delivery_attempts)))

@@ -34,12 +34,6 @@ TIMESTAMP_SECONDS_MAX = 253_402_300_799  # 9999-12-31T23:59:59Z, the end of prot
 DECIMAL_DIGITS_MAX = 9  # a numeric property longer than this is out of every range (and int() has a limit)
 
 
-def queue_nums(n: int, config: BrokerConfig) -> int:
-    if not 1 <= n <= config.topicQueueNumsMax:
-        raise BadRequestError(f"queue count {n}: use 1..{config.topicQueueNumsMax} (topicQueueNumsMax)")
-    return n
-
-
 def message(msg: pb.Message, config: BrokerConfig, now_ms: int) -> int:
     """Validates one message to send; returns its message type. Each protobuf field is read once (a read of
     `body` copies it; each read costs 0.05-0.1 us, and this runs for every message on the master)."""

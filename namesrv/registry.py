@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from rocketraft.protocol.configs import check_topic_config
 from rocketraft.protocol.errors import BadRequestError, TopicNotFoundError
 from rocketraft.protocol.limits import QUEUE_NUMS_MAX, QUEUES_PER_TOPIC_DEFAULT
-from rocketraft.protocol.names import check_group_name, check_topic_name
-from rocketraft.protocol.routing import MASTER_BROKER_ID, PERM_READ, PERM_READ_WRITE, PERM_WRITE, permission_of
+from rocketraft.protocol.routing import MASTER_BROKER_ID, PERM_READ, permission_of
 from rocketraft.protocol.wire import ALL_MESSAGE_TYPES, endpoints, ipb, pb, split_address
 
 ROLE_MASTER = "LEADER"
@@ -26,36 +26,6 @@ HEARTBEAT_TIMEOUT_MS_DEFAULT = 3000
 HEARTBEAT_TIMEOUT_MS_MAX = 10 * 60 * 1000  # a replica silent longer than this is surely gone
 DEFAULT_QUEUE_NUMS = QUEUES_PER_TOPIC_DEFAULT
 REPLICAS_MAX = 4096  # registrations held at once; a bound, far above any real cluster
-VALID_MESSAGE_TYPES = frozenset(ALL_MESSAGE_TYPES)
-
-
-def check_topic_config(topic: ipb.TopicConfig, perm_none_ok: bool = False) -> None:
-    """Raise BadRequestError unless the topic's name, queue_nums, perm and message types are usable.
-
-    perm_none_ok accepts perm 0 (a topic closed to reads and writes), which a broker may report but
-    CreateTopic refuses: there proto3's default 0 almost always means the caller forgot to set it.
-    """
-    check_topic_name(topic.name)
-    if not 1 <= topic.queue_nums <= QUEUE_NUMS_MAX:
-        raise BadRequestError(f"topic {topic.name!r}: queue_nums {topic.queue_nums} is out of range: "
-                              f"use 1..{QUEUE_NUMS_MAX} (RocketMQ's default is {DEFAULT_QUEUE_NUMS})")
-    allowed = (0, PERM_READ, PERM_WRITE, PERM_READ_WRITE) if perm_none_ok else (PERM_READ, PERM_WRITE, PERM_READ_WRITE)
-    if topic.perm not in allowed:
-        raise BadRequestError(f"topic {topic.name!r}: perm {topic.perm} is not a topic permission: "
-                              f"use 2 (READ), 4 (WRITE) or 6 (READ_WRITE)")
-    unknown = [t for t in topic.message_types if t not in VALID_MESSAGE_TYPES]
-    if unknown:
-        raise BadRequestError(f"topic {topic.name!r}: unknown message types {unknown}: use "
-                              f"NORMAL=1, FIFO=2, DELAY=3, TRANSACTION=4 (or none for all four)")
-
-
-def check_group_config(group: ipb.GroupConfig) -> None:
-    """Raise BadRequestError unless the consumer group's name and max_delivery_attempts are usable."""
-    check_group_name(group.name)
-    if group.max_delivery_attempts < 0:
-        raise BadRequestError(f"consumer group {group.name!r}: max_delivery_attempts {group.max_delivery_attempts} "
-                              f"is negative; use 0 (the brokers' default) or more")
-
 
 def check_registration(reg: ipb.BrokerRegistration) -> None:
     """Raise BadRequestError naming the first field that makes this registration unroutable."""

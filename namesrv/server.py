@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import grpc
 
 from rocketraft import parentwatch
+from rocketraft.protocol.configs import check_group_config, check_topic_config
 from rocketraft.protocol.errors import (
     BadRequestError,
     OutcomeUnknownError,
@@ -46,7 +47,7 @@ from rocketraft.protocol.wire import (
 )
 
 from . import metrics
-from .registry import RegistrationChange, RouteRegistry, check_group_config, check_topic_config
+from .registry import RegistrationChange, RouteRegistry
 
 log = logging.getLogger("namesrv")
 

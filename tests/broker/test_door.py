@@ -92,7 +92,22 @@ def query_offset_at_seconds(seconds: int):
     return call
 
 
+def create_topic_directly(**config):
+    """BrokerAdmin.CreateTopic on the master, bypassing the NameServer's own check of the fan-out."""
+    def call(cluster) -> pb.Status:
+        answer = admin_stub(cluster, cluster.address_of[cluster.wait_master()]).CreateTopic(
+            ipb.BrokerCreateTopicRequest(topic=ipb.TopicConfig(**config)), timeout=5)
+        return pb.Status(code=answer.code, message=answer.message)
+
+    return call
+
+
 CASES = [
+    # stored, a topic with a bad permission once made the NameServer refuse every replica's registration
+    ("topic with perm 999999999", create_topic_directly(name="||", queue_nums=1, perm=999_999_999),
+     Code.BAD_REQUEST, "perm 999999999 is not a topic permission"),
+    ("topic with message type 99", create_topic_directly(name="door-t99", queue_nums=1, perm=6, message_types=[99]),
+     Code.BAD_REQUEST, "unknown message types [99]"),
     ("message id of 128 emoji", lambda c: send_status(c, raw_message(TOPIC, b"x", message_id=EMOJI_128)),
      Code.ILLEGAL_MESSAGE_ID, "at most 256 bytes of UTF-8"),
     ("key of 128 emoji", lambda c: send_status(c, raw_message(TOPIC, b"x", keys=[EMOJI_128])),
