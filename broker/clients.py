@@ -21,7 +21,10 @@ log = logging.getLogger(__name__)
 
 
 def normalized(expression: pb.FilterExpression) -> str:
+    """The form two members' subscriptions are compared in: '*', sorted tags, or 'SQL92: <condition>'."""
     expr = expression.expression.strip()
+    if expression.type == pb.FilterType.SQL:
+        return f"SQL92: {expr}"
     if expr in ("", "*"):
         return "*"
     return " || ".join(sorted({tag.strip() for tag in expr.split("||") if tag.strip()}))

@@ -9,7 +9,7 @@ import time
 
 from rocketraft.proto import store_pb2 as spb
 from rocketraft.protocol.errors import OffsetMovedError, RocketraftError
-from rocketraft.protocol.rules import tag_filter
+from rocketraft.protocol.rules import message_filter
 from rocketraft.protocol.wire import Code, ipb, pb
 
 from . import reads, validation
@@ -135,7 +135,7 @@ class Consume:
         validation.polling_ms(long_polling_ms, self.config)
         if offset < 0:
             raise RocketraftError(f"offset {offset} is negative", Code.ILLEGAL_OFFSET)
-        accept = tag_filter(expression.type, expression.expression)
+        accept = message_filter(expression.type, expression.expression)
         deadline = time.monotonic() + long_polling_ms / 1000
         sm, scan_max = self.broker.sm, self.config.popScanOffsetsMax
         while True:

@@ -4,6 +4,7 @@ consumers (consume.py) and admin queries (queries.py) are served from. Nothing h
 from __future__ import annotations
 
 from rocketraft.protocol.errors import RocketraftError
+from rocketraft.protocol.rules import MessageFilter
 from rocketraft.protocol.wire import Code, pb
 
 from . import tables as t
@@ -65,9 +66,9 @@ def queue_range(sm: BrokerStateMachine, txn, topic: str, queue: int) -> tuple[in
 
 
 def queue_messages(sm: BrokerStateMachine, txn, topic: str, queue: int, offset: int, batch_size: int,
-                   scan_offsets_max: int, accept: frozenset[str] | None) -> tuple[list[pb.Message], int]:
-    """Up to batch_size messages of the queue from `offset` whose tag `accept`s (None: every tag), looking at
-    no more than scan_offsets_max offsets; and the offset to read from next."""
+                   scan_offsets_max: int, accept: MessageFilter) -> tuple[list[pb.Message], int]:
+    """Up to batch_size messages of the queue from `offset` that the filter `accept`s, looking at no more than
+    scan_offsets_max offsets; and the offset to read from next."""
     end = min(queue_end(sm, txn, topic, queue), offset + scan_offsets_max)
     out = []
     cur = txn.cursor(db=sm.db[t.CQ])
@@ -80,7 +81,7 @@ def queue_messages(sm: BrokerStateMachine, txn, topic: str, queue: int, offset: 
             if at >= end:
                 break
             cq = t.cq_entry(value)
-            if accept is None or cq.tag in accept:
+            if accept.accepts(cq.tag, lambda cq=cq: sm.user_properties(txn, cq.index, cq.slot)):
                 out.append(message_at(sm, txn, topic, queue, at, cq))
             next_offset = at + 1
     return out, next_offset

@@ -25,7 +25,7 @@ from typing import NamedTuple
 from dledger import LogEntry, Store, logformat, read_payloads
 from rocketraft.proto import store_pb2 as spb
 from rocketraft.protocol.names import dlq_topic
-from rocketraft.protocol.rules import tag_filter
+from rocketraft.protocol.rules import MessageFilter, message_filter
 from rocketraft.protocol.wire import Code, ipb, pb
 
 from . import expiry
@@ -489,7 +489,7 @@ class BrokerStateMachine:
         queue_nums = self._queue_nums_of(command.topic, txn)
         if queue_nums is None:
             return ApplyError(Code.TOPIC_NOT_FOUND, f"topic {command.topic} does not exist on this group")
-        accept = tag_filter(command.filter_type, command.filter_expression)
+        accept = message_filter(command.filter_type, command.filter_expression)
         if command.only_queue >= 0:
             queues = [command.only_queue] if command.only_queue < queue_nums else []
         else:
@@ -522,11 +522,20 @@ class BrokerStateMachine:
         scan_end = min(queue_end, next_offset + max(command.scan_offsets_max, command.batch_size))
         while next_offset < scan_end and len(out) < command.batch_size:
             raw_cq = txn.get(t.cq_key(topic, queue, next_offset), db=self.db[t.CQ])
-            if raw_cq is not None and (accept is None or t.cq_entry(raw_cq).tag in accept):
+            if raw_cq is not None and self._accepts(accept, t.cq_entry(raw_cq), txn):
                 self._deliver(command, queue, next_offset, 1, index, out, txn, raw_cq)
             next_offset += 1
         txn.put(popped_key, t.u64(next_offset), db=self.db[t.POPPED])
         self.advance_consumed(group, topic, queue, txn)
+
+    def _accepts(self, accept: MessageFilter, cq: t.CqEntry, txn) -> bool:
+        """Whether the subscription takes the message: by its tag, or (SQL92) by its tag and user properties, read
+        from the log entry (deterministic: every replica reads the same committed message)."""
+        return accept.accepts(cq.tag, lambda: self.user_properties(txn, cq.index, cq.slot))
+
+    def user_properties(self, txn, index: int, slot: int) -> dict[str, str]:
+        send = self.stored_send(txn, index, slot)
+        return dict(pb.Message.FromString(send.message).user_properties) if send is not None else {}
 
     def _deliver(self, command: spb.PopCommand, queue: int, offset: int, attempt: int, index: int, out: list,
                  txn, raw_cq: bytes | None = None) -> None:

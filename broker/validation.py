@@ -11,8 +11,8 @@ bytes) is checked here.
 
 from __future__ import annotations
 
-from rocketraft.protocol import limits, names, rules
-from rocketraft.protocol.errors import BadRequestError, InvalidReceiptHandleError, RocketraftError, UnsupportedError
+from rocketraft.protocol import limits, names, rules, sql92
+from rocketraft.protocol.errors import BadRequestError, InvalidReceiptHandleError, RocketraftError
 from rocketraft.protocol.wire import Code, MessageType, pb
 
 from . import tables
@@ -80,10 +80,13 @@ def _type_matches_properties(kind: int, message_group: str, delayed: bool) -> No
 
 
 def filter_expression(expr: pb.FilterExpression) -> None:
+    """A subscription's filter: a TAG expression, or a SQL92 condition on the tag and user properties."""
     if expr.type == pb.FilterType.SQL:
-        raise UnsupportedError("SQL92 filter expressions are not supported; subscribe with a TAG expression "
-                               "such as '*' or 'TagA || TagB'")
-    rules.check_tag_expression(expr.expression)
+        sql92.compile_condition(expr.expression)
+    elif expr.type in (pb.FilterType.TAG, pb.FilterType.FILTER_TYPE_UNSPECIFIED):
+        rules.check_tag_expression(expr.expression)
+    else:
+        raise BadRequestError(f"filter type {expr.type} is unknown; use TAG or SQL", Code.ILLEGAL_FILTER_EXPRESSION)
 
 
 def subscription(group: str, topic: str, expr: pb.FilterExpression) -> None:

@@ -20,7 +20,7 @@ from typing import TypeVar
 
 import grpc
 
-from rocketraft.protocol import limits, rules
+from rocketraft.protocol import limits, rules, sql92
 from rocketraft.protocol.errors import (
     BadRequestError,
     BrokerUnreachableError,
@@ -66,17 +66,27 @@ class ConsumeResult(enum.Enum):
     RECONSUME_LATER = "RECONSUME_LATER"
 
 
+class Sql92(str):
+    """A SQL92 subscription on the tag (`TAGS`) and user properties, e.g.
+    `subscriptions={"orders": rocketraft.Sql92("TAGS = 'paid' AND price > 10")}` (docs/client-consumers.md)."""
+
+
 def check_expression(topic: str, expression: str) -> str:
-    """A TAG expression: '*' or 'TagA || TagB'. SQL92 is not supported by the broker."""
+    """A TAG expression ('*' or 'TagA || TagB'), or a Sql92 condition."""
+    if isinstance(expression, Sql92):
+        try:
+            sql92.compile_condition(expression)
+        except BadRequestError as exc:
+            raise BadRequestError(f"topic {topic}: {exc.message}", exc.code) from None
+        return Sql92(expression.strip())
     text = expression.strip() if isinstance(expression, str) else None
     if text is None:
         raise BadRequestError(f"the tag expression for topic {topic} must be a string like '*' or 'TagA || TagB'")
     if text in ("", "*"):
         return "*"
     if rules.looks_like_sql92(text):
-        raise BadRequestError(f"topic {topic}: {expression!r} looks like a SQL92 filter; SQL92 filters are not "
-                              "supported: subscribe with a TAG expression such as '*' or 'TagA || TagB'",
-                              Code.ILLEGAL_FILTER_EXPRESSION)
+        raise BadRequestError(f"topic {topic}: {expression!r} looks like a SQL92 filter, not tags; to filter by SQL92 "
+                              f"subscribe with rocketraft.Sql92({expression!r})", Code.ILLEGAL_FILTER_EXPRESSION)
     try:
         rules.check_tag_expression(text)
     except BadRequestError as exc:
@@ -103,7 +113,8 @@ def check_consume_from(value: str) -> str:
 
 
 def filter_of(expression: str) -> pb.FilterExpression:
-    return pb.FilterExpression(type=pb.FilterType.TAG, expression=expression)
+    kind = pb.FilterType.SQL if isinstance(expression, Sql92) else pb.FilterType.TAG
+    return pb.FilterExpression(type=kind, expression=expression)
 
 
 def queue_pb(queue: QueueRef) -> pb.MessageQueue:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import hashlib
 import re
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
-from rocketraft.protocol import limits
+from rocketraft.protocol import limits, sql92
 from rocketraft.protocol.errors import BadRequestError, BodyTooLargeError, MessageCorruptedError
 from rocketraft.protocol.wire import Code, pb
 
@@ -189,13 +190,28 @@ def looks_like_sql92(expression: str) -> bool:
     return bool(_SQL92_SHAPE.search(expression))
 
 
-def tag_filter(filter_type: int, expression: str) -> frozenset[str] | None:
-    """The tags a subscription accepts: None for every tag, otherwise the set ('TagA || TagB')."""
+@dataclass(frozen=True)
+class MessageFilter:
+    """What a subscription delivers: every message, the messages of some tags (TAG), or those whose tag and user
+    properties meet a SQL92 condition (SQL; only this kind needs a message's properties)."""
+    tags: frozenset[str] | None = None  # TAG: the accepted tags; None with no condition: every message
+    condition: sql92.Condition | None = None
+
+    def accepts(self, tag: str, properties: Callable[[], Mapping[str, str]]) -> bool:
+        """`properties` is called only when the condition needs them (reading them costs a message decode)."""
+        if self.condition is not None:
+            return self.condition.matches(properties(), tag)
+        return self.tags is None or tag in self.tags
+
+
+EVERY_MESSAGE = MessageFilter()
+
+
+def message_filter(filter_type: int, expression: str) -> MessageFilter:
+    """The filter of a subscription (validated at the door; a SQL92 expression is compiled once and cached)."""
+    if filter_type == pb.FilterType.SQL:
+        return MessageFilter(condition=sql92.compile_condition(expression))
     expression = expression.strip()
-    if filter_type == pb.FilterType.SQL or expression in ("", "*"):
-        return None
-    return frozenset(tag.strip() for tag in expression.split("||") if tag.strip())
-
-
-def tag_accepted(accepted: frozenset[str] | None, tag: str) -> bool:
-    return accepted is None or tag in accepted
+    if expression in ("", "*"):
+        return EVERY_MESSAGE
+    return MessageFilter(tags=frozenset(tag.strip() for tag in expression.split("||") if tag.strip()))

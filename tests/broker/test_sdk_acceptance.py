@@ -17,6 +17,7 @@ from rocketmq import (
     TransactionChecker,
     TransactionResolution,
 )
+from rocketmq.grpc_protocol import FilterType
 
 from rocketraft.protocol.wire import MessageType
 
@@ -70,6 +71,22 @@ def test_tag_filter_delivers_only_matching_tags(cluster):
                                 await_duration=2)) as consumer:
         got = drain(consumer, 8)
         assert sorted(m.tag for m in got) == ["TagA"] * 4 + ["TagC"] * 4
+
+
+def test_sql92_filter_delivers_only_messages_whose_tag_and_properties_match(cluster):
+    cluster.create_topic("priced")
+    with started(Producer(sdk_config(cluster), ("priced",))) as producer:
+        for i in range(12):
+            producer.send(message("priced", f"p{i}".encode(), tag=("paid", "open")[i % 2],
+                                  properties={"price": str(i * 10), "region": ("eu", "us", "ap")[i % 3]}))
+    condition = "TAGS = 'paid' AND price >= 40 AND region IN ('eu', 'ap')"
+    with started(SimpleConsumer(sdk_config(cluster), "g-sql", {"priced": FilterExpression(condition, FilterType.SQL)},
+                                await_duration=2)) as consumer:
+        # paid: even i; price >= 40: i >= 4; region eu or ap: i % 3 in (0, 2); so p6 and p8
+        expected = sorted(f"p{i}" for i in range(12) if i % 2 == 0 and i >= 4 and i % 3 in (0, 2))
+        got = drain(consumer, len(expected), timeout_s=10)
+        assert sorted(m.body.decode() for m in got) == expected
+        assert consumer.receive(32, 15) == []
 
 
 def test_change_invisible_duration_redelivers_with_the_next_attempt(cluster):

@@ -7,6 +7,7 @@ import collections
 
 from clientkit import eventually, produce
 
+import rocketraft
 from rocketraft.client.message import Message, QueueRef
 from rocketraft.client.pull_consumer import PullConsumer
 
@@ -118,5 +119,19 @@ def test_after_a_master_kill_a_consumer_resumes_from_the_committed_offset_never_
             assert sorted(m.body for m in resumed) == sorted(f"b{i}".encode() for i in range(10)), \
                 "the new master's offsets are older than what was committed"
             assert await second.poll(timeout_s=0.5) == []
+
+    asyncio.run(scenario())
+
+
+def test_a_pull_consumer_with_a_sql92_subscription_reads_only_the_matching_messages(shared_cluster):
+    topic = "pull-sql"
+
+    async def scenario():
+        await produce(shared_cluster, [Message(topic, f"m{i}".encode(), properties={"n": str(i)}) for i in range(12)])
+        async with PullConsumer(shared_cluster.namesrv_address, group="g-pull-sql",
+                                topics={topic: rocketraft.Sql92("n > 8 OR n = 2")}) as consumer:
+            got = await poll_until(consumer, 4)
+            assert sorted(m.body for m in got) == [b"m10", b"m11", b"m2", b"m9"]
+            assert await consumer.poll(timeout_s=0.3) == []
 
     asyncio.run(scenario())

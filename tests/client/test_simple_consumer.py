@@ -7,6 +7,7 @@ import asyncio
 import pytest
 from clientkit import produce
 
+import rocketraft
 from rocketraft.client.message import Message
 from rocketraft.client.simple_consumer import SimpleConsumer
 from rocketraft.protocol.errors import BadRequestError, InvalidReceiptHandleError
@@ -60,9 +61,11 @@ def test_simple_consumer_gets_only_the_subscribed_tags(shared_cluster):
     asyncio.run(scenario())
 
 
-def test_simple_consumer_refuses_sql_filters_and_bad_limits_before_any_call():
-    with pytest.raises(BadRequestError, match="SQL92"):
+def test_simple_consumer_refuses_tags_that_look_like_sql_bad_sql_and_bad_limits_before_any_call():
+    with pytest.raises(BadRequestError, match=r"rocketraft.Sql92\('a > 1'\)"):
         SimpleConsumer("127.0.0.1:1", group="g", subscriptions={"t": "a > 1"})
+    with pytest.raises(BadRequestError, match="SQL92 filter 'a >'"):
+        SimpleConsumer("127.0.0.1:1", group="g", subscriptions={"t": rocketraft.Sql92("a >")})
     consumer = SimpleConsumer("127.0.0.1:1", group="g", subscriptions={"t": "*"})
 
     async def receive_too_many():
@@ -70,3 +73,19 @@ def test_simple_consumer_refuses_sql_filters_and_bad_limits_before_any_call():
 
     with pytest.raises(BadRequestError, match="max_messages"):
         asyncio.run(receive_too_many())
+
+
+def test_a_sql92_subscription_gets_only_messages_whose_tag_and_properties_match(shared_cluster):
+    async def scenario():
+        await produce(shared_cluster, [Message("simple-sql", f"m{i}".encode(), tag=("paid", "open")[i % 2],
+                                               properties={"price": str(i)}) for i in range(10)])
+        condition = rocketraft.Sql92("TAGS = 'paid' AND price BETWEEN 3 AND 8")
+        async with SimpleConsumer(shared_cluster.namesrv_address, group="g-simple-sql",
+                                  subscriptions={"simple-sql": condition}, await_duration_s=1) as consumer:
+            got = await receive_all(consumer, 3)
+            assert sorted(m.body for m in got) == [b"m4", b"m6", b"m8"]
+            for message in got:
+                await consumer.ack(message)
+            assert await consumer.receive() == []
+
+    asyncio.run(scenario())

@@ -98,7 +98,7 @@ def test_a_subscription_separates_tags_with_double_bars_only():
     with pytest.raises(BadRequestError) as refused:
         rules.check_tag_expression("TagA|TagB")
     assert refused.value.code == Code.ILLEGAL_FILTER_EXPRESSION
-    assert rules.tag_filter(pb.FilterType.TAG, "TagA || Tag B") == frozenset({"TagA", "Tag B"})
+    assert rules.message_filter(pb.FilterType.TAG, "TagA || Tag B").tags == frozenset({"TagA", "Tag B"})
 
 
 @pytest.mark.parametrize("code, error", [(RocketraftCode.DISK_FULL, DiskFullError),
