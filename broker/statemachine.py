@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 from dledger import LogEntry, Store, logformat, read_payloads
 from rocketraft.proto import store_pb2 as spb
+from rocketraft.protocol.errors import BadRequestError
 from rocketraft.protocol.names import dlq_topic
 from rocketraft.protocol.rules import MessageFilter, message_filter
 from rocketraft.protocol.wire import Code, ipb, pb
@@ -489,7 +490,10 @@ class BrokerStateMachine:
         queue_nums = self._queue_nums_of(command.topic, txn)
         if queue_nums is None:
             return ApplyError(Code.TOPIC_NOT_FOUND, f"topic {command.topic} does not exist on this group")
-        accept = message_filter(command.filter_type, command.filter_expression)
+        try:  # checked at the door; a command from elsewhere must still not stop the replica
+            accept = message_filter(command.filter_type, command.filter_expression)
+        except BadRequestError as exc:
+            return ApplyError(exc.code, exc.message)
         if command.only_queue >= 0:
             queues = [command.only_queue] if command.only_queue < queue_nums else []
         else:
