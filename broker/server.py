@@ -20,6 +20,7 @@ import grpc
 
 from dledger import DledgerError
 from rocketraft import parentwatch
+from rocketraft.protocol import auth_internal
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.metrics import MetricsServer
 from rocketraft.protocol.serving import add_service
@@ -46,9 +47,11 @@ ROUTE_TIMEOUT_S = 2.0
 class NameServers:
     """Channels to every NameServer: registration and route lookups."""
 
-    def __init__(self, addresses: list[str]):
+    def __init__(self, addresses: list[str], cluster_secret: str = ""):
         self.addresses = addresses
-        self._channels = {a: grpc.aio.insecure_channel(a, options=GRPC_OPTIONS) for a in addresses}
+        self._channels = {a: grpc.aio.insecure_channel(a, options=GRPC_OPTIONS,
+                                                       interceptors=auth_internal.aio_interceptors(cluster_secret))
+                          for a in addresses}
         self._failing: dict[str, str] = {}
 
     async def register(self, registration: ipb.BrokerRegistration) -> None:
@@ -126,7 +129,7 @@ class BrokerServer:
         self.traffic = Traffic() if config.metrics_address else None  # nothing is counted while metrics are off
         self.writes.traffic = self.consume.traffic = self.traffic
         self._metrics: MetricsServer | None = None
-        self.namesrvs = NameServers(config.namesrv_addresses)
+        self.namesrvs = NameServers(config.namesrv_addresses, config.cluster_secret)
         self.broker.replica_addresses = lambda: self.namesrvs.replica_addresses(config.brokerClusterName,
                                                                                 config.brokerName)
         self._register_now = asyncio.Event()
@@ -143,10 +146,13 @@ class BrokerServer:
             topics=self.topics.all(), auto_create_topic=cfg.autoCreateTopicEnable,
             applied_index=st.applied_index, commit_index=st.commit_index,
             heartbeat_timeout_ms=cfg.heartbeatTimeoutMillis, default_queue_nums=cfg.defaultTopicQueueNums,
-            leader_address=st.leader_address or "")
+            leader_address=st.leader_address or "", history_id=st.history_id,
+            raft_peers=sorted(f"{i}-{a}" for i, a in cfg.peers.items()))
 
     async def start(self) -> None:
-        server = grpc.aio.server(options=GRPC_OPTIONS)
+        server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=auth_internal.server_interceptors(
+            self.config.cluster_secret, self.config.clusterAuthWindowMillis,
+            who=f"broker {self.config.brokerName}/{self.config.dLegerSelfId}"))
         messaging = MessagingService(self.config, topics=self.topics, writes=self.writes, consume=self.consume,
                                      clients=self.clients, route_lookup=self.namesrvs.route, traffic=self.traffic)
         add_service(server, messaging, svc.DESCRIPTOR.services_by_name["MessagingService"])

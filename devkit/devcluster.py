@@ -30,6 +30,7 @@ from prometheus_client.samples import Sample
 
 from broker import config as broker_config
 from rocketraft import parentwatch
+from rocketraft.protocol import auth_internal
 from rocketraft.protocol.routing import MASTER_BROKER_ID
 from rocketraft.protocol.wire import GRPC_OPTIONS, ipb, ipb_grpc, pb, svc, svc_grpc
 
@@ -146,6 +147,9 @@ class DevCluster:
     namesrvs: int = 1  # NameServer processes to run; every replica registers with all of them
     external_namesrv: tuple[str, ...] = ()  # run no NameServer; register with these (another cluster's)
     metrics: bool = True  # every process serves Prometheus metrics on a free port of its own (docs/metrics.md)
+    # internal calls must prove this secret ("" = off, as before); given to the processes through the environment,
+    # and every call of this kit's channels is signed with it (docs/security.md)
+    cluster_secret: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
         self.base_dir = os.path.abspath(self.base_dir)
@@ -207,6 +211,10 @@ class DevCluster:
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
         env[parentwatch.ENV] = str(os.getpid())  # the servers stop if this process dies, even by SIGKILL
+        env.pop(auth_internal.SECRET_FILE_ENV, None)  # the kit decides: its own secret, or none
+        env.pop(auth_internal.SECRET_ENV, None)
+        if self.cluster_secret:
+            env[auth_internal.SECRET_ENV] = self.cluster_secret
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         return env
@@ -247,7 +255,8 @@ class DevCluster:
     # -- inspection ------------------------------------------------------------------------------------------
     def channel(self, address: str) -> grpc.Channel:
         if address not in self._channels:
-            self._channels[address] = grpc.insecure_channel(address, options=GRPC_OPTIONS)
+            self._channels[address] = auth_internal.signed_channel(
+                grpc.insecure_channel(address, options=GRPC_OPTIONS), self.cluster_secret)
         return self._channels[address]
 
     def replica_status(self, replica_id: str, timeout_s: float = 1.0) -> ipb.BrokerRegistration | None:

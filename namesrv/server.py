@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import grpc
 
 from rocketraft import parentwatch
+from rocketraft.protocol import auth_internal
 from rocketraft.protocol.errors import (
     BadRequestError,
     OutcomeUnknownError,
@@ -46,6 +47,7 @@ from rocketraft.protocol.wire import (
 )
 
 from . import metrics
+from .auth_registry import ForeignReplicaError
 from .registry import RegistrationChange, RouteRegistry, check_group_config, check_topic_config
 
 log = logging.getLogger("namesrv")
@@ -76,9 +78,12 @@ class NameServer:
 
     def __init__(self, listen: str = DEFAULT_LISTEN, *, sweep_interval_ms: int = SWEEP_INTERVAL_MS,
                  create_topic_timeout_ms: int = CREATE_TOPIC_TIMEOUT_MS, recall_timeout_ms: int = RECALL_TIMEOUT_MS,
-                 clock_ms: Callable[[], int] = monotonic_ms):
+                 clock_ms: Callable[[], int] = monotonic_ms, cluster_secret: str = "",
+                 cluster_auth_window_ms: int = auth_internal.WINDOW_MS_DEFAULT):
         split_address(listen)  # fail early on a malformed address
         self.listen = listen
+        self.cluster_secret = auth_internal.check_secret(cluster_secret)
+        self.cluster_auth_window_ms = cluster_auth_window_ms
         self.registry = RouteRegistry()
         self.sweep_interval_ms = sweep_interval_ms
         self.create_topic_timeout_ms = create_topic_timeout_ms
@@ -95,7 +100,8 @@ class NameServer:
 
     async def start(self) -> str:
         """Bind and serve; return the bound "host:port" (useful with port 0)."""
-        server = grpc.aio.server(options=GRPC_OPTIONS)
+        server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=auth_internal.server_interceptors(
+            self.cluster_secret, self.cluster_auth_window_ms, who=f"NameServer {self.listen}"))
         add_service(server, MessagingService(self), svc.DESCRIPTOR.services_by_name["MessagingService"])
         add_service(server, NameServerService(self), ipb.DESCRIPTOR.services_by_name["NameServer"])
         host, _ = split_address(self.listen)
@@ -194,7 +200,8 @@ class NameServer:
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
+            channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS,
+                                                interceptors=auth_internal.aio_interceptors(self.cluster_secret))
             self._channels[address] = channel
         return channel
 
@@ -489,6 +496,9 @@ class NameServerService(ipb_grpc.NameServerServicer):
         failure = None
         try:
             self._ns.register(request.registration)
+        except ForeignReplicaError as e:
+            log.warning("refused %s", e.message)
+            failure = (grpc.StatusCode.PERMISSION_DENIED, e.message)
         except BadRequestError as e:
             log.warning("refused %s", e.message)
             failure = (grpc.StatusCode.INVALID_ARGUMENT, e.message)
@@ -538,6 +548,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="HOST:PORT",
                         help=f"serve Prometheus metrics on http://HOST:PORT/metrics (default: ${METRICS_LISTEN_ENV}, "
                              "else off; docs/metrics.md)")
+    parser.add_argument("--cluster-secret-file", default="", metavar="PATH",
+                        help=f"file holding the cluster secret that internal calls (registration, admin) must "
+                             f"prove (default: ${auth_internal.SECRET_ENV}, else ${auth_internal.SECRET_FILE_ENV}, "
+                             "else none: internal traffic unauthenticated; docs/security.md)")
+    parser.add_argument("--cluster-auth-window-ms", type=int, default=auth_internal.WINDOW_MS_DEFAULT, metavar="MS",
+                        help="largest clock difference accepted on a signed internal call; also how long its "
+                             f"nonce is remembered against replays (default {auth_internal.WINDOW_MS_DEFAULT})")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         help="namesrv log level (default INFO; DEBUG also logs every heartbeat)")
 
@@ -548,7 +565,14 @@ def run(args: argparse.Namespace) -> int:
         logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.setLevel(args.log_level)
     try:
-        return asyncio.run(_serve_until_signal(args.listen, args.metrics_listen))
+        secret = auth_internal.load_secret(path=args.cluster_secret_file)
+        if args.cluster_auth_window_ms < 1:
+            raise ValueError(f"--cluster-auth-window-ms {args.cluster_auth_window_ms}: use at least 1 (ms)")
+    except ValueError as e:
+        log.error("bad configuration: %s", e)
+        return 2
+    try:
+        return asyncio.run(_serve_until_signal(args.listen, args.metrics_listen, secret, args.cluster_auth_window_ms))
     except OSError as e:
         log.error("%s", e)
         return 1
@@ -556,8 +580,9 @@ def run(args: argparse.Namespace) -> int:
         return 130
 
 
-async def _serve_until_signal(listen: str, metrics_listen: str | None = None) -> int:
-    ns = NameServer(listen)
+async def _serve_until_signal(listen: str, metrics_listen: str | None = None, cluster_secret: str = "",
+                              cluster_auth_window_ms: int = auth_internal.WINDOW_MS_DEFAULT) -> int:
+    ns = NameServer(listen, cluster_secret=cluster_secret, cluster_auth_window_ms=cluster_auth_window_ms)
     address = await ns.start()
     exporter = None
     if metrics_listen:

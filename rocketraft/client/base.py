@@ -33,7 +33,7 @@ class AsyncClient:
     def __init__(self, config: ClientConfig, group: str = ""):
         self.config = config
         self.group = group
-        self.transport = Transport(config.client_id)
+        self.transport = Transport(config.client_id, config.cluster_secret)
         self.routes = Routes(self.transport, config.namesrv, config.request_timeout_s,
                              config.route_refresh_interval_s)
         self.routes.listeners.append(self._on_route)
