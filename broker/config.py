@@ -15,7 +15,7 @@ import tomllib
 from dataclasses import dataclass, field, fields
 
 import dledger
-from rocketraft.protocol import auth_internal, limits
+from rocketraft.protocol import auth_acl, auth_guard, auth_internal, limits
 from rocketraft.protocol.limits import DELAY_LEVELS
 
 from .tables import QUEUE_IDS_MAX
@@ -134,6 +134,12 @@ class BrokerConfig:
     clusterSecret: str = field(default="", repr=False)
     clusterSecretFile: str = ""
     clusterAuthWindowMillis: int = auth_internal.WINDOW_MS_DEFAULT  # clock difference accepted; replay memory
+    # ACL 2.0 (docs/security.md): clients must sign their calls as a user (needs a cluster secret), and with
+    # authorization a NORMAL user may only do what its ACL allows
+    authenticationEnabled: bool = False
+    authorizationEnabled: bool = False
+    authenticationWindowMillis: int = auth_acl.AUTH_WINDOW_MS_DEFAULT  # a signed x-mq-date-time this old is refused
+    authenticationAnyTimezone: bool = False  # accept the SDKs' local time "Z" from any timezone, not only UTC/ours
     logLevel: str = "INFO"
 
     # -- derived ------------------------------------------------------------------------------------
@@ -258,6 +264,12 @@ class BrokerConfig:
             raise ValueError(f"clusterSecret: {exc}") from None
         if self.clusterAuthWindowMillis < 1:
             raise ValueError(f"clusterAuthWindowMillis {self.clusterAuthWindowMillis}: use at least 1 (ms)")
+        auth_guard.check_config(self.guard_config, self.cluster_secret)
+
+    @property
+    def guard_config(self) -> auth_guard.GuardConfig:
+        return auth_guard.GuardConfig(self.authenticationEnabled, self.authorizationEnabled,
+                                      self.authenticationWindowMillis, self.authenticationAnyTimezone)
 
     @property
     def file_reserved_ms(self) -> int:

@@ -20,7 +20,9 @@ import grpc
 
 from dledger import DledgerError
 from rocketraft import parentwatch
+from rocketraft.proto import auth_pb2 as apb
 from rocketraft.protocol import auth_internal
+from rocketraft.protocol.auth_guard import Guard, guarded
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.metrics import MetricsServer
 from rocketraft.protocol.serving import add_service
@@ -28,6 +30,8 @@ from rocketraft.protocol.wire import GRPC_OPTIONS, Code, ipb, ipb_grpc, pb, svc,
 
 from . import config as config_mod
 from . import metrics
+from .auth_service import BrokerAuthService
+from .auth_store import AuthView
 from .clients import ClientRegistry
 from .consume import Consume
 from .core import Broker, now_ms
@@ -155,7 +159,12 @@ class BrokerServer:
             who=f"broker {self.config.brokerName}/{self.config.dLegerSelfId}"))
         messaging = MessagingService(self.config, topics=self.topics, writes=self.writes, consume=self.consume,
                                      clients=self.clients, route_lookup=self.namesrvs.route, traffic=self.traffic)
-        add_service(server, messaging, svc.DESCRIPTOR.services_by_name["MessagingService"])
+        auth = BrokerAuthService(self.broker, AuthView(self.broker))
+        guard = Guard(self.config.guard_config, auth.lookup, self.config.cluster_secret,
+                      self.config.clusterAuthWindowMillis) if self.config.guard_config.on else None
+        messaging_descriptor = svc.DESCRIPTOR.services_by_name["MessagingService"]
+        add_service(server, guarded(messaging, messaging_descriptor, guard), messaging_descriptor)
+        add_service(server, auth, apb.DESCRIPTOR.services_by_name["BrokerAuth"])
         add_service(server, BrokerAdminService(self.topics, self.queries, self.registration, self.clients),
                     ipb.DESCRIPTOR.services_by_name["BrokerAdmin"])
         try:  # bind before the replica starts: a broker that cannot serve must not join its Raft group

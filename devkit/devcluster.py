@@ -15,6 +15,7 @@ A second group joins the same NameServers with `external_namesrv`, which starts 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import select
 import signal
@@ -150,6 +151,7 @@ class DevCluster:
     # internal calls must prove this secret ("" = off, as before); given to the processes through the environment,
     # and every call of this kit's channels is signed with it (docs/security.md)
     cluster_secret: str = field(default="", repr=False)
+    namesrv_args: tuple[str, ...] = ()  # extra `python -m namesrv` flags (e.g. --authentication-enabled)
 
     def __post_init__(self) -> None:
         self.base_dir = os.path.abspath(self.base_dir)
@@ -178,7 +180,7 @@ class DevCluster:
     def _namesrv_proc(self, i: int, address: str) -> Proc:
         name = "namesrv" if i == 0 else f"namesrv-{i}"
         metrics = ["--metrics-listen", self.namesrv_metrics_addresses[i]] if self.namesrv_metrics_addresses else []
-        return Proc(name, [sys.executable, "-m", "namesrv", "--listen", address, *metrics],
+        return Proc(name, [sys.executable, "-m", "namesrv", "--listen", address, *metrics, *self.namesrv_args],
                     os.path.join(self.base_dir, "logs", f"{name}.log"))
 
     def _own_namesrv_addresses(self) -> list[str]:
@@ -198,12 +200,13 @@ class DevCluster:
             host, _, port = self.metrics_address_of[replica_id].rpartition(":")
             settings.update(metricsPort=int(port), metricsListenHost=host)
         settings.update(self.broker_settings)
+        settings.setdefault("clusterSecret", self.cluster_secret)  # checked here; the processes get it from env
         return broker_config.load(None, settings, environ={})
 
     def _write_config(self, replica_id: str) -> str:
         path = os.path.join(self.base_dir, "conf", f"{self.group}-{replica_id}.toml")
         with open(path, "w") as f:
-            f.write(broker_config.to_toml(self.config_of(replica_id)))
+            f.write(broker_config.to_toml(dataclasses.replace(self.config_of(replica_id), clusterSecret="")))
         return path
 
     @property

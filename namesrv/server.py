@@ -21,6 +21,8 @@ import grpc
 
 from rocketraft import parentwatch
 from rocketraft.protocol import auth_internal
+from rocketraft.protocol.auth_acl import AUTH_WINDOW_MS_DEFAULT
+from rocketraft.protocol.auth_guard import Guard, GuardConfig, check_config, guarded
 from rocketraft.protocol.errors import (
     BadRequestError,
     OutcomeUnknownError,
@@ -47,6 +49,7 @@ from rocketraft.protocol.wire import (
 )
 
 from . import metrics
+from .auth_lookup import CACHE_MS_DEFAULT, SubjectLookup
 from .auth_registry import ForeignReplicaError
 from .registry import RegistrationChange, RouteRegistry, check_group_config, check_topic_config
 
@@ -62,6 +65,7 @@ STOP_GRACE_MS = 1000
 CHANNEL_CLOSE_GRACE_MS = 3000
 RECALL_HANDLE_SEPARATOR = ":"
 LOG_TOPIC_NAMES_MAX = 10  # topic names listed in one "changed" log line
+AUTH_OFF = GuardConfig()  # ACL 2.0 off (the default)
 
 
 def monotonic_ms() -> int:
@@ -79,11 +83,15 @@ class NameServer:
     def __init__(self, listen: str = DEFAULT_LISTEN, *, sweep_interval_ms: int = SWEEP_INTERVAL_MS,
                  create_topic_timeout_ms: int = CREATE_TOPIC_TIMEOUT_MS, recall_timeout_ms: int = RECALL_TIMEOUT_MS,
                  clock_ms: Callable[[], int] = monotonic_ms, cluster_secret: str = "",
-                 cluster_auth_window_ms: int = auth_internal.WINDOW_MS_DEFAULT):
+                 cluster_auth_window_ms: int = auth_internal.WINDOW_MS_DEFAULT,
+                 guard_config: GuardConfig = AUTH_OFF, auth_cache_ms: int = CACHE_MS_DEFAULT):
         split_address(listen)  # fail early on a malformed address
         self.listen = listen
         self.cluster_secret = auth_internal.check_secret(cluster_secret)
         self.cluster_auth_window_ms = cluster_auth_window_ms
+        check_config(guard_config, self.cluster_secret)
+        self.guard_config = guard_config
+        self.auth_cache_ms = auth_cache_ms
         self.registry = RouteRegistry()
         self.sweep_interval_ms = sweep_interval_ms
         self.create_topic_timeout_ms = create_topic_timeout_ms
@@ -102,7 +110,11 @@ class NameServer:
         """Bind and serve; return the bound "host:port" (useful with port 0)."""
         server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=auth_internal.server_interceptors(
             self.cluster_secret, self.cluster_auth_window_ms, who=f"NameServer {self.listen}"))
-        add_service(server, MessagingService(self), svc.DESCRIPTOR.services_by_name["MessagingService"])
+        messaging = svc.DESCRIPTOR.services_by_name["MessagingService"]
+        guard = Guard(self.guard_config, SubjectLookup(self.registry, self.channel, self.clock_ms, self.auth_cache_ms),
+                      self.cluster_secret, self.cluster_auth_window_ms) if self.guard_config.on else None
+        add_service(server, guarded(MessagingService(self), messaging, guard, {"QueryRoute", "RecallMessage"}),
+                    messaging)
         add_service(server, NameServerService(self), ipb.DESCRIPTOR.services_by_name["NameServer"])
         host, _ = split_address(self.listen)
         try:
@@ -555,6 +567,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster-auth-window-ms", type=int, default=auth_internal.WINDOW_MS_DEFAULT, metavar="MS",
                         help="largest clock difference accepted on a signed internal call; also how long its "
                              f"nonce is remembered against replays (default {auth_internal.WINDOW_MS_DEFAULT})")
+    parser.add_argument("--authentication-enabled", action="store_true",
+                        help="ACL 2.0: QueryRoute and RecallMessage must be signed by a user (needs the cluster "
+                             "secret; users live in the brokers; docs/security.md)")
+    parser.add_argument("--authorization-enabled", action="store_true",
+                        help="ACL 2.0: a NORMAL user may only query routes its ACL allows (Pub or Sub on the topic)")
+    parser.add_argument("--authentication-window-ms", type=int, default=AUTH_WINDOW_MS_DEFAULT, metavar="MS",
+                        help=f"a signed x-mq-date-time further than this from our clock is refused (default "
+                             f"{AUTH_WINDOW_MS_DEFAULT})")
+    parser.add_argument("--authentication-any-timezone", action="store_true",
+                        help="accept the SDKs' local time labelled Z from any timezone (default: UTC or ours)")
+    parser.add_argument("--auth-cache-ms", type=int, default=CACHE_MS_DEFAULT, metavar="MS",
+                        help=f"how long a user looked up from a broker is kept (default {CACHE_MS_DEFAULT})")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         help="namesrv log level (default INFO; DEBUG also logs every heartbeat)")
 
@@ -568,11 +592,17 @@ def run(args: argparse.Namespace) -> int:
         secret = auth_internal.load_secret(path=args.cluster_secret_file)
         if args.cluster_auth_window_ms < 1:
             raise ValueError(f"--cluster-auth-window-ms {args.cluster_auth_window_ms}: use at least 1 (ms)")
+        if args.auth_cache_ms < 0:
+            raise ValueError(f"--auth-cache-ms {args.auth_cache_ms}: use 0 or more (ms)")
+        guard = GuardConfig(args.authentication_enabled, args.authorization_enabled, args.authentication_window_ms,
+                            args.authentication_any_timezone)
+        check_config(guard, secret)
     except ValueError as e:
         log.error("bad configuration: %s", e)
         return 2
     try:
-        return asyncio.run(_serve_until_signal(args.listen, args.metrics_listen, secret, args.cluster_auth_window_ms))
+        return asyncio.run(_serve_until_signal(args.listen, args.metrics_listen, secret, args.cluster_auth_window_ms,
+                                               guard, args.auth_cache_ms))
     except OSError as e:
         log.error("%s", e)
         return 1
@@ -581,8 +611,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve_until_signal(listen: str, metrics_listen: str | None = None, cluster_secret: str = "",
-                              cluster_auth_window_ms: int = auth_internal.WINDOW_MS_DEFAULT) -> int:
-    ns = NameServer(listen, cluster_secret=cluster_secret, cluster_auth_window_ms=cluster_auth_window_ms)
+                              cluster_auth_window_ms: int = auth_internal.WINDOW_MS_DEFAULT,
+                              guard: GuardConfig = AUTH_OFF, auth_cache_ms: int = CACHE_MS_DEFAULT) -> int:
+    ns = NameServer(listen, cluster_secret=cluster_secret, cluster_auth_window_ms=cluster_auth_window_ms,
+                    guard_config=guard, auth_cache_ms=auth_cache_ms)
     address = await ns.start()
     exporter = None
     if metrics_listen:

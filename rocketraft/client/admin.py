@@ -115,6 +115,8 @@ class Admin(AsyncClient):
                 return await call(stub)
             except grpc.aio.AioRpcError as exc:
                 last = rpc_error(exc, address, what)
+                if exc.code() == grpc.StatusCode.UNAUTHENTICATED:  # every NameServer has the same cluster secret
+                    raise last from None
         raise BrokerUnreachableError(f"{what}: no NameServer answered ({', '.join(self.config.namesrv)}); last "
                                      f"error: {last}", ",".join(self.config.namesrv))
 

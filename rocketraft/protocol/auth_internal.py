@@ -131,10 +131,11 @@ class Verifier:
         return None
 
 
-class _RefusalLog:
+class RefusalLog:
     """One WARNING per interval with how many calls were refused since, instead of one line per call."""
 
-    def __init__(self) -> None:
+    def __init__(self, what: str = "unauthenticated internal call") -> None:
+        self._what = what
         self._last_s = 0.0
         self._count = 0
 
@@ -142,7 +143,7 @@ class _RefusalLog:
         self._count += 1
         now = time.monotonic()
         if now - self._last_s >= REFUSAL_LOG_INTERVAL_S:
-            log.warning("refused %d unauthenticated internal call(s) in %.0f s; the last: %s", self._count,
+            log.warning("refused %d %s(s) in %.0f s; the last: %s", self._count, self._what,
                         REFUSAL_LOG_INTERVAL_S, message)
             self._last_s, self._count = now, 0
 
@@ -159,7 +160,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
 
     def __init__(self, verifier: Verifier):
         self.verifier = verifier
-        self._log = _RefusalLog()
+        self._log = RefusalLog()
 
     async def intercept_service(self, continuation, details: grpc.HandlerCallDetails):
         if not is_internal(details.method):

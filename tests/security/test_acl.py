@@ -1,0 +1,157 @@
+"""ACL 2.0 on a real cluster with the official Python SDK: the right secret works, a wrong one or none is refused
+by name, a NORMAL user can do only what its ACL allows, a DENY beats an ALLOW, and users and ACLs survive the
+master's death (they are in the group's Raft log)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
+
+from devkit.devcluster import DevCluster
+from rocketraft.client.admin import Admin
+from rocketraft.client.auth_admin import AuthAdmin
+from rocketraft.client.config import ClientConfig
+from rocketraft.protocol.errors import RocketraftError
+from rocketraft.protocol.wire import Code
+
+logging.getLogger("rocketmq-python-client").setLevel(logging.CRITICAL)
+SECRET = "acl-test-cluster-secret-0123456789"
+ACL_ON = {"authenticationEnabled": True, "authorizationEnabled": True}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = DevCluster(str(tmp_path_factory.mktemp("acl")), cluster_secret=SECRET, metrics=False, broker_settings=ACL_ON,
+                   namesrv_args=("--authentication-enabled", "--authorization-enabled", "--auth-cache-ms", "0"))
+    c.start()
+    c.wait_master()
+    for name in ("orders", "audit", "secret-stuff"):
+        c.create_topic(name)
+    c.create_group("billing")
+    auth(c, lambda a: a.create_user("root", "root-secret-key", "SUPER"))
+    auth(c, lambda a: a.create_user("alice", "alice-secret-key"))
+    auth(c, lambda a: a.create_acl("alice", ["Topic:orders", "Topic:audit", "Group:billing"], ["Pub", "Sub"]))
+    auth(c, lambda a: a.create_acl("alice", ["Topic:secret-*"], ["All"]))
+    auth(c, lambda a: a.create_acl("alice", ["Topic:secret-*"], ["Pub"], "DENY"))  # same resource: replaces
+    auth(c, lambda a: a.create_acl("alice", ["Topic:audit"], ["Pub"], "DENY", update=True))  # DENY and ALLOW tie
+    yield c
+    c.stop()
+
+
+def auth(cluster: DevCluster, call, secret: str = SECRET):
+    async def run():
+        config = ClientConfig(namesrv=cluster.namesrv_address, cluster_secret=secret)
+        async with Admin(config=config) as admin:
+            return await call(AuthAdmin(admin))
+
+    return asyncio.run(run())
+
+
+def send(cluster: DevCluster, topic: str, ak: str = "", sk: str = "") -> str:
+    producer = Producer(ClientConfiguration(cluster.namesrv_address, Credentials(ak, sk), request_timeout=3),
+                        (topic,))
+    producer.startup()
+    try:
+        msg = Message()
+        msg.topic, msg.body = topic, b"x"
+        return producer.send(msg).message_id
+    finally:
+        producer.shutdown()
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def refused(cluster: DevCluster, topic: str, ak: str = "", sk: str = "") -> str:
+    """What the SDK's user sees of a refused send: the exception and the SDK's own error log (where the SDK puts
+    the server's status when route lookup fails)."""
+    sdk_log = logging.getLogger("rocketmq-python-client")
+    collect, level = _Collect(), sdk_log.level
+    sdk_log.addHandler(collect)
+    sdk_log.setLevel(logging.ERROR)
+    try:
+        with pytest.raises(Exception) as e:  # the SDK raises its own exception types
+            send(cluster, topic, ak, sk)
+    finally:
+        sdk_log.removeHandler(collect)
+        sdk_log.setLevel(level)
+    return "\n".join([str(e.value), *collect.lines])
+
+
+def test_the_official_sdk_with_the_right_secret_sends_and_receives(cluster):
+    assert send(cluster, "orders", "alice", "alice-secret-key")
+    consumer = SimpleConsumer(ClientConfiguration(cluster.namesrv_address, Credentials("alice", "alice-secret-key"),
+                                                  request_timeout=3), "billing", {"orders": FilterExpression()},
+                              await_duration=2)
+    consumer.startup()
+    try:
+        got = []
+        for _ in range(5):
+            got += consumer.receive(16, 15)
+            if got:
+                break
+        assert got, "alice, allowed Sub on orders and billing, receives"
+        for m in got:
+            consumer.ack(m)
+    finally:
+        consumer.shutdown()
+
+
+def test_a_wrong_secret_or_no_credentials_is_refused_unauthorized_by_name(cluster):
+    wrong = refused(cluster, "orders", "alice", "not-her-key")
+    assert str(Code.UNAUTHORIZED) in wrong and "signature of user 'alice' does not match" in wrong
+    nobody = refused(cluster, "orders")
+    assert str(Code.UNAUTHORIZED) in nobody and "requires ACL credentials" in nobody
+    stranger = refused(cluster, "orders", "mallory", "whatever")
+    assert "user 'mallory' does not exist" in stranger
+
+
+def test_a_normal_user_without_pub_on_a_topic_cannot_send_and_a_super_user_can(cluster):
+    cluster.create_topic("payroll")
+    denied = refused(cluster, "payroll", "alice", "alice-secret-key")
+    assert str(Code.UNAUTHORIZED) in denied and "User:alice may not" in denied and "Topic:payroll" in denied
+    assert send(cluster, "payroll", "root", "root-secret-key")
+
+
+def test_deny_beats_allow_for_the_same_resource_and_the_more_specific_entry_decides(cluster):
+    assert "the entry for Topic:audit denies it" in refused(cluster, "audit", "alice", "alice-secret-key")
+    assert "the entry for Topic:secret-* denies it" in refused(cluster, "secret-stuff", "alice", "alice-secret-key")
+    acl = auth(cluster, lambda a: a.get_acl("alice"))
+    assert {(e.resource, tuple(e.actions), e.decision) for e in acl.entries if e.resource.startswith("Topic:s")} \
+        == {("Topic:secret-*", ("Pub",), 2)}, "createAcl of an existing resource replaced its entry"
+
+
+def test_admin_calls_need_the_cluster_secret_and_bad_policies_are_refused_at_the_door(cluster):
+    with pytest.raises(RocketraftError) as e:
+        auth(cluster, lambda a: a.create_user("eve", "eve-secret-key", "SUPER"), secret="wrong-secret-0123456789")
+    assert e.value.code == Code.UNAUTHORIZED and "does not match" in e.value.message
+    with pytest.raises(RocketraftError, match="is not an action"):
+        auth(cluster, lambda a: a.create_acl("alice", ["Topic:orders"], ["Publish"]))
+    with pytest.raises(RocketraftError, match="not a resource key"):
+        auth(cluster, lambda a: a.create_acl("alice", ["Queue:orders"], ["Pub"]))
+    with pytest.raises(RocketraftError, match="does not exist"):
+        auth(cluster, lambda a: a.create_acl("nobody", ["Topic:orders"], ["Pub"]))
+    with pytest.raises(RocketraftError, match="exists already"):
+        auth(cluster, lambda a: a.create_user("alice", "another-key"))
+    assert {u.username for u in auth(cluster, lambda a: a.list_users())} == {"alice", "root"}
+    assert all(not u.password for u in auth(cluster, lambda a: a.list_users())), "passwords are never listed"
+
+
+def test_users_and_acls_survive_the_masters_death(cluster):
+    auth(cluster, lambda a: a.create_user("bob", "bob-secret-key"))
+    auth(cluster, lambda a: a.create_acl("bob", ["Topic:orders"], ["Pub"]))
+    old = cluster.wait_master()
+    cluster.kill(old)
+    cluster.wait_master(not_id=old)
+    assert send(cluster, "orders", "bob", "bob-secret-key"), "the new master knows bob and his ACL"
+    assert "User:bob may not" in refused(cluster, "audit", "bob", "bob-secret-key")
+    cluster.start_replica(old)
