@@ -5,8 +5,14 @@ master's death (they are in the group's Raft log)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
+import subprocess
+import sys
+import time
 
+import grpc
 import pytest
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
 
@@ -14,8 +20,9 @@ from devkit.devcluster import DevCluster
 from rocketraft.client.admin import Admin
 from rocketraft.client.auth_admin import AuthAdmin
 from rocketraft.client.config import ClientConfig
+from rocketraft.protocol import auth_acl
 from rocketraft.protocol.errors import RocketraftError
-from rocketraft.protocol.wire import Code
+from rocketraft.protocol.wire import Code, pb, svc, svc_grpc
 
 logging.getLogger("rocketmq-python-client").setLevel(logging.CRITICAL)
 SECRET = "acl-test-cluster-secret-0123456789"
@@ -155,3 +162,42 @@ def test_users_and_acls_survive_the_masters_death(cluster):
     assert send(cluster, "orders", "bob", "bob-secret-key"), "the new master knows bob and his ACL"
     assert "User:bob may not" in refused(cluster, "audit", "bob", "bob-secret-key")
     cluster.start_replica(old)
+
+
+def admin_cli(cluster: DevCluster, *args: str, secret: str = SECRET) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROCKETRAFT_CLUSTER_SECRET")}
+    if secret:
+        env["ROCKETRAFT_CLUSTER_SECRET"] = secret
+    return subprocess.run([sys.executable, "-m", "rocketraft.cli", "admin", *args, "-n", cluster.namesrv_address],
+                          env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_the_admin_cli_manages_users_and_acls_and_without_the_secret_names_the_key(cluster, tmp_path):
+    key = tmp_path / "carol.key"
+    key.write_text("carol-secret-key\n")
+    created = admin_cli(cluster, "createUser", "-u", "carol", "--password-file", str(key))
+    assert created.returncode == 0 and "createUser done on broker groups: broker-a" in created.stdout, created
+    auth(cluster, lambda a: a.create_acl("carol", ["Topic:orders"], ["pub"], source_ips=["127.0.0.0/8"]))
+    got = json.loads(admin_cli(cluster, "getAcl", "-s", "User:carol", "--json").stdout)
+    assert got["entries"] == [{"resource": "Topic:orders", "actions": ["Pub"], "source_ips": ["127.0.0.0/8"],
+                               "decision": "ALLOW"}]
+    assert send(cluster, "orders", "carol", "carol-secret-key")
+    no_secret = admin_cli(cluster, "getUser", "-u", "carol", secret="")
+    assert no_secret.returncode == 1 and "UNAUTHENTICATED" in no_secret.stdout
+    assert "ROCKETRAFT_CLUSTER_SECRET" in no_secret.stdout
+
+
+def test_a_broker_refuses_a_wrong_signature_itself_answering_unauthorized(cluster):
+    channel = grpc.insecure_channel(cluster.address_of[cluster.wait_master()])
+    stub = svc_grpc.MessagingServiceStub(channel)
+    date_time = time.strftime(auth_acl.DATE_TIME_FORMAT, time.gmtime())
+    header = f"{auth_acl.ALGORITHM} Credential=alice, SignedHeaders=x-mq-date-time, Signature=" \
+             f"{auth_acl.sign('not-her-key', date_time).hex()}"
+    metadata = (("authorization", header), ("x-mq-date-time", date_time), ("x-mq-client-id", "raw"))
+    request = svc.SendMessageRequest(messages=[pb.Message(topic=pb.Resource(name="orders"), body=b"x")])
+    answer = stub.SendMessage(request, metadata=metadata, timeout=5)
+    assert answer.status.code == Code.UNAUTHORIZED and "does not match" in answer.status.message
+    stale = time.strftime(auth_acl.DATE_TIME_FORMAT, time.gmtime(time.time() - 3600 * 30))
+    header = header.rsplit("=", 1)[0] + "=" + auth_acl.sign("alice-secret-key", stale).hex()
+    answer = stub.SendMessage(request, metadata=(("authorization", header), ("x-mq-date-time", stale)), timeout=5)
+    assert answer.status.code == Code.UNAUTHORIZED and "authenticationWindowMillis" in answer.status.message
