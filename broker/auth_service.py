@@ -29,9 +29,9 @@ class BrokerAuthService(apb_grpc.BrokerAuthServicer):
         self.broker = broker
         self.view = view
 
-    async def lookup(self, username: str) -> tuple[apb.User | None, apb.Acl | None]:
+    async def lookup(self, username: str) -> tuple[apb.User | None, auth_acl.Policy]:
         """The user and its ACL as this replica has applied them (the broker's ACL guard)."""
-        return self.view.user(username), self.view.acl(auth_acl.SUBJECT_PREFIX + username)
+        return self.view.user(username), self.view.policy(auth_acl.SUBJECT_PREFIX + username)
 
     async def _commit(self, change: spb.AuthCommand) -> None:
         await self.broker.commit(spb.Command(auth=change))
@@ -92,7 +92,7 @@ class BrokerAuthService(apb_grpc.BrokerAuthServicer):
         return apb.ListAclsResponse(code=Code.OK, message=f"{len(acls)} ACLs", acls=acls)
 
     async def GetSubject(self, request, context):
-        user, acl = await self.lookup(request.name)
+        user, acl = self.view.user(request.name), self.view.acl(auth_acl.SUBJECT_PREFIX + request.name)
         return apb.GetSubjectResponse(code=Code.OK, message="OK", user=user, acl=acl)
 
 

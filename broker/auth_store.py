@@ -11,7 +11,7 @@ import threading
 
 from rocketraft.proto import auth_pb2 as apb
 from rocketraft.proto import store_pb2 as spb
-from rocketraft.protocol.auth_acl import merge_acl
+from rocketraft.protocol.auth_acl import Policy, merge_acl
 from rocketraft.protocol.wire import Code
 
 from . import tables as t
@@ -98,6 +98,7 @@ class AuthView:
         self._generation = -1
         self._users: dict[str, apb.User] = {}
         self._acls: dict[str, apb.Acl] = {}
+        self._policies: dict[str, Policy] = {}  # subject -> its ACL ready for deciding, made on first use
 
     def _fresh(self) -> tuple[dict[str, apb.User], dict[str, apb.Acl]]:
         generation = self._broker.sm.auth_generation
@@ -111,6 +112,7 @@ class AuthView:
                     return users, acls
 
                 self._users, self._acls = self._broker.read(scan)
+                self._policies = {}
                 self._generation = generation
         return self._users, self._acls
 
@@ -119,6 +121,13 @@ class AuthView:
 
     def acl(self, subject: str) -> apb.Acl | None:
         return self._fresh()[1].get(subject)
+
+    def policy(self, subject: str) -> Policy:
+        acls = self._fresh()[1]
+        policy = self._policies.get(subject)
+        if policy is None:
+            policy = self._policies[subject] = Policy(acls.get(subject))
+        return policy
 
     def users(self) -> list[apb.User]:
         return [self._fresh()[0][k] for k in sorted(self._fresh()[0])]

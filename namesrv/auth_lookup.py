@@ -18,7 +18,7 @@ import grpc
 
 from rocketraft.proto import auth_pb2 as apb
 from rocketraft.proto import auth_pb2_grpc as apb_grpc
-from rocketraft.protocol.auth_acl import AuthenticationError
+from rocketraft.protocol.auth_acl import AuthenticationError, Policy
 from rocketraft.protocol.wire import Code
 
 from .registry import RouteRegistry
@@ -37,20 +37,20 @@ class SubjectLookup:
         self.channel = channel
         self.clock_ms = clock_ms
         self.cache_ms = cache_ms
-        self._cache: collections.OrderedDict[str, tuple[int, apb.User | None, apb.Acl | None]] = \
-            collections.OrderedDict()
+        self._cache: collections.OrderedDict[str, tuple[int, apb.User | None, Policy]] = collections.OrderedDict()
 
-    async def __call__(self, username: str) -> tuple[apb.User | None, apb.Acl | None]:
+    async def __call__(self, username: str) -> tuple[apb.User | None, Policy]:
         now = time.monotonic_ns() // 1_000_000
         cached = self._cache.get(username)
         if cached is not None and now - cached[0] < self.cache_ms:
             return cached[1], cached[2]
         user, acl = await self._ask(username)
-        self._cache[username] = (now, user, acl)
+        policy = Policy(acl)
+        self._cache[username] = (now, user, policy)
         self._cache.move_to_end(username)
         while len(self._cache) > CACHE_ENTRIES_MAX:
             self._cache.popitem(last=False)
-        return user, acl
+        return user, policy
 
     async def _ask(self, username: str) -> tuple[apb.User | None, apb.Acl | None]:
         now = self.clock_ms()

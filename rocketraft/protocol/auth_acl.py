@@ -111,17 +111,19 @@ def group(name: str) -> Resource:
     return Resource(ResourceType.GROUP, name.removeprefix(RETRY_TOPIC_PREFIX), Pattern.LITERAL)
 
 
+_KINDS = {t.value.lower(): t for t in ResourceType if t is not ResourceType.ANY}
+
+
 def parse_resource(key: str) -> Resource:
     """A RocketMQ resource key ("*", "Topic:orders", "Topic:order-*", "Group:*") or BadRequestError naming it."""
     key = key.strip()
     if key == "*":
         return Resource(ResourceType.ANY, "", Pattern.ANY)
     type_name, sep, name = key.partition(":")
-    kinds = {t.value.lower(): t for t in ResourceType if t is not ResourceType.ANY}
-    kind = kinds.get(type_name.lower())
+    kind = _KINDS.get(type_name.lower())
     if not sep or kind is None or not name:
         raise BadRequestError(f"resource {key!r} is not a resource key: use *, or Type:name, Type:prefix* or Type:* "
-                              f"with Type one of {', '.join(t.value for t in kinds.values())}")
+                              f"with Type one of {', '.join(t.value for t in _KINDS.values())}")
     if len(name) > RESOURCE_NAME_CHARS_MAX or any(c.isspace() or c in ",:" for c in name):
         raise BadRequestError(f"resource {key!r}: the name must be 1-{RESOURCE_NAME_CHARS_MAX} characters without "
                               f"spaces, ',' or ':'")
@@ -262,10 +264,7 @@ def sign(password: str, date_time: str) -> bytes:
 def check_time(date_time: str, now_s: float, window_ms: int, any_timezone: bool) -> None:
     """AuthenticationError unless date_time is within the window of now. The official SDKs send their local time
     labelled Z: also accepted is the server's local time, or with any_timezone any whole quarter-hour offset."""
-    try:
-        claimed_s = calendar.timegm(time.strptime(date_time, DATE_TIME_FORMAT))
-    except ValueError:
-        raise AuthenticationError(f"{DATE_TIME_HEADER} {date_time[:32]!r} is not {DATE_TIME_FORMAT}") from None
+    claimed_s = _epoch_of(date_time)
     offsets = TIMEZONE_OFFSETS_S if any_timezone else {0, _local_offset_s(now_s)}
     window_s = window_ms / 1000
     if any(abs(claimed_s - offset - now_s) <= window_s for offset in offsets):
@@ -273,6 +272,19 @@ def check_time(date_time: str, now_s: float, window_ms: int, any_timezone: bool)
     raise AuthenticationError(f"{DATE_TIME_HEADER} {date_time} is more than authenticationWindowMillis "
                               f"({window_ms} ms) from this server's clock (UTC or local time): a replayed request, or "
                               f"clocks apart; synchronise the clocks (NTP)")
+
+
+_DATE_TIME = re.compile(r"(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})Z")
+
+
+def _epoch_of(date_time: str) -> int:
+    """yyyyMMddTHHmmssZ as seconds since the epoch, read as UTC (strptime costs ~15 us a call)."""
+    m = _DATE_TIME.fullmatch(date_time)
+    fields = tuple(int(g) for g in m.groups()) if m else ()
+    if not fields or not (1 <= fields[1] <= 12 and 1 <= fields[2] <= 31 and fields[3] < 24 and fields[4] < 60
+                          and fields[5] < 61):
+        raise AuthenticationError(f"{DATE_TIME_HEADER} {date_time[:32]!r} is not {DATE_TIME_FORMAT}")
+    return calendar.timegm(fields + (0, 0, 0))
 
 
 def _local_offset_s(now_s: float) -> int:
@@ -310,41 +322,69 @@ def sub(resource: Resource) -> Need:
     return Need(resource, frozenset({Action.SUB}))
 
 
-def decide(user: apb.User, acl: apb.Acl | None, needs: Iterable[Need], source_ip: str) -> None:
+def decide(user: apb.User, acl: apb.Acl | Policy | None, needs: Iterable[Need], source_ip: str) -> None:
     """AuthorizationError naming the first need the user's ACL does not allow; SUPER users need nothing."""
     if user.type == apb.SUPER:
         return
+    policy = acl if isinstance(acl, Policy) else Policy(acl)
     for need in needs:
-        entry = _deciding_entry(acl, need, source_ip)
-        if entry is None or entry.decision != apb.ALLOW:
-            why = "no policy entry matches" if entry is None else f"the entry for {entry.resource} denies it"
+        rule = policy.deciding(need, source_ip)
+        if rule is None or rule.decision != apb.ALLOW:
+            why = "no policy entry matches" if rule is None else f"the entry for {rule.resource.key} denies it"
             raise AuthorizationError(f"User:{user.username} may not {'/'.join(sorted(need.actions))} "
                                      f"{need.resource.key} from {source_ip or 'an unknown address'}: {why}")
 
 
-def _deciding_entry(acl: apb.Acl | None, need: Need, source_ip: str) -> apb.PolicyEntry | None:
-    matching = []
-    for entry in acl.entries if acl is not None else ():
-        resource = parse_resource(entry.resource)
-        if not resource.matches(need.resource):
-            continue
-        actions = {Action(a) for a in entry.actions}
-        if Action.ALL not in actions and not actions & need.actions:
-            continue
-        if entry.source_ips and not _ip_in(source_ip, entry.source_ips):
-            continue
-        rank = (resource.type is ResourceType.ANY, resource.pattern, -len(resource.name),
-                0 if entry.decision == apb.DENY else 1)
-        matching.append((rank, entry))
-    return min(matching, key=lambda m: m[0])[1] if matching else None
+@dataclass(frozen=True)
+class _Rule:
+    resource: Resource
+    actions: frozenset[Action]
+    networks: tuple
+    decision: int
+
+    @property
+    def rank(self) -> tuple:
+        """Lower is more specific: not Any, then LITERAL < PREFIXED < Type:*, longer prefixes first, DENY first."""
+        r = self.resource
+        return r.type is ResourceType.ANY, r.pattern, -len(r.name), 0 if self.decision == apb.DENY else 1
+
+    def applies(self, need: Need, source_ip: str) -> bool:
+        if Action.ALL not in self.actions and not self.actions & need.actions:
+            return False
+        return not self.networks or _ip_in(source_ip, self.networks)
 
 
-def _ip_in(ip: str, networks: Iterable[str]) -> bool:
+class Policy:
+    """An ACL made ready for deciding: LITERAL entries found by resource in a dict, the other entries in one list
+    sorted most specific first, so a call costs one dict read plus a scan of the pattern entries."""
+
+    def __init__(self, acl: apb.Acl | None):
+        self.literal: dict[tuple[ResourceType, str], list[_Rule]] = {}
+        self.patterns: list[_Rule] = []
+        for entry in acl.entries if acl is not None else ():
+            rule = _Rule(parse_resource(entry.resource), frozenset(Action(a) for a in entry.actions),
+                         tuple(ipaddress.ip_network(n, strict=False) for n in entry.source_ips), entry.decision)
+            if rule.resource.pattern is Pattern.LITERAL:
+                self.literal.setdefault((rule.resource.type, rule.resource.name), []).append(rule)
+            else:
+                self.patterns.append(rule)
+        self.patterns.sort(key=lambda r: r.rank)
+
+    def deciding(self, need: Need, source_ip: str) -> _Rule | None:
+        """The entry that decides `need` (None: no entry matches, which denies)."""
+        wanted = need.resource
+        literal = [r for r in self.literal.get((wanted.type, wanted.name), ()) if r.applies(need, source_ip)]
+        if literal:
+            return min(literal, key=lambda r: r.rank)
+        return next((r for r in self.patterns if r.resource.matches(wanted) and r.applies(need, source_ip)), None)
+
+
+def _ip_in(ip: str, networks: Iterable) -> bool:
     try:
         address = ipaddress.ip_address(ip)
     except ValueError:
         return False
-    return any(address in ipaddress.ip_network(n, strict=False) for n in networks)
+    return any(address in network for network in networks)
 
 
 def peer_ip(peer: str) -> str:

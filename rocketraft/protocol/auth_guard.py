@@ -26,7 +26,7 @@ from .errors import RocketraftError
 
 log = logging.getLogger(__name__)
 
-Lookup = Callable[[str], Awaitable[tuple[apb.User | None, apb.Acl | None]]]
+Lookup = Callable[[str], Awaitable[tuple[apb.User | None, auth_acl.Policy | apb.Acl | None]]]
 
 
 @dataclass(frozen=True)
