@@ -100,6 +100,7 @@ class ConsumerGroupInfo:
 
 class Admin(AsyncClient):
     sends_heartbeats = False
+    signs_every_call = True
 
     def __init__(self, namesrv="127.0.0.1:9876", *, config: ClientConfig | None = None):
         super().__init__(config or ClientConfig(namesrv=namesrv))

@@ -33,9 +33,9 @@ _NOT_SENT_MARKERS = ("failed to connect", "connection refused", "name resolution
 
 
 class Transport:
-    def __init__(self, client_id: str, cluster_secret: str = ""):
+    def __init__(self, client_id: str, cluster_secret: str = "", sign_every_call: bool = False):
         self.client_id = client_id
-        self._interceptors = auth_internal.aio_interceptors(cluster_secret)
+        self._interceptors = auth_internal.aio_interceptors(cluster_secret, sign_every_call)
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._raw_send: dict[str, object] = {}
         self.metadata = (

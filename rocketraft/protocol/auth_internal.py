@@ -194,11 +194,15 @@ def _with_proof(secret: str, method: str, metadata) -> list[tuple[str, str]]:
 
 class _AioSigner(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor,
                  grpc.aio.StreamUnaryClientInterceptor, grpc.aio.StreamStreamClientInterceptor):
-    def __init__(self, secret: str):
+    def __init__(self, secret: str, every_call: bool):
         self.secret = secret
+        self.every_call = every_call
 
     def _details(self, d: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
-        metadata = grpc.aio.Metadata(*_with_proof(self.secret, _method_name(d.method), d.metadata))
+        method = _method_name(d.method)
+        if not self.every_call and not is_internal(method):
+            return d
+        metadata = grpc.aio.Metadata(*_with_proof(self.secret, method, d.metadata))
         return grpc.aio.ClientCallDetails(d.method, d.timeout, metadata, d.credentials, d.wait_for_ready)
 
     async def intercept_unary_unary(self, continuation, details, request):
@@ -214,9 +218,11 @@ class _AioSigner(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClien
         return await continuation(self._details(details), request_iterator)
 
 
-def aio_interceptors(secret: str) -> list | None:
-    """Interceptors for grpc.aio channels that sign every call with `secret` (None when there is none)."""
-    return [_AioSigner(secret)] if secret else None
+def aio_interceptors(secret: str, every_call: bool = True) -> list | None:
+    """Interceptors for grpc.aio channels that sign calls with `secret` (None when there is none): every call (a
+    server's or an admin's: their client calls then pass ACL 2.0 as the cluster's own), or only internal ones
+    (producers and consumers, whose client calls are a user's business)."""
+    return [_AioSigner(secret, every_call)] if secret else None
 
 
 class _SyncDetails(grpc.ClientCallDetails):
