@@ -247,6 +247,8 @@ def credential(metadata: Mapping[str, str]) -> Credential | None:
     username = fields.get("Credential", "").split("/")[0]
     if not username:
         return None
+    if not USERNAME_PATTERN.fullmatch(username):
+        raise AuthenticationError(f"authorization header: Credential {username[:64]!r} is not a username")
     try:
         signature = bytes.fromhex(fields.get("Signature", ""))
     except ValueError:
