@@ -12,7 +12,7 @@ import asyncio
 import grpc
 
 from rocketraft import __version__
-from rocketraft.protocol import auth_internal
+from rocketraft.protocol import auth_acl, auth_internal
 from rocketraft.protocol.errors import BrokerUnreachableError, OutcomeUnknownError, RocketraftError
 from rocketraft.protocol.wire import GRPC_OPTIONS, Code, ipb_grpc, svc, svc_grpc
 
@@ -33,9 +33,14 @@ _NOT_SENT_MARKERS = ("failed to connect", "connection refused", "name resolution
 
 
 class Transport:
-    def __init__(self, client_id: str, cluster_secret: str = "", sign_every_call: bool = False):
+    def __init__(self, client_id: str, cluster_secret: str = "", sign_every_call: bool = False,
+                 access_key: str = "", secret_key: str = ""):
         self.client_id = client_id
-        self._interceptors = auth_internal.aio_interceptors(cluster_secret, sign_every_call)
+        signers = [auth_internal.cluster_signer(cluster_secret, sign_every_call)] if cluster_secret else []
+        if access_key:
+            signers.append(lambda method: () if auth_internal.is_internal(method)
+                           else auth_acl.client_metadata(access_key, secret_key))
+        self._interceptors = auth_internal.signing_interceptors(signers)
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._raw_send: dict[str, object] = {}
         self.metadata = (

@@ -263,6 +263,14 @@ def sign(password: str, date_time: str) -> bytes:
     return hmac.new(password.encode(), date_time.encode(), hashlib.sha1).digest()
 
 
+def client_metadata(username: str, password: str, now_s: float | None = None) -> tuple[tuple[str, str], ...]:
+    """What a client sends to prove it is `username` (the official SDKs' format, with the time in UTC)."""
+    date_time = time.strftime(DATE_TIME_FORMAT, time.gmtime(time.time() if now_s is None else now_s))
+    header = (f"{ALGORITHM} Credential={username}, SignedHeaders={DATE_TIME_HEADER}, "
+              f"Signature={sign(password, date_time).hex()}")
+    return (AUTHORIZATION_HEADER, header), (DATE_TIME_HEADER, date_time)
+
+
 def check_time(date_time: str, now_s: float, window_ms: int, any_timezone: bool) -> None:
     """AuthenticationError unless date_time is within the window of now. The official SDKs send their local time
     labelled Z: also accepted is the server's local time, or with any_timezone any whole quarter-hour offset."""

@@ -192,17 +192,28 @@ def _with_proof(secret: str, method: str, metadata) -> list[tuple[str, str]]:
     return [*(metadata or ()), *proof(secret, method)]
 
 
+Signer = Callable[[str], tuple[tuple[str, str], ...]]  # method -> the metadata to add to its call (may be ())
+
+
+def cluster_signer(secret: str, every_call: bool) -> Signer:
+    """The proof of `secret` for every call, or (every_call False) for internal calls only."""
+    def sign(method: str) -> tuple[tuple[str, str], ...]:
+        return proof(secret, method) if every_call or is_internal(method) else ()
+
+    return sign
+
+
 class _AioSigner(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor,
                  grpc.aio.StreamUnaryClientInterceptor, grpc.aio.StreamStreamClientInterceptor):
-    def __init__(self, secret: str, every_call: bool):
-        self.secret = secret
-        self.every_call = every_call
+    def __init__(self, signers: list[Signer]):
+        self.signers = signers
 
     def _details(self, d: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
         method = _method_name(d.method)
-        if not self.every_call and not is_internal(method):
+        extra = [item for signer in self.signers for item in signer(method)]
+        if not extra:
             return d
-        metadata = grpc.aio.Metadata(*_with_proof(self.secret, method, d.metadata))
+        metadata = grpc.aio.Metadata(*(d.metadata or ()), *extra)
         return grpc.aio.ClientCallDetails(d.method, d.timeout, metadata, d.credentials, d.wait_for_ready)
 
     async def intercept_unary_unary(self, continuation, details, request):
@@ -222,7 +233,12 @@ def aio_interceptors(secret: str, every_call: bool = True) -> list | None:
     """Interceptors for grpc.aio channels that sign calls with `secret` (None when there is none): every call (a
     server's or an admin's: their client calls then pass ACL 2.0 as the cluster's own), or only internal ones
     (producers and consumers, whose client calls are a user's business)."""
-    return [_AioSigner(secret, every_call)] if secret else None
+    return [_AioSigner([cluster_signer(secret, every_call)])] if secret else None
+
+
+def signing_interceptors(signers: list[Signer]) -> list | None:
+    """One interceptor for grpc.aio channels adding what each signer gives a call (None when there are none)."""
+    return [_AioSigner(signers)] if signers else None
 
 
 class _SyncDetails(grpc.ClientCallDetails):

@@ -201,3 +201,16 @@ def test_a_broker_refuses_a_wrong_signature_itself_answering_unauthorized(cluste
     header = header.rsplit("=", 1)[0] + "=" + auth_acl.sign("alice-secret-key", stale).hex()
     answer = stub.SendMessage(request, metadata=(("authorization", header), ("x-mq-date-time", stale)), timeout=5)
     assert answer.status.code == Code.UNAUTHORIZED and "authenticationWindowMillis" in answer.status.message
+
+
+def test_rocketrafts_own_client_signs_as_a_user_and_without_credentials_is_refused_by_name(cluster):
+    import rocketraft
+
+    def config(**credentials) -> ClientConfig:
+        return ClientConfig(namesrv=cluster.namesrv_address, cluster_secret="", **credentials)
+
+    with rocketraft.Producer(config=config(access_key="alice", secret_key="alice-secret-key")) as producer:
+        assert producer.send(rocketraft.Message("orders", b"from our client")).message_id
+    with rocketraft.Producer(config=config()) as producer, pytest.raises(RocketraftError) as e:
+        producer.send(rocketraft.Message("orders", b"anonymous"))
+    assert e.value.code == Code.UNAUTHORIZED and "requires ACL credentials" in e.value.message
