@@ -414,9 +414,8 @@ _GROUP_AND_QUEUE = {"ReceiveMessage", "PullMessage", "UpdateOffset", "GetOffset"
 
 
 def needs_of(method: str, request) -> list[Need]:
-    """The permissions a v2 MessagingService call needs (none for a call that acts on nothing guarded).
-    Telemetry is authenticated when the stream opens; its settings are not authorized (the calls they lead to
-    are)."""
+    """The permissions a v2 MessagingService call (or one Telemetry frame) needs; none for a call that acts on
+    nothing guarded."""
     if method == "SendMessage":
         return [pub(name) for name in sorted({m.topic.name for m in request.messages})]
     if method in ("RecallMessage", "EndTransaction"):
@@ -432,4 +431,19 @@ def needs_of(method: str, request) -> list[Need]:
         return [sub(group(request.group.name)), sub(topic(request.message_queue.topic.name))]
     if method == "QueryOffset":
         return [sub(topic(request.message_queue.topic.name))]
+    if method == "Telemetry":
+        return _settings_needs(request)
     return []
+
+
+def _settings_needs(frame) -> list[Need]:
+    """A Telemetry frame's needs: a producer's settings need Pub on its topics (the broker then sends it
+    transaction check-backs, which carry half messages), a consumer's Sub on its group and topics."""
+    if not hasattr(frame, "HasField") or not frame.HasField("settings"):
+        return []
+    settings = frame.settings
+    needs = [pub(t.name) for t in settings.publishing.topics] if settings.HasField("publishing") else []
+    if settings.HasField("subscription"):
+        needs.append(sub(group(settings.subscription.group.name)))
+        needs.extend(sub(topic(entry.topic.name)) for entry in settings.subscription.subscriptions)
+    return needs

@@ -9,6 +9,7 @@ cluster secret is a server's or an admin's (rocketraft/protocol/auth_internal.py
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
@@ -62,27 +63,60 @@ class Guard:
 
     async def refusal(self, method: str, request, context) -> RocketraftError | None:
         """None if the call may go on; otherwise the error to answer it with."""
-        metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
-        path = f"/apache.rocketmq.v2.MessagingService/{method}"
-        if self._internal is not None and auth_internal.HEADER_SIGNATURE in metadata \
-                and self._internal.refusal(path, metadata.items()) is None:
-            return None
         try:
-            await self._check(method, request, metadata, auth_acl.peer_ip(context.peer() or ""))
+            caller = await self.identify(method, context)
+            self.authorize(caller, method, request)
         except (AuthenticationError, AuthorizationError) as exc:
-            self._log.note(f"{method}: {exc.message}")
+            self.note(method, exc)
             return exc
         return None
 
-    async def _check(self, method: str, request, metadata: dict[str, str], source_ip: str) -> None:
+    def note(self, method: str, exc: RocketraftError) -> None:
+        self._log.note(f"{method}: {exc.message}")
+
+    async def identify(self, method: str, context) -> Caller:
+        """Who is calling (AuthenticationError if that cannot be established)."""
+        metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+        source_ip = auth_acl.peer_ip(context.peer() or "")
+        path = f"/apache.rocketmq.v2.MessagingService/{method}"
+        if self._internal is not None and auth_internal.HEADER_SIGNATURE in metadata \
+                and self._internal.refusal(path, metadata.items()) is None:
+            return Caller(None, None, source_ip)
         cred = auth_acl.credential(metadata)
         if cred is None:
             raise AuthenticationError("this server requires ACL credentials (authenticationEnabled): give the client "
                                       "an access key and secret key of a user (`rocketraft admin createUser`)")
         user, acl = await self.lookup(cred.username)
         user = auth_acl.authenticate(cred, user, time.time(), self.config.window_ms, self.config.any_timezone)
-        if self.config.authorization and request is not None:
-            auth_acl.decide(user, acl, auth_acl.needs_of(method, request), source_ip)
+        return Caller(user, acl, source_ip)
+
+    def checks_requests(self, caller: Caller) -> bool:
+        return self.config.authorization and caller.user is not None
+
+    def authorize(self, caller: Caller, method: str, request) -> None:
+        """AuthorizationError unless the caller may make this request (a server or admin may make any)."""
+        if self.checks_requests(caller) and request is not None:
+            auth_acl.decide(caller.user, caller.policy, auth_acl.needs_of(method, request), caller.source_ip)
+
+    async def frame_refusal(self, caller: Caller, method: str, frame) -> RocketraftError | None:
+        """Whether one frame of a long-lived stream may go on, by the user and ACL as they are now."""
+        try:
+            user, policy = await self.lookup(caller.user.username)
+            if user is None or user.status == apb.DISABLE:
+                raise AuthorizationError(f"user {caller.user.username!r} was deleted or disabled since the stream "
+                                         f"opened")
+            self.authorize(Caller(user, policy, caller.source_ip), method, frame)
+        except (AuthenticationError, AuthorizationError) as exc:
+            self.note(method, exc)
+            return exc
+        return None
+
+
+@dataclass(frozen=True)
+class Caller:
+    user: apb.User | None  # None: a server or an admin, proven by the cluster secret
+    policy: object         # the user's ACL (auth_acl.Policy or apb.Acl; None: none)
+    source_ip: str
 
 
 def guarded(servicer, service: ServiceDescriptor, guard: Guard | None, methods: set[str] | None = None):
@@ -135,13 +169,57 @@ def _server_streaming(guard: Guard, name: str, impl, response_cls):
 
 
 def _stream(guard: Guard, name: str, impl, response_cls):
+    """A bidirectional stream (Telemetry): authenticated once when it opens (its metadata is signed then), and each
+    frame authorized as it arrives; a refused frame is answered with a status and not passed on."""
     @functools.wraps(impl)
     async def handle(request_iterator, context):
-        refused = await guard.refusal(name, None, context)
-        if refused is not None:
-            yield response_cls(status=refused.to_status())
+        try:
+            caller = await guard.identify(name, context)
+        except AuthenticationError as exc:
+            guard.note(name, exc)
+            yield response_cls(status=exc.to_status())
             return
-        async for response in impl(request_iterator, context):
+        if not guard.checks_requests(caller):
+            async for response in impl(request_iterator, context):
+                yield response
+            return
+        refusals: asyncio.Queue = asyncio.Queue()
+
+        async def checked():
+            async for frame in request_iterator:
+                problem = await guard.frame_refusal(caller, name, frame)
+                if problem is None:
+                    yield frame
+                else:
+                    await refusals.put(response_cls(status=problem.to_status()))
+
+        async for response in _merged(impl(checked(), context), refusals):
             yield response
 
     return handle
+
+
+async def _merged(responses, refusals: asyncio.Queue):
+    """Everything `responses` yields and everything put on `refusals`, in the order they come, until `responses`
+    ends."""
+    responses = responses.__aiter__()
+    next_response = asyncio.ensure_future(responses.__anext__())
+    next_refusal = asyncio.ensure_future(refusals.get())
+    try:
+        while True:
+            done, _ = await asyncio.wait({next_response, next_refusal}, return_when=asyncio.FIRST_COMPLETED)
+            if next_refusal in done:
+                yield next_refusal.result()
+                next_refusal = asyncio.ensure_future(refusals.get())
+            if next_response in done:
+                try:
+                    response = next_response.result()
+                except StopAsyncIteration:
+                    return
+                yield response
+                next_response = asyncio.ensure_future(responses.__anext__())
+    finally:
+        for task in (next_response, next_refusal):
+            task.cancel()
+        await asyncio.gather(next_response, next_refusal, return_exceptions=True)
+        await responses.aclose()

@@ -214,3 +214,20 @@ def test_rocketrafts_own_client_signs_as_a_user_and_without_credentials_is_refus
     with rocketraft.Producer(config=config()) as producer, pytest.raises(RocketraftError) as e:
         producer.send(rocketraft.Message("orders", b"anonymous"))
     assert e.value.code == Code.UNAUTHORIZED and "requires ACL credentials" in e.value.message
+
+
+def test_telemetry_settings_for_a_topic_without_pub_are_refused_frame_by_frame_and_the_stream_goes_on(cluster):
+    """A producer's settings make the broker send it transaction check-backs (with half messages) for its topics:
+    a user must not register as the producer of a topic it may not publish to."""
+    stub = svc_grpc.MessagingServiceStub(grpc.insecure_channel(cluster.address_of[cluster.wait_master()]))
+
+    def settings(topic_name: str) -> svc.TelemetryCommand:
+        return svc.TelemetryCommand(settings=pb.Settings(
+            client_type=pb.ClientType.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name=topic_name)])))
+
+    metadata = (*auth_acl.client_metadata("alice", "alice-secret-key"), ("x-mq-client-id", "telemetry-probe"))
+    replies = list(stub.Telemetry(iter([settings("payroll"), settings("orders")]), metadata=metadata, timeout=10))
+    codes = sorted(r.status.code for r in replies)
+    assert codes == [Code.OK, Code.UNAUTHORIZED], replies
+    refused = next(r for r in replies if r.status.code == Code.UNAUTHORIZED)
+    assert "User:alice may not Pub Topic:payroll" in refused.status.message
