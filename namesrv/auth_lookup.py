@@ -9,6 +9,7 @@ beyond that the oldest answers are forgotten. A change made with `rocketraft adm
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import time
@@ -28,6 +29,7 @@ log = logging.getLogger("namesrv")
 CACHE_MS_DEFAULT = 2000
 CACHE_ENTRIES_MAX = 10_000
 LOOKUP_TIMEOUT_S = 2.0
+LOOKUPS_IN_FLIGHT_MAX = 64  # broker round trips at once; more is refused (calls with made-up names are free to send)
 
 
 class SubjectLookup:
@@ -38,19 +40,31 @@ class SubjectLookup:
         self.clock_ms = clock_ms
         self.cache_ms = cache_ms
         self._cache: collections.OrderedDict[str, tuple[int, apb.User | None, Policy]] = collections.OrderedDict()
+        self._in_flight: dict[str, asyncio.Future] = {}  # one broker round trip per username at a time
 
     async def __call__(self, username: str) -> tuple[apb.User | None, Policy]:
         now = time.monotonic_ns() // 1_000_000
         cached = self._cache.get(username)
         if cached is not None and now - cached[0] < self.cache_ms:
             return cached[1], cached[2]
-        user, acl = await self._ask(username)
-        policy = Policy(acl)
+        user, policy = await self._ask_once(username)
         self._cache[username] = (now, user, policy)
         self._cache.move_to_end(username)
         while len(self._cache) > CACHE_ENTRIES_MAX:
             self._cache.popitem(last=False)
         return user, policy
+
+    async def _ask_once(self, username: str) -> tuple[apb.User | None, Policy]:
+        pending = self._in_flight.get(username)
+        if pending is None:
+            if len(self._in_flight) >= LOOKUPS_IN_FLIGHT_MAX:
+                raise AuthenticationError(f"cannot check user {username[:64]!r} now: {len(self._in_flight)} user "
+                                          f"lookups are in flight (LOOKUPS_IN_FLIGHT_MAX); retry")
+            pending = asyncio.ensure_future(self._ask(username))
+            self._in_flight[username] = pending
+            pending.add_done_callback(lambda _done: self._in_flight.pop(username, None))
+        user, acl = await asyncio.shield(pending)
+        return user, Policy(acl)
 
     async def _ask(self, username: str) -> tuple[apb.User | None, apb.Acl | None]:
         now = self.clock_ms()
