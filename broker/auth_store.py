@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import threading
 
+from google.protobuf.message import DecodeError
+
 from rocketraft.proto import auth_pb2 as apb
 from rocketraft.proto import store_pb2 as spb
-from rocketraft.protocol.auth_acl import Policy, merge_acl
+from rocketraft.protocol.auth_acl import ENTRIES_MAX, Policy, merge_acl
 from rocketraft.protocol.wire import Code
 
 from . import tables as t
@@ -21,6 +23,13 @@ Kind = spb.AuthCommand.Kind
 
 def apply(command: spb.AuthCommand, db: dict, txn, error_cls):
     """Apply one change; None, or error_cls(code, message) for a change that does not fit the stored state."""
+    try:
+        return _apply(command, db, txn, error_cls)
+    except DecodeError as exc:  # only the door writes these; refuse rather than stop every replica on one
+        return error_cls(Code.BAD_REQUEST, f"auth command with an undecodable user or ACL: {exc}")
+
+
+def _apply(command: spb.AuthCommand, db: dict, txn, error_cls):
     users, acls = db[t.USERS], db[t.ACLS]
     if command.kind in (Kind.CREATE_USER, Kind.UPDATE_USER):
         user = apb.User.FromString(command.user)
@@ -66,6 +75,9 @@ def _put_acl(command: spb.AuthCommand, users, acls, txn, error_cls):
     if command.kind == Kind.UPDATE_ACL and raw is None:
         return error_cls(Code.NOT_FOUND, f"{acl.subject} has no ACL; create it with createAcl")
     merged = merge_acl(apb.Acl.FromString(raw) if raw else None, acl)
+    if len(merged.entries) > ENTRIES_MAX:
+        return error_cls(Code.BAD_REQUEST, f"{acl.subject} would have {len(merged.entries)} policy entries; at most "
+                                           f"{ENTRIES_MAX}: delete some first (deleteAcl --resources)")
     txn.put(acl.subject.encode(), merged.SerializeToString(), db=acls)
     return None
 

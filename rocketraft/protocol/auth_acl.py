@@ -34,6 +34,7 @@ USERNAME_PATTERN = re.compile(r"[a-zA-Z0-9_.@-]{1,64}")
 PASSWORD_CHARS_MAX = 256
 ENTRIES_MAX = 1024  # policy entries of one subject
 SOURCE_IPS_MAX = 64  # per entry
+ACTIONS_MAX = 16  # per entry, before duplicates are merged (there are 8 actions)
 RESOURCE_NAME_CHARS_MAX = 255
 AUTH_WINDOW_MS_DEFAULT = 300_000  # x-mq-date-time accepted this far from the server's clock (replays outside)
 TIMEZONE_STEP_S = 15 * 60  # quarter hours: every real UTC offset is a multiple
@@ -194,8 +195,8 @@ def check_acl(acl: apb.Acl) -> apb.Acl:
 
 def _check_entry(subject: str, entry: apb.PolicyEntry) -> apb.PolicyEntry:
     resource = parse_resource(entry.resource)
-    if not entry.actions:
-        raise BadRequestError(f"ACL of {subject}, resource {resource.key}: give at least one action")
+    if not entry.actions or len(entry.actions) > ACTIONS_MAX:
+        raise BadRequestError(f"ACL of {subject}, resource {resource.key}: give 1-{ACTIONS_MAX} actions")
     actions = sorted({parse_action(a).value for a in entry.actions})
     if entry.decision not in (apb.ALLOW, apb.DENY):
         raise BadRequestError(f"ACL of {subject}, resource {resource.key}: the decision must be ALLOW or DENY")

@@ -207,3 +207,17 @@ def test_acl_entries_merge_by_resource_and_delete_by_resource(apply):
     assert [e.resource for e in stored(apply, t.ACLS, "User:alice").entries] == ["Topic:b"]
     assert "no entry for Topic:z" in apply(spb.AuthCommand(kind=Kind.DELETE_ACL, name="User:alice",
                                                            resources=["Topic:z"])).message
+
+
+def test_merged_entries_past_the_limit_and_an_undecodable_change_are_refused_at_apply(apply, monkeypatch):
+    from broker import auth_store
+
+    monkeypatch.setattr(auth_store, "ENTRIES_MAX", 2)
+    apply(spb.AuthCommand(kind=Kind.CREATE_USER, user=ALICE.SerializeToString()))
+    two = acl(("Topic:a", ["Pub"], apb.ALLOW, []), ("Topic:b", ["Pub"], apb.ALLOW, []))
+    assert apply(spb.AuthCommand(kind=Kind.CREATE_ACL, acl=two.SerializeToString())) is None
+    third = apply(spb.AuthCommand(kind=Kind.CREATE_ACL, acl=acl(("Topic:c", ["Pub"], apb.ALLOW, []))
+                                  .SerializeToString()))
+    assert isinstance(third, ApplyError) and "at most 2" in third.message
+    garbage = apply(spb.AuthCommand(kind=Kind.CREATE_USER, user=b"\xff\xff\xff"))
+    assert isinstance(garbage, ApplyError) and "undecodable" in garbage.message
