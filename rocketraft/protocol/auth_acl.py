@@ -285,7 +285,7 @@ def check_time(date_time: str, now_s: float, window_ms: int, any_timezone: bool)
                               f"clocks apart; synchronise the clocks (NTP)")
 
 
-_DATE_TIME = re.compile(r"(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})Z")
+_DATE_TIME = re.compile(r"([0-9]{4})([0-9]{2})([0-9]{2})T([0-9]{2})([0-9]{2})([0-9]{2})Z")
 
 
 def _epoch_of(date_time: str) -> int:

@@ -112,7 +112,7 @@ class Verifier:
         if not hmac.compare_digest(signature(self.secret, method, time_ms, nonce).encode(), given.encode()):
             return f"{method}: the proof of the cluster secret does not match this server's secret; {WHAT_TO_SET}"
         now = self.clock_ms()
-        skew_ms = abs(now - int(time_ms)) if time_ms.isdigit() else None
+        skew_ms = abs(now - int(time_ms)) if time_ms.isascii() and time_ms.isdigit() else None
         if skew_ms is None or skew_ms > self.window_ms:
             return (f"{method}: the call's time {time_ms} is {skew_ms} ms from this server's clock, outside "
                     f"clusterAuthWindowMillis ({self.window_ms} ms): synchronise the clocks (NTP)")
