@@ -22,7 +22,7 @@ from dledger import DledgerError
 from rocketraft import parentwatch
 from rocketraft.proto import auth_pb2 as apb
 from rocketraft.protocol import auth_internal
-from rocketraft.protocol.auth_guard import Guard, guarded
+from rocketraft.protocol.auth_guard import Guard, admin_paths, guarded, guarded_admin
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.metrics import MetricsServer
 from rocketraft.protocol.serving import add_service
@@ -154,19 +154,21 @@ class BrokerServer:
             raft_peers=sorted(f"{i}-{a}" for i, a in cfg.peers.items()))
 
     async def start(self) -> None:
-        server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=auth_internal.server_interceptors(
-            self.config.cluster_secret, self.config.clusterAuthWindowMillis,
-            who=f"broker {self.config.brokerName}/{self.config.dLegerSelfId}"))
-        messaging = MessagingService(self.config, topics=self.topics, writes=self.writes, consume=self.consume,
-                                     clients=self.clients, route_lookup=self.namesrvs.route, traffic=self.traffic)
+        cfg = self.config
         auth = BrokerAuthService(self.broker, AuthView(self.broker))
-        guard = Guard(self.config.guard_config, auth.lookup, self.config.cluster_secret,
-                      self.config.clusterAuthWindowMillis) if self.config.guard_config.on else None
+        guard = Guard(cfg.guard_config, auth.lookup, cfg.cluster_secret,
+                      cfg.clusterAuthWindowMillis) if cfg.guard_config.on else None
+        admin_descriptor = ipb.DESCRIPTOR.services_by_name["BrokerAdmin"]
+        server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=auth_internal.server_interceptors(
+            cfg.cluster_secret, cfg.clusterAuthWindowMillis, who=f"broker {cfg.brokerName}/{cfg.dLegerSelfId}",
+            user_methods=admin_paths(admin_descriptor) if guard is not None else frozenset()))
+        messaging = MessagingService(cfg, topics=self.topics, writes=self.writes, consume=self.consume,
+                                     clients=self.clients, route_lookup=self.namesrvs.route, traffic=self.traffic)
         messaging_descriptor = svc.DESCRIPTOR.services_by_name["MessagingService"]
         add_service(server, guarded(messaging, messaging_descriptor, guard), messaging_descriptor)
         add_service(server, auth, apb.DESCRIPTOR.services_by_name["BrokerAuth"])
-        add_service(server, BrokerAdminService(self.topics, self.queries, self.registration, self.clients),
-                    ipb.DESCRIPTOR.services_by_name["BrokerAdmin"])
+        admin = BrokerAdminService(self.topics, self.queries, self.registration, self.clients)
+        add_service(server, guarded_admin(admin, admin_descriptor, guard, cfg.brokerClusterName), admin_descriptor)
         try:  # bind before the replica starts: a broker that cannot serve must not join its Raft group
             bound = server.add_insecure_port(self.config.listenAddress)
         except RuntimeError:

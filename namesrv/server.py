@@ -22,7 +22,7 @@ import grpc
 from rocketraft import parentwatch
 from rocketraft.protocol import auth_internal
 from rocketraft.protocol.auth_acl import AUTH_WINDOW_MS_DEFAULT
-from rocketraft.protocol.auth_guard import Guard, GuardConfig, check_config, guarded
+from rocketraft.protocol.auth_guard import Guard, GuardConfig, admin_paths, check_config, guarded, guarded_admin
 from rocketraft.protocol.errors import (
     BadRequestError,
     OutcomeUnknownError,
@@ -108,14 +108,17 @@ class NameServer:
 
     async def start(self) -> str:
         """Bind and serve; return the bound "host:port" (useful with port 0)."""
-        server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=auth_internal.server_interceptors(
-            self.cluster_secret, self.cluster_auth_window_ms, who=f"NameServer {self.listen}"))
         messaging = svc.DESCRIPTOR.services_by_name["MessagingService"]
+        internal = ipb.DESCRIPTOR.services_by_name["NameServer"]
         guard = Guard(self.guard_config, SubjectLookup(self.registry, self.channel, self.clock_ms, self.auth_cache_ms),
                       self.cluster_secret, self.cluster_auth_window_ms) if self.guard_config.on else None
+        server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=auth_internal.server_interceptors(
+            self.cluster_secret, self.cluster_auth_window_ms, who=f"NameServer {self.listen}",
+            user_methods=admin_paths(internal) if guard is not None else frozenset()))
         add_service(server, guarded(MessagingService(self), messaging, guard, {"QueryRoute", "RecallMessage"}),
                     messaging)
-        add_service(server, NameServerService(self), ipb.DESCRIPTOR.services_by_name["NameServer"])
+        # a NameServer serves every cluster: GetClusterInfo needs Get on Cluster:* (or *)
+        add_service(server, guarded_admin(NameServerService(self), internal, guard, ""), internal)
         host, _ = split_address(self.listen)
         try:
             port = server.add_insecure_port(self.listen)

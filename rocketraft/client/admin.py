@@ -116,8 +116,8 @@ class Admin(AsyncClient):
                 return await call(stub)
             except grpc.aio.AioRpcError as exc:
                 last = rpc_error(exc, address, what)
-                if exc.code() == grpc.StatusCode.UNAUTHENTICATED:  # every NameServer has the same cluster secret
-                    raise last from None
+                if exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                    raise last from None  # every NameServer has the same cluster secret and users
         raise BrokerUnreachableError(f"{what}: no NameServer answered ({', '.join(self.config.namesrv)}); last "
                                      f"error: {last}", ",".join(self.config.namesrv))
 

@@ -37,9 +37,8 @@ class Transport:
                  access_key: str = "", secret_key: str = ""):
         self.client_id = client_id
         signers = [auth_internal.cluster_signer(cluster_secret, sign_every_call)] if cluster_secret else []
-        if access_key:
-            signers.append(lambda method: () if auth_internal.is_internal(method)
-                           else auth_acl.client_metadata(access_key, secret_key))
+        if access_key:  # every call: admin calls too, which an ACL 2.0 user may make if its ACL allows
+            signers.append(lambda _method: auth_acl.client_metadata(access_key, secret_key))
         self._interceptors = auth_internal.signing_interceptors(signers)
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._raw_send: dict[str, object] = {}
@@ -107,4 +106,6 @@ def rpc_error(exc: grpc.aio.AioRpcError, address: str, what: str) -> RocketraftE
                                    "the request may or may not have been carried out")
     if code == grpc.StatusCode.UNAUTHENTICATED:  # the cluster secret is missing or wrong: the details say which key
         return RocketraftError(f"{what}: {address} refused the call ({code.name}: {details})", Code.UNAUTHORIZED)
+    if code == grpc.StatusCode.PERMISSION_DENIED:  # an ACL 2.0 user whose ACL does not allow this admin call
+        return RocketraftError(f"{what}: {address} refused the call ({code.name}: {details})", Code.FORBIDDEN)
     return RocketraftError(f"{what}: {address} refused the call ({code.name}: {details})")

@@ -437,6 +437,43 @@ def needs_of(method: str, request) -> list[Need]:
     return []
 
 
+def cluster(name: str) -> Resource:
+    return Resource(ResourceType.CLUSTER, name, Pattern.LITERAL)
+
+
+_CREATE = frozenset({Action.CREATE, Action.UPDATE})  # RocketMQ's "update and create" admin calls need either
+# rocketraft.internal.v1 calls an ACL 2.0 user may make; every other internal call (registration, user and ACL
+# administration) needs the cluster secret
+ADMIN_CALLS = frozenset({f"{service}/{name}" for service in ("NameServer", "BrokerAdmin")
+                         for name in ("CreateTopic", "CreateGroup", "DeleteTopic")}
+                        | {"NameServer/GetClusterInfo", "BrokerAdmin/Status", "BrokerAdmin/QueryMessage",
+                           "BrokerAdmin/ConsumerProgress", "BrokerAdmin/ListGroups"})
+
+
+def admin_needs_of(method: str, request, cluster_name: str) -> list[Need] | None:
+    """What an ACL 2.0 user needs to make one of rocketraft's admin calls ("NameServer/CreateTopic", one of
+    ADMIN_CALLS); None for any other call."""
+    if method not in ADMIN_CALLS:
+        return None
+    name = method.partition("/")[2]
+    if name == "CreateTopic":
+        return [Need(topic(request.topic.name), _CREATE)]
+    if name == "CreateGroup":
+        return [Need(group(request.group.name), _CREATE)]
+    if name == "DeleteTopic":
+        return [Need(topic(request.topic), frozenset({Action.DELETE}))]
+    if name in ("GetClusterInfo", "Status"):
+        return [Need(cluster(cluster_name), frozenset({Action.GET}))]
+    if name == "QueryMessage":
+        return [Need(topic(request.topic), frozenset({Action.GET}))]
+    if name == "ConsumerProgress":
+        needs = [Need(group(request.group), frozenset({Action.GET}))]
+        return needs + ([Need(topic(request.topic), frozenset({Action.GET}))] if request.topic else [])
+    if name == "ListGroups":
+        return [Need(cluster(cluster_name), frozenset({Action.LIST}))]
+    return None
+
+
 def _settings_needs(frame) -> list[Need]:
     """A Telemetry frame's needs: a producer's settings need Pub on its topics (the broker then sends it
     transaction check-backs, which carry half messages), a consumer's Sub on its group and topics."""

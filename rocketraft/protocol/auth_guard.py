@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+import grpc
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message_factory import GetMessageClass
 
@@ -27,6 +28,7 @@ from .errors import RocketraftError
 
 log = logging.getLogger(__name__)
 
+V2_PATH = "/apache.rocketmq.v2.MessagingService/"
 Lookup = Callable[[str], Awaitable[tuple[apb.User | None, auth_acl.Policy | apb.Acl | None]]]
 
 
@@ -64,7 +66,7 @@ class Guard:
     async def refusal(self, method: str, request, context) -> RocketraftError | None:
         """None if the call may go on; otherwise the error to answer it with."""
         try:
-            caller = await self.identify(method, context)
+            caller = await self.identify(V2_PATH + method, context)
             self.authorize(caller, method, request)
         except (AuthenticationError, AuthorizationError) as exc:
             self.note(method, exc)
@@ -74,15 +76,19 @@ class Guard:
     def note(self, method: str, exc: RocketraftError) -> None:
         self._log.note(f"{method}: {exc.message}")
 
-    async def identify(self, method: str, context) -> Caller:
-        """Who is calling (AuthenticationError if that cannot be established)."""
+    async def identify(self, path: str, context) -> Caller:
+        """Who is calling `path` ("/package.Service/Method"): a server or admin proven by the cluster secret, or an
+        ACL 2.0 user (AuthenticationError if neither can be established)."""
         metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
         source_ip = auth_acl.peer_ip(context.peer() or "")
-        path = f"/apache.rocketmq.v2.MessagingService/{method}"
-        if self._internal is not None and auth_internal.HEADER_SIGNATURE in metadata \
-                and self._internal.refusal(path, metadata.items()) is None:
-            return Caller(None, None, source_ip)
+        proof_refused = None
+        if self._internal is not None and auth_internal.HEADER_SIGNATURE in metadata:
+            proof_refused = self._internal.refusal(path, metadata.items())
+            if proof_refused is None:
+                return Caller(None, None, source_ip)
         cred = auth_acl.credential(metadata)
+        if cred is None and proof_refused is not None:  # a server's or admin's call with a bad proof: say why
+            raise AuthenticationError(proof_refused)
         if cred is None:
             raise AuthenticationError("this server requires ACL credentials (authenticationEnabled): give the client "
                                       "an access key and secret key of a user (`rocketraft admin createUser`)")
@@ -174,7 +180,7 @@ def _stream(guard: Guard, name: str, impl, response_cls):
     @functools.wraps(impl)
     async def handle(request_iterator, context):
         try:
-            caller = await guard.identify(name, context)
+            caller = await guard.identify(V2_PATH + name, context)
         except AuthenticationError as exc:
             guard.note(name, exc)
             yield response_cls(status=exc.to_status())
@@ -223,3 +229,50 @@ async def _merged(responses, refusals: asyncio.Queue):
             task.cancel()
         await asyncio.gather(next_response, next_refusal, return_exceptions=True)
         await responses.aclose()
+
+
+# -- admin calls (rocketraft.internal.v1) an ACL 2.0 user may make -----------------------------------------------
+
+def admin_paths(service: ServiceDescriptor) -> frozenset[str]:
+    """The gRPC paths of `service`'s calls an ACL 2.0 user may make (the server's interceptor lets them through
+    to the guard instead of demanding the cluster secret)."""
+    return frozenset(f"/{service.full_name}/{m.name}" for m in service.methods
+                     if f"{service.name}/{m.name}" in auth_acl.ADMIN_CALLS)
+
+
+def guarded_admin(servicer, service: ServiceDescriptor, guard: Guard | None, cluster_name: str):
+    """`servicer` whose admin calls accept either the cluster secret's proof or an ACL 2.0 user allowed by RocketMQ's
+    admin mapping (Create/Update, Delete, Get, List); a refusal aborts the call with UNAUTHENTICATED or
+    PERMISSION_DENIED and says what is missing. `servicer` itself without a guard (its calls then need the cluster
+    secret, checked by the server's interceptor)."""
+    if guard is None or not guard.config.on:
+        return servicer
+    paths = admin_paths(service)
+    wrapper = _Guarded()
+    for method in service.methods:
+        impl = getattr(servicer, method.name)
+        path = f"/{service.full_name}/{method.name}"
+        if path in paths:
+            impl = _admin_unary(guard, path, f"{service.name}/{method.name}", impl, cluster_name)
+        setattr(wrapper, method.name, impl)
+    return wrapper
+
+
+def _admin_unary(guard: Guard, path: str, method: str, impl, cluster_name: str):
+    @functools.wraps(impl)
+    async def handle(request, context):
+        try:
+            caller = await guard.identify(path, context)
+            if guard.checks_requests(caller):
+                auth_acl.decide(caller.user, caller.policy, auth_acl.admin_needs_of(method, request, cluster_name),
+                                caller.source_ip)
+        except AuthenticationError as exc:
+            guard.note(method, exc)
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, f"{method}: {exc.message}; or set the cluster "
+                                f"secret ({auth_internal.SECRET_ENV})")
+        except AuthorizationError as exc:
+            guard.note(method, exc)
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"{method}: {exc.message}")
+        return await impl(request, context)
+
+    return handle

@@ -156,14 +156,16 @@ def _unauthenticated(message: str) -> grpc.RpcMethodHandler:
 
 
 class ServerInterceptor(grpc.aio.ServerInterceptor):
-    """Refuses internal calls without a valid proof with UNAUTHENTICATED; lets every other call through."""
+    """Refuses internal calls without a valid proof with UNAUTHENTICATED; lets every other call through, and the
+    `user_methods` (admin calls an ACL 2.0 user may make, checked by the service's own guard: auth_guard)."""
 
-    def __init__(self, verifier: Verifier):
+    def __init__(self, verifier: Verifier, user_methods: frozenset[str] = frozenset()):
         self.verifier = verifier
+        self.user_methods = user_methods
         self._log = RefusalLog()
 
     async def intercept_service(self, continuation, details: grpc.HandlerCallDetails):
-        if not is_internal(details.method):
+        if not is_internal(details.method) or details.method in self.user_methods:
             return await continuation(details)
         message = self.verifier.refusal(details.method, details.invocation_metadata)
         if message is None:
@@ -172,14 +174,15 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         return _unauthenticated(message)
 
 
-def server_interceptors(secret: str, window_ms: int = WINDOW_MS_DEFAULT, *, who: str) -> list:
+def server_interceptors(secret: str, window_ms: int = WINDOW_MS_DEFAULT, *, who: str,
+                        user_methods: frozenset[str] = frozenset()) -> list:
     """The interceptors a server is built with: [] (and one warning) when no secret is configured."""
     if not secret:
         log.warning("%s: no cluster secret is configured: internal traffic (registration, admin calls) is NOT "
                     "authenticated and anyone who reaches this port can register replicas or delete topics; set "
                     "%s or %s (docs/security.md)", who, SECRET_ENV, SECRET_FILE_ENV)
         return []
-    return [ServerInterceptor(Verifier(secret, window_ms))]
+    return [ServerInterceptor(Verifier(secret, window_ms), user_methods)]
 
 
 # -- the calling side ------------------------------------------------------------------------------------------

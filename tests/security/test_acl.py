@@ -231,3 +231,23 @@ def test_telemetry_settings_for_a_topic_without_pub_are_refused_frame_by_frame_a
     assert codes == [Code.OK, Code.UNAUTHORIZED], replies
     refused = next(r for r in replies if r.status.code == Code.UNAUTHORIZED)
     assert "User:alice may not Pub Topic:payroll" in refused.status.message
+
+
+def test_a_user_may_make_the_admin_calls_its_acl_allows_without_the_cluster_secret(cluster):
+    auth(cluster, lambda a: a.create_user("ops", "ops-secret-key"))
+    auth(cluster, lambda a: a.create_acl("ops", ["Topic:ops-*"], ["Create"]))
+    auth(cluster, lambda a: a.create_acl("ops", ["Cluster:*"], ["Get"]))
+
+    async def as_ops(call):
+        config = ClientConfig(namesrv=cluster.namesrv_address, cluster_secret="", access_key="ops",
+                              secret_key="ops-secret-key")
+        async with Admin(config=config) as admin:
+            return await call(admin)
+
+    assert asyncio.run(as_ops(lambda a: a.create_topic("ops-1", 2))) == [cluster.group]
+    assert [g.group for g in asyncio.run(as_ops(lambda a: a.cluster_list()))] == [cluster.group]
+    for forbidden, why in ((lambda a: a.create_topic("payroll-2", 2), "Create/Update Topic:payroll-2"),
+                           (lambda a: a.delete_topic("ops-1"), "Delete Topic:ops-1")):
+        with pytest.raises(RocketraftError) as e:
+            asyncio.run(as_ops(forbidden))
+        assert e.value.code == Code.FORBIDDEN and f"User:ops may not {why}" in e.value.message
