@@ -12,10 +12,10 @@ import dataclasses
 import os
 import re
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import dledger
-from rocketraft.protocol import limits
+from rocketraft.protocol import auth_acl, auth_guard, auth_internal, limits
 from rocketraft.protocol.limits import DELAY_LEVELS
 
 from .tables import QUEUE_IDS_MAX
@@ -131,6 +131,18 @@ class BrokerConfig:
     # Prometheus metrics over HTTP (GET /metrics; docs/metrics.md): RocketMQ 5's port; 0 = off
     metricsPort: int = METRICS_PORT_DEFAULT
     metricsListenHost: str = ""  # "" = the host of listenAddress
+    # internal calls (registration, BrokerAdmin, user and ACL admin) must prove this secret (docs/security.md);
+    # "" = none: internal traffic is unauthenticated. Prefer ROCKETRAFT_CLUSTER_SECRET or clusterSecretFile
+    # to a flag (a flag shows in `ps`). The same on every broker and NameServer of the cluster
+    clusterSecret: str = field(default="", repr=False)
+    clusterSecretFile: str = ""
+    clusterAuthWindowMillis: int = auth_internal.WINDOW_MS_DEFAULT  # clock difference accepted; replay memory
+    # ACL 2.0 (docs/security.md): clients must sign their calls as a user (needs a cluster secret), and with
+    # authorization a NORMAL user may only do what its ACL allows
+    authenticationEnabled: bool = False
+    authorizationEnabled: bool = False
+    authenticationWindowMillis: int = auth_acl.AUTH_WINDOW_MS_DEFAULT  # a signed x-mq-date-time this old is refused
+    authenticationAnyTimezone: bool = False  # accept the SDKs' local time "Z" from any timezone, not only UTC/ours
     logLevel: str = "INFO"
 
     # -- derived ------------------------------------------------------------------------------------
@@ -229,6 +241,7 @@ class BrokerConfig:
         self.delay_levels_ms  # noqa: B018 - validates the format
         self._validate_raft()
         self._validate_client_limits()
+        self._validate_auth()
         return self
 
     def _validate_client_limits(self) -> None:
@@ -247,6 +260,25 @@ class BrokerConfig:
         if any(c.isspace() or c in "/[]" for c in self.metricsListenHost):
             raise ValueError(f"metricsListenHost {self.metricsListenHost!r}: give a host name or IP address "
                              "(\"\" = the host of listenAddress)")
+
+    @property
+    def cluster_secret(self) -> str:
+        """The cluster secret from clusterSecret or clusterSecretFile ("" = none)."""
+        return auth_internal.load_secret(self.clusterSecret, self.clusterSecretFile, environ={})
+
+    def _validate_auth(self) -> None:
+        try:
+            self.cluster_secret  # noqa: B018 - reads the file, checks the length
+        except auth_internal.SecretError as exc:
+            raise ValueError(f"clusterSecret: {exc}") from None
+        if self.clusterAuthWindowMillis < 1:
+            raise ValueError(f"clusterAuthWindowMillis {self.clusterAuthWindowMillis}: use at least 1 (ms)")
+        auth_guard.check_config(self.guard_config, self.cluster_secret)
+
+    @property
+    def guard_config(self) -> auth_guard.GuardConfig:
+        return auth_guard.GuardConfig(self.authenticationEnabled, self.authorizationEnabled,
+                                      self.authenticationWindowMillis, self.authenticationAnyTimezone)
 
     @property
     def file_reserved_ms(self) -> int:

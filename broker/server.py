@@ -20,6 +20,9 @@ import grpc
 
 from dledger import DledgerError
 from rocketraft import parentwatch
+from rocketraft.proto import auth_pb2 as apb
+from rocketraft.protocol import auth_internal
+from rocketraft.protocol.auth_guard import Guard, admin_paths, guarded, guarded_admin
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.metrics import MetricsServer
 from rocketraft.protocol.serving import add_service, new_server
@@ -27,6 +30,8 @@ from rocketraft.protocol.wire import GRPC_OPTIONS, Code, ipb, ipb_grpc, pb, svc,
 
 from . import config as config_mod
 from . import metrics
+from .auth_service import BrokerAuthService
+from .auth_store import AuthView
 from .clients import ClientRegistry
 from .consume import Consume
 from .core import Broker, now_ms
@@ -46,9 +51,11 @@ ROUTE_TIMEOUT_S = 2.0
 class NameServers:
     """Channels to every NameServer: registration and route lookups."""
 
-    def __init__(self, addresses: list[str]):
+    def __init__(self, addresses: list[str], cluster_secret: str = ""):
         self.addresses = addresses
-        self._channels = {a: grpc.aio.insecure_channel(a, options=GRPC_OPTIONS) for a in addresses}
+        self._channels = {a: grpc.aio.insecure_channel(a, options=GRPC_OPTIONS,
+                                                       interceptors=auth_internal.aio_interceptors(cluster_secret))
+                          for a in addresses}
         self._failing: dict[str, str] = {}
 
     async def register(self, registration: ipb.BrokerRegistration) -> None:
@@ -126,7 +133,7 @@ class BrokerServer:
         self.traffic = Traffic() if config.metrics_address else None  # nothing is counted while metrics are off
         self.writes.traffic = self.consume.traffic = self.traffic
         self._metrics: MetricsServer | None = None
-        self.namesrvs = NameServers(config.namesrv_addresses)
+        self.namesrvs = NameServers(config.namesrv_addresses, config.cluster_secret)
         self.broker.replica_addresses = lambda: self.namesrvs.replica_addresses(config.brokerClusterName,
                                                                                 config.brokerName)
         self._register_now = asyncio.Event()
@@ -143,15 +150,26 @@ class BrokerServer:
             topics=self.topics.all(), auto_create_topic=cfg.autoCreateTopicEnable,
             applied_index=st.applied_index, commit_index=st.commit_index,
             heartbeat_timeout_ms=cfg.heartbeatTimeoutMillis, default_queue_nums=cfg.defaultTopicQueueNums,
-            leader_address=st.leader_address or "")
+            leader_address=st.leader_address or "", history_id=st.history_id,
+            raft_peers=sorted(f"{i}-{a}" for i, a in cfg.peers.items()))
 
     async def start(self) -> None:
-        server = new_server(self.config.rpcsInFlightMax, self.config.connectionIdleMillis)
-        messaging = MessagingService(self.config, topics=self.topics, writes=self.writes, consume=self.consume,
+        cfg = self.config
+        auth = BrokerAuthService(self.broker, AuthView(self.broker))
+        guard = Guard(cfg.guard_config, auth.lookup, cfg.cluster_secret,
+                      cfg.clusterAuthWindowMillis) if cfg.guard_config.on else None
+        admin_descriptor = ipb.DESCRIPTOR.services_by_name["BrokerAdmin"]
+        interceptors = auth_internal.server_interceptors(
+            cfg.cluster_secret, cfg.clusterAuthWindowMillis, who=f"broker {cfg.brokerName}/{cfg.dLegerSelfId}",
+            user_methods=admin_paths(admin_descriptor) if guard is not None else frozenset())
+        server = new_server(cfg.rpcsInFlightMax, cfg.connectionIdleMillis, interceptors=interceptors)
+        messaging = MessagingService(cfg, topics=self.topics, writes=self.writes, consume=self.consume,
                                      clients=self.clients, route_lookup=self.namesrvs.route, traffic=self.traffic)
-        add_service(server, messaging, svc.DESCRIPTOR.services_by_name["MessagingService"])
-        add_service(server, BrokerAdminService(self.topics, self.queries, self.registration, self.clients),
-                    ipb.DESCRIPTOR.services_by_name["BrokerAdmin"])
+        messaging_descriptor = svc.DESCRIPTOR.services_by_name["MessagingService"]
+        add_service(server, guarded(messaging, messaging_descriptor, guard), messaging_descriptor)
+        add_service(server, auth, apb.DESCRIPTOR.services_by_name["BrokerAuth"])
+        admin = BrokerAdminService(self.topics, self.queries, self.registration, self.clients)
+        add_service(server, guarded_admin(admin, admin_descriptor, guard, cfg.brokerClusterName), admin_descriptor)
         try:  # bind before the replica starts: a broker that cannot serve must not join its Raft group
             bound = server.add_insecure_port(self.config.listenAddress)
         except RuntimeError:

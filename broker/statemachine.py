@@ -29,7 +29,7 @@ from rocketraft.protocol.names import dlq_topic
 from rocketraft.protocol.rules import MessageFilter, message_filter
 from rocketraft.protocol.wire import Code, ipb, pb
 
-from . import expiry
+from . import auth_store, expiry
 from . import tables as t
 
 log = logging.getLogger(__name__)
@@ -140,6 +140,10 @@ class BrokerStateMachine:
         # decoded whole; a pull or pop of 64 messages reads a few entries, not 64 times one (measured: 680 -> see
         # bench/README.md consume). Committed entries never change, so a cached one is always right.
         self._entries = EntryCache(ENTRY_CACHE_BYTES_MAX)
+        # ACL 2.0: grows once per committed batch of entries that changed users or ACLs (and on attach), so
+        # readers (broker/auth_store.AuthView) know when their cached view is stale
+        self.auth_generation = 0
+        self._auth_changed = False
 
     # -- dledger hooks -----------------------------------------------------------------------------
     def attach(self, store: Store) -> None:
@@ -153,6 +157,7 @@ class BrokerStateMachine:
         raw = store.read(lambda txn: txn.get(t.RETAIN_FLOOR, db=self.db[t.RETAIN]))
         self._retention_floor = t.u64_of(raw) if raw else 0
         self._floor_told = -1  # committed() tells the floor listeners (again: a snapshot may have moved it)
+        self.auth_generation += 1  # a snapshot may have replaced the users and ACLs
 
     def add_listener(self, callback: Callable[[set[str], bool], None]) -> None:
         """callback(topics, configs_changed) runs on the Raft thread after entries touching those topics are
@@ -169,6 +174,9 @@ class BrokerStateMachine:
         return self._retention_floor
 
     def committed(self, applied_index: int) -> None:
+        if self._auth_changed:
+            self._auth_changed = False
+            self.auth_generation += 1
         if self._floor_told != self._retention_floor:
             self._floor_told = self._retention_floor
             for listener in self._floor_listeners:
@@ -230,6 +238,10 @@ class BrokerStateMachine:
             return self._deliver_due(command.deliver_due, txn)
         if kind == "recall":
             return self._recall(command.recall, txn)
+        if kind == "auth":
+            result = auth_store.apply(command.auth, self.db, txn, ApplyError)
+            self._auth_changed = True
+            return result
         if kind == "retention":
             result = expiry.apply_retention(self, command.retention, index, txn)
             self._retention_floor = result.floor

@@ -22,6 +22,8 @@ committed read transactions. All integers are big-endian so keys sort by number.
                                                      below it; dledger may compact it away)
             "refs"                                -> "" (the refs table is complete: kept from the first entry
                                                      applied, or built once for a store written before it)
+  users     username                              -> auth.v1.User (ACL 2.0: broker/auth_store.py)
+  acls      subject ("User:<username>")           -> auth.v1.Acl
 
 Every key must stay within LMDB's key size (KEY_BYTES_MAX): the door's rules keep names, ids and keys short
 enough (rocketraft.protocol.limits), and apply refuses by name a command that would break it.
@@ -49,7 +51,9 @@ POPPED = b"b_popped"
 INFLIGHT = b"b_inflight"
 REFS = b"b_refs"
 RETAIN = b"b_retain"
-ALL = (TOPICS, GROUPS, QMAX, CQ, MSGID, KEYS, TIMER, HALF, OFFSETS, POPPED, INFLIGHT, REFS, RETAIN)
+USERS = b"b_users"
+ACLS = b"b_acls"
+ALL = (TOPICS, GROUPS, QMAX, CQ, MSGID, KEYS, TIMER, HALF, OFFSETS, POPPED, INFLIGHT, REFS, RETAIN, USERS, ACLS)
 RETAIN_FLOOR = b"floor"
 RETAIN_REFS_BUILT = b"refs"  # present: the refs table covers every entry (written at index 1, or built once)
 REF_TIMER = b"T"

@@ -1,7 +1,10 @@
 """Control channel of a stand-alone dledger replica process (demo, tests, benchmarks).
 
 Authenticated request/response over multiprocessing.connection (HMAC challenge with a shared key),
-bound to the replica's own loopback address. Requests may be pipelined: each carries an id and
+bound to the replica's own loopback address. There is no default key: the starting process makes a random one
+per cluster (`new_key`) and hands it to its replica processes in DLEDGER_CONTROL_KEY; a replica started without
+one refuses to start, so nobody can drive a replica (or send it pickles) with a key known in advance.
+Requests may be pipelined: each carries an id and
 replies come back as their appends commit. The broker does not use this: it embeds the Replica.
 """
 
@@ -11,6 +14,7 @@ import hashlib
 import itertools
 import logging
 import os
+import secrets
 import threading
 import time
 from concurrent.futures import Future
@@ -21,11 +25,22 @@ from dledger import DledgerError, OutcomeUnknownError, Replica
 
 log = logging.getLogger(__name__)
 
-DEFAULT_KEY = b"dledger-local-control"
+KEY_ENV = "DLEDGER_CONTROL_KEY"
+KEY_CHARS_MIN = 32
 
 
-def control_key() -> bytes:
-    return os.environ.get("DLEDGER_CONTROL_KEY", "").encode() or DEFAULT_KEY
+def new_key() -> str:
+    """A random control key for one cluster (64 hex digits)."""
+    return secrets.token_hex(32)
+
+
+def control_key(environ: dict | None = None) -> bytes:
+    """The control key from DLEDGER_CONTROL_KEY; ValueError naming the variable if it is missing or short."""
+    key = (os.environ if environ is None else environ).get(KEY_ENV, "")
+    if len(key) < KEY_CHARS_MIN:
+        raise ValueError(f"{KEY_ENV} is {'not set' if not key else f'{len(key)} characters'}: the control channel "
+                         f"needs a key of at least {KEY_CHARS_MIN} characters (devkit.control.new_key() makes one)")
+    return key.encode()
 
 
 def error_reply(exc: BaseException) -> dict:
@@ -36,9 +51,9 @@ def error_reply(exc: BaseException) -> dict:
 
 
 class ControlServer:
-    def __init__(self, replica: Replica, address: tuple[str, int]):
+    def __init__(self, replica: Replica, address: tuple[str, int], key: bytes):
         self.replica = replica
-        self._listener = Listener(address, authkey=control_key())
+        self._listener = Listener(address, authkey=key)
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._accept_loop, name="dledger-control", daemon=True)
 
@@ -184,9 +199,9 @@ def bench_append(replica: Replica, count: int, msgs_per_entry: int, msg_bytes: i
 class ControlClient:
     """Client of one replica's control channel. Thread-safe; `call` blocks, `call_async` pipelines."""
 
-    def __init__(self, address: tuple[str, int], timeout_s: float = 10.0):
+    def __init__(self, address: tuple[str, int], key: bytes, timeout_s: float = 10.0):
         self.address = address
-        self._conn = Client(address, authkey=control_key())
+        self._conn = Client(address, authkey=key)
         self._ids = itertools.count(1)
         self._send_lock = threading.Lock()
         self._waiting: dict[int, Future] = {}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import shutil
 import signal
 import sys
@@ -36,6 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-view", action="store_true", help="print a status line every 5 s instead of a live view")
     parser.add_argument("--dashboard-port", type=int, default=8088,
                         help="serve the web dashboard on 127.0.0.1:PORT (default 8088; 0 = no dashboard)")
+    parser.add_argument("--cluster-secret", action="store_true",
+                        help="make a random cluster secret (in DATA_DIR/cluster-secret) that internal calls must "
+                             "prove; admin tools then need ROCKETRAFT_CLUSTER_SECRET_FILE=DATA_DIR/cluster-secret "
+                             "(docs/security.md). Default: off, internal traffic unauthenticated")
     parser.add_argument("--dashboard-allow-changes", action="store_true",
                         help="let the dashboard create/delete topics and groups, resend and recall (default read-only)")
 
@@ -85,8 +90,11 @@ def run(args: argparse.Namespace) -> int:
     if args.fresh and os.path.exists(args.data_dir):
         shutil.rmtree(args.data_dir)
     ports = (args.broker_port, args.broker_port + 1, args.broker_port + 2)
-    cluster = DevCluster(args.data_dir, flush=args.flush, namesrv_port=args.namesrv_port, broker_ports=ports)
-    events: list[str] = []
+    secret = _cluster_secret(args.data_dir) if args.cluster_secret else ""
+    cluster = DevCluster(args.data_dir, flush=args.flush, namesrv_port=args.namesrv_port, broker_ports=ports,
+                         cluster_secret=secret)
+    events: list[str] = [f"cluster secret on: export ROCKETRAFT_CLUSTER_SECRET_FILE={args.data_dir}/cluster-secret "
+                         f"before `rocketraft admin`"] if secret else []
     started = time.monotonic()
     # SIGTERM (kill, a service manager, a CI timeout) stops the cluster like Ctrl-C: its processes run in their own
     # sessions and would otherwise outlive this one.
@@ -132,6 +140,18 @@ def run(args: argparse.Namespace) -> int:
             print(event, flush=True)
     print(render(cluster, events, started).splitlines()[0].split(",")[0] + ": stopped")
     return 0
+
+
+def _cluster_secret(data_dir: str) -> str:
+    """A random secret kept in data_dir/cluster-secret (readable by this user only), made once."""
+    path = os.path.join(data_dir, "cluster-secret")
+    if not os.path.exists(path):
+        os.makedirs(data_dir, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    with open(path) as f:
+        return f.read().strip()
 
 
 def _interrupt(_signum, _frame) -> None:

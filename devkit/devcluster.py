@@ -15,6 +15,7 @@ A second group joins the same NameServers with `external_namesrv`, which starts 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import select
 import signal
@@ -30,6 +31,7 @@ from prometheus_client.samples import Sample
 
 from broker import config as broker_config
 from rocketraft import parentwatch
+from rocketraft.protocol import auth_internal
 from rocketraft.protocol.routing import MASTER_BROKER_ID
 from rocketraft.protocol.wire import GRPC_OPTIONS, ipb, ipb_grpc, pb, svc, svc_grpc
 
@@ -146,6 +148,10 @@ class DevCluster:
     namesrvs: int = 1  # NameServer processes to run; every replica registers with all of them
     external_namesrv: tuple[str, ...] = ()  # run no NameServer; register with these (another cluster's)
     metrics: bool = True  # every process serves Prometheus metrics on a free port of its own (docs/metrics.md)
+    # internal calls must prove this secret ("" = off, as before); given to the processes through the environment,
+    # and every call of this kit's channels is signed with it (docs/security.md)
+    cluster_secret: str = field(default="", repr=False)
+    namesrv_args: tuple[str, ...] = ()  # extra `python -m namesrv` flags (e.g. --authentication-enabled)
 
     def __post_init__(self) -> None:
         self.base_dir = os.path.abspath(self.base_dir)
@@ -174,7 +180,7 @@ class DevCluster:
     def _namesrv_proc(self, i: int, address: str) -> Proc:
         name = "namesrv" if i == 0 else f"namesrv-{i}"
         metrics = ["--metrics-listen", self.namesrv_metrics_addresses[i]] if self.namesrv_metrics_addresses else []
-        return Proc(name, [sys.executable, "-m", "namesrv", "--listen", address, *metrics],
+        return Proc(name, [sys.executable, "-m", "namesrv", "--listen", address, *metrics, *self.namesrv_args],
                     os.path.join(self.base_dir, "logs", f"{name}.log"))
 
     def _own_namesrv_addresses(self) -> list[str]:
@@ -194,12 +200,13 @@ class DevCluster:
             host, _, port = self.metrics_address_of[replica_id].rpartition(":")
             settings.update(metricsPort=int(port), metricsListenHost=host)
         settings.update(self.broker_settings)
+        settings.setdefault("clusterSecret", self.cluster_secret)  # checked here; the processes get it from env
         return broker_config.load(None, settings, environ={})
 
     def _write_config(self, replica_id: str) -> str:
         path = os.path.join(self.base_dir, "conf", f"{self.group}-{replica_id}.toml")
         with open(path, "w") as f:
-            f.write(broker_config.to_toml(self.config_of(replica_id)))
+            f.write(broker_config.to_toml(dataclasses.replace(self.config_of(replica_id), clusterSecret="")))
         return path
 
     @property
@@ -207,6 +214,10 @@ class DevCluster:
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
         env[parentwatch.ENV] = str(os.getpid())  # the servers stop if this process dies, even by SIGKILL
+        env.pop(auth_internal.SECRET_FILE_ENV, None)  # the kit decides: its own secret, or none
+        env.pop(auth_internal.SECRET_ENV, None)
+        if self.cluster_secret:
+            env[auth_internal.SECRET_ENV] = self.cluster_secret
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         return env
@@ -247,7 +258,8 @@ class DevCluster:
     # -- inspection ------------------------------------------------------------------------------------------
     def channel(self, address: str) -> grpc.Channel:
         if address not in self._channels:
-            self._channels[address] = grpc.insecure_channel(address, options=GRPC_OPTIONS)
+            self._channels[address] = auth_internal.signed_channel(
+                grpc.insecure_channel(address, options=GRPC_OPTIONS), self.cluster_secret)
         return self._channels[address]
 
     def replica_status(self, replica_id: str, timeout_s: float = 1.0) -> ipb.BrokerRegistration | None:

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 
 from dledger import FlushPolicy, ReplicaConfig
 
-from .control import ControlClient
+from .control import KEY_ENV, ControlClient, new_key
 from .logtail import log_tail
 from .workerslot import loopback_host, port_range
 
@@ -106,6 +106,7 @@ class LocalCluster:
         self.overrides = overrides
         self._procs: dict[str, subprocess.Popen] = {}
         self._clients: dict[str, ControlClient] = {}
+        self.control_key = new_key()  # one random key per cluster, given to its replicas in their environment
 
     # -- processes ------------------------------------------------------------------------------------
     def config_for(self, node_id: str) -> ReplicaConfig:
@@ -136,7 +137,8 @@ class LocalCluster:
         self._procs[node_id] = subprocess.Popen(
             [sys.executable, "-m", "devkit.node", "--config", config_path,
              "--control", f"{spec.ip}:{spec.control_port}", "--log-level", self.log_level],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, KEY_ENV: self.control_key})
         log.close()
         self._drop_client(node_id)
 
@@ -199,7 +201,7 @@ class LocalCluster:
         deadline = time.monotonic() + wait_s
         while True:
             try:
-                client = ControlClient((spec.ip, spec.control_port))
+                client = ControlClient((spec.ip, spec.control_port), self.control_key.encode())
                 break
             except OSError:
                 if time.monotonic() > deadline or not self.is_running(node_id):

@@ -15,7 +15,7 @@ import threading
 
 from dledger import FlushPolicy, Replica, ReplicaConfig
 
-from .control import ControlServer
+from .control import ControlServer, control_key
 from .counting import CountingStateMachine
 
 
@@ -32,12 +32,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--control", required=True, help="host:port of the control channel")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
+    try:
+        key = control_key()
+    except ValueError as exc:
+        print(f"devkit.node: cannot start: {exc}", file=sys.stderr)
+        return 2
     config = load_config(args.config)
     logging.basicConfig(level=args.log_level,
                         format=f"%(asctime)s %(levelname)s [{config.group_id}/{config.self_id}] %(name)s: %(message)s")
     host, _, port = args.control.rpartition(":")
     replica = Replica.open(config, CountingStateMachine())
-    server = ControlServer(replica, (host, int(port)))
+    server = ControlServer(replica, (host, int(port)), key)
     server.start()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -12,6 +12,7 @@ under its stable follower_broker_id (>= 1). Groups are keyed by name (brokerName
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -20,6 +21,10 @@ from rocketraft.protocol.errors import BadRequestError, TopicNotFoundError
 from rocketraft.protocol.limits import QUEUE_NUMS_MAX, QUEUES_PER_TOPIC_DEFAULT
 from rocketraft.protocol.routing import MASTER_BROKER_ID, PERM_READ, permission_of
 from rocketraft.protocol.wire import ALL_MESSAGE_TYPES, endpoints, ipb, pb, split_address
+
+from .auth_registry import check_identity
+
+log = logging.getLogger("namesrv")
 
 ROLE_MASTER = "LEADER"
 HEARTBEAT_TIMEOUT_MS_DEFAULT = 3000
@@ -45,11 +50,18 @@ def check_registration(reg: ipb.BrokerRegistration) -> None:
     if not 0 <= reg.heartbeat_timeout_ms <= HEARTBEAT_TIMEOUT_MS_MAX:
         raise BadRequestError(f"{who}: heartbeat_timeout_ms {reg.heartbeat_timeout_ms} is out of range "
                               f"0..{HEARTBEAT_TIMEOUT_MS_MAX} (0 = {HEARTBEAT_TIMEOUT_MS_DEFAULT})")
+
+
+def unusable_topics(reg: ipb.BrokerRegistration) -> dict[str, str]:
+    """name -> why, for each topic of the registration that cannot be routed. Such a topic is left out of routes
+    and the rest of the registration stands: one bad record must never take a whole group out of routes."""
+    bad = {}
     for topic in reg.topics:
         try:
             check_topic_config(topic, perm_none_ok=True)
         except BadRequestError as e:
-            raise BadRequestError(f"{who}: {e.message}", e.code) from None
+            bad[topic.name] = e.message
+    return bad
 
 
 @dataclass
@@ -93,22 +105,33 @@ class RouteRegistry:
 
     def __init__(self) -> None:
         self._entries: dict[_Key, _Entry] = {}
+        self._unusable: dict[_Key, dict[str, str]] = {}  # the unroutable topics last reported, logged once
 
     # -- updates ---------------------------------------------------------------------------------------------
 
     def register(self, reg: ipb.BrokerRegistration, now_ms: int) -> RegistrationChange | None:
         """Store or replace this replica's registration; return what changed for routing, or None if nothing."""
         check_registration(reg)
+        check_identity(reg, (e.reg for e in self._group_entries(reg.group, now_ms)))
         key = (reg.cluster, reg.group, reg.replica_id)
         timeout_ms = reg.heartbeat_timeout_ms or HEARTBEAT_TIMEOUT_MS_DEFAULT
         stored = ipb.BrokerRegistration()
         stored.CopyFrom(reg)
+        bad = unusable_topics(stored)
+        if bad:
+            kept = [t for t in stored.topics if t.name not in bad]
+            del stored.topics[:]
+            stored.topics.extend(kept)
+            if bad != self._unusable.get(key):
+                log.warning("replica %s of group %s reports %d topic(s) that cannot be routed, left out of routes: "
+                            "%s", reg.replica_id, reg.group, len(bad), "; ".join(list(bad.values())[:10]))
         entry = _Entry(stored, {t.name: t for t in stored.topics}, now_ms, now_ms + timeout_ms)
         old = self._entries.get(key)
         if old is None and len(self._entries) >= REPLICAS_MAX:
             raise BadRequestError(f"{len(self._entries)} replicas are registered already (REPLICAS_MAX); "
                                   f"refusing replica {reg.replica_id!r} of group {reg.group!r}")
         self._entries[key] = entry
+        self._unusable[key] = bad
         if old is None:
             return RegistrationChange(previous=None, fields=_ROUTE_FIELDS + ("topics",))
         changed = tuple(f for f in _ROUTE_FIELDS if getattr(old.reg, f) != getattr(stored, f))
@@ -118,6 +141,7 @@ class RouteRegistry:
 
     def unregister(self, cluster: str, group: str, replica_id: str) -> bool:
         """Forget one replica; return whether it was registered."""
+        self._unusable.pop((cluster, group, replica_id), None)
         return self._entries.pop((cluster, group, replica_id), None) is not None
 
     def expire(self, now_ms: int) -> list[Dropped]:
@@ -126,6 +150,7 @@ class RouteRegistry:
         dropped = []
         for key in dead:
             entry = self._entries.pop(key)
+            self._unusable.pop(key, None)
             dropped.append(Dropped(entry.reg.group, entry.reg.replica_id, now_ms - entry.last_seen_ms))
         return dropped
 

@@ -20,6 +20,9 @@ from dataclasses import dataclass
 import grpc
 
 from rocketraft import parentwatch
+from rocketraft.protocol import auth_internal
+from rocketraft.protocol.auth_acl import AUTH_WINDOW_MS_DEFAULT
+from rocketraft.protocol.auth_guard import Guard, GuardConfig, admin_paths, check_config, guarded, guarded_admin
 from rocketraft.protocol.configs import check_group_config, check_topic_config
 from rocketraft.protocol.errors import (
     BadRequestError,
@@ -47,6 +50,8 @@ from rocketraft.protocol.wire import (
 )
 
 from . import metrics
+from .auth_lookup import CACHE_MS_DEFAULT, SubjectLookup
+from .auth_registry import ForeignReplicaError
 from .registry import RegistrationChange, RouteRegistry
 
 log = logging.getLogger("namesrv")
@@ -61,6 +66,7 @@ STOP_GRACE_MS = 1000
 CHANNEL_CLOSE_GRACE_MS = 3000
 RECALL_HANDLE_SEPARATOR = ":"
 LOG_TOPIC_NAMES_MAX = 10  # topic names listed in one "changed" log line
+AUTH_OFF = GuardConfig()  # ACL 2.0 off (the default)
 
 
 def monotonic_ms() -> int:
@@ -77,9 +83,16 @@ class NameServer:
 
     def __init__(self, listen: str = DEFAULT_LISTEN, *, sweep_interval_ms: int = SWEEP_INTERVAL_MS,
                  create_topic_timeout_ms: int = CREATE_TOPIC_TIMEOUT_MS, recall_timeout_ms: int = RECALL_TIMEOUT_MS,
-                 clock_ms: Callable[[], int] = monotonic_ms):
+                 clock_ms: Callable[[], int] = monotonic_ms, cluster_secret: str = "",
+                 cluster_auth_window_ms: int = auth_internal.WINDOW_MS_DEFAULT,
+                 guard_config: GuardConfig = AUTH_OFF, auth_cache_ms: int = CACHE_MS_DEFAULT):
         split_address(listen)  # fail early on a malformed address
         self.listen = listen
+        self.cluster_secret = auth_internal.check_secret(cluster_secret)
+        self.cluster_auth_window_ms = cluster_auth_window_ms
+        check_config(guard_config, self.cluster_secret)
+        self.guard_config = guard_config
+        self.auth_cache_ms = auth_cache_ms
         self.registry = RouteRegistry()
         self.sweep_interval_ms = sweep_interval_ms
         self.create_topic_timeout_ms = create_topic_timeout_ms
@@ -96,9 +109,17 @@ class NameServer:
 
     async def start(self) -> str:
         """Bind and serve; return the bound "host:port" (useful with port 0)."""
-        server = new_server()  # the bounds every server has (rocketraft.protocol.limits)
-        add_service(server, MessagingService(self), svc.DESCRIPTOR.services_by_name["MessagingService"])
-        add_service(server, NameServerService(self), ipb.DESCRIPTOR.services_by_name["NameServer"])
+        messaging = svc.DESCRIPTOR.services_by_name["MessagingService"]
+        internal = ipb.DESCRIPTOR.services_by_name["NameServer"]
+        guard = Guard(self.guard_config, SubjectLookup(self.registry, self.channel, self.clock_ms, self.auth_cache_ms),
+                      self.cluster_secret, self.cluster_auth_window_ms) if self.guard_config.on else None
+        server = new_server(interceptors=auth_internal.server_interceptors(  # the bounds every server has
+            self.cluster_secret, self.cluster_auth_window_ms, who=f"NameServer {self.listen}",
+            user_methods=admin_paths(internal) if guard is not None else frozenset()))
+        add_service(server, guarded(MessagingService(self), messaging, guard, {"QueryRoute", "RecallMessage"}),
+                    messaging)
+        # a NameServer serves every cluster: GetClusterInfo needs Get on Cluster:* (or *)
+        add_service(server, guarded_admin(NameServerService(self), internal, guard, ""), internal)
         host, _ = split_address(self.listen)
         try:
             port = server.add_insecure_port(self.listen)
@@ -195,7 +216,8 @@ class NameServer:
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
+            channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS,
+                                                interceptors=auth_internal.aio_interceptors(self.cluster_secret))
             self._channels[address] = channel
         return channel
 
@@ -490,6 +512,9 @@ class NameServerService(ipb_grpc.NameServerServicer):
         failure = None
         try:
             self._ns.register(request.registration)
+        except ForeignReplicaError as e:
+            log.warning("refused %s", e.message)
+            failure = (grpc.StatusCode.PERMISSION_DENIED, e.message)
         except BadRequestError as e:
             log.warning("refused %s", e.message)
             failure = (grpc.StatusCode.INVALID_ARGUMENT, e.message)
@@ -539,6 +564,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="HOST:PORT",
                         help=f"serve Prometheus metrics on http://HOST:PORT/metrics (default: ${METRICS_LISTEN_ENV}, "
                              "else off; docs/metrics.md)")
+    parser.add_argument("--cluster-secret-file", default="", metavar="PATH",
+                        help=f"file holding the cluster secret that internal calls (registration, admin) must "
+                             f"prove (default: ${auth_internal.SECRET_ENV}, else ${auth_internal.SECRET_FILE_ENV}, "
+                             "else none: internal traffic unauthenticated; docs/security.md)")
+    parser.add_argument("--cluster-auth-window-ms", type=int, default=auth_internal.WINDOW_MS_DEFAULT, metavar="MS",
+                        help="largest clock difference accepted on a signed internal call; also how long its "
+                             f"nonce is remembered against replays (default {auth_internal.WINDOW_MS_DEFAULT})")
+    parser.add_argument("--authentication-enabled", action="store_true",
+                        help="ACL 2.0: QueryRoute and RecallMessage must be signed by a user (needs the cluster "
+                             "secret; users live in the brokers; docs/security.md)")
+    parser.add_argument("--authorization-enabled", action="store_true",
+                        help="ACL 2.0: a NORMAL user may only query routes its ACL allows (Pub or Sub on the topic)")
+    parser.add_argument("--authentication-window-ms", type=int, default=AUTH_WINDOW_MS_DEFAULT, metavar="MS",
+                        help=f"a signed x-mq-date-time further than this from our clock is refused (default "
+                             f"{AUTH_WINDOW_MS_DEFAULT})")
+    parser.add_argument("--authentication-any-timezone", action="store_true",
+                        help="accept the SDKs' local time labelled Z from any timezone (default: UTC or ours)")
+    parser.add_argument("--auth-cache-ms", type=int, default=CACHE_MS_DEFAULT, metavar="MS",
+                        help=f"how long a user looked up from a broker is kept (default {CACHE_MS_DEFAULT})")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         help="namesrv log level (default INFO; DEBUG also logs every heartbeat)")
 
@@ -549,7 +593,20 @@ def run(args: argparse.Namespace) -> int:
         logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.setLevel(args.log_level)
     try:
-        return asyncio.run(_serve_until_signal(args.listen, args.metrics_listen))
+        secret = auth_internal.load_secret(path=args.cluster_secret_file)
+        if args.cluster_auth_window_ms < 1:
+            raise ValueError(f"--cluster-auth-window-ms {args.cluster_auth_window_ms}: use at least 1 (ms)")
+        if args.auth_cache_ms < 0:
+            raise ValueError(f"--auth-cache-ms {args.auth_cache_ms}: use 0 or more (ms)")
+        guard = GuardConfig(args.authentication_enabled, args.authorization_enabled, args.authentication_window_ms,
+                            args.authentication_any_timezone)
+        check_config(guard, secret)
+    except ValueError as e:
+        log.error("bad configuration: %s", e)
+        return 2
+    try:
+        return asyncio.run(_serve_until_signal(args.listen, args.metrics_listen, secret, args.cluster_auth_window_ms,
+                                               guard, args.auth_cache_ms))
     except OSError as e:
         log.error("%s", e)
         return 1
@@ -557,8 +614,11 @@ def run(args: argparse.Namespace) -> int:
         return 130
 
 
-async def _serve_until_signal(listen: str, metrics_listen: str | None = None) -> int:
-    ns = NameServer(listen)
+async def _serve_until_signal(listen: str, metrics_listen: str | None = None, cluster_secret: str = "",
+                              cluster_auth_window_ms: int = auth_internal.WINDOW_MS_DEFAULT,
+                              guard: GuardConfig = AUTH_OFF, auth_cache_ms: int = CACHE_MS_DEFAULT) -> int:
+    ns = NameServer(listen, cluster_secret=cluster_secret, cluster_auth_window_ms=cluster_auth_window_ms,
+                    guard_config=guard, auth_cache_ms=auth_cache_ms)
     address = await ns.start()
     exporter = None
     if metrics_listen:

@@ -6,6 +6,8 @@
     rocketraft admin updateSubGroup -g billing --fifo
     rocketraft admin queryMsgByKey -t orders -k order-42 | queryMsgById -t orders -i <id>
     rocketraft admin consumerProgress -g billing -t orders
+    rocketraft admin createUser | updateUser | deleteUser | getUser | listUser       (ACL 2.0: rocketraft/cli_auth.py)
+    rocketraft admin createAcl | updateAcl | deleteAcl | getAcl | listAcl
 
 Every verb takes --json for machine-readable output. Exit status 0 on success, 1 on an error (printed as
 the broker's code and message), 2 on bad arguments.
@@ -25,11 +27,12 @@ from rich.table import Table
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.wire import MessageType
 
+from . import cli_auth
 from .client.admin import Admin, plain
 from .client.message import ReceivedMessage
 
 VERBS = ("clusterList", "topicList", "topicRoute", "updateTopic", "deleteTopic", "updateSubGroup",
-         "queryMsgByKey", "queryMsgById", "consumerProgress")
+         "queryMsgByKey", "queryMsgById", "consumerProgress", *cli_auth.VERBS)
 MESSAGE_TYPES = {"NORMAL": MessageType.NORMAL, "FIFO": MessageType.FIFO, "DELAY": MessageType.DELAY,
                  "TRANSACTION": MessageType.TRANSACTION}
 
@@ -51,6 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-i", "--msgId", help="queryMsgById: the message id")
     parser.add_argument("--max", type=int, default=32, help="queryMsgByKey: at most this many messages")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    cli_auth.add_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _required(args) -> str | None:
+    if args.verb in cli_auth.VERBS:
+        return cli_auth.required(args)
     need = {"topicRoute": ["topic"], "updateTopic": ["topic"], "deleteTopic": ["topic"],
             "updateSubGroup": ["consumerGroup"], "queryMsgByKey": ["topic", "msgKey"],
             "queryMsgById": ["topic", "msgId"], "consumerProgress": ["consumerGroup", "topic"]}
@@ -90,6 +96,8 @@ def _required(args) -> str | None:
 async def _call(args):
     async with Admin(args.namesrvAddr) as admin:
         verb = args.verb
+        if verb in cli_auth.VERBS:
+            return await cli_auth.call(admin, args)
         if verb == "clusterList":
             return await admin.cluster_list()
         if verb == "topicList":
@@ -118,7 +126,9 @@ def _table(*columns: str) -> Table:
 
 
 def _show(console: Console, verb: str, result) -> None:
-    if verb == "clusterList":
+    if verb in cli_auth.VERBS:
+        cli_auth.show(console, verb, result)
+    elif verb == "clusterList":
         table = _table("cluster", "group", "replica", "brokerId", "role", "term", "address", "applied", "commit")
         for g in result:
             for r in g.replicas:

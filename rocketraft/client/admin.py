@@ -100,6 +100,7 @@ class ConsumerGroupInfo:
 
 class Admin(AsyncClient):
     sends_heartbeats = False
+    signs_every_call = True
 
     def __init__(self, namesrv="127.0.0.1:9876", *, config: ClientConfig | None = None):
         super().__init__(config or ClientConfig(namesrv=namesrv))
@@ -115,6 +116,8 @@ class Admin(AsyncClient):
                 return await call(stub)
             except grpc.aio.AioRpcError as exc:
                 last = rpc_error(exc, address, what)
+                if exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                    raise last from None  # every NameServer has the same cluster secret and users
         raise BrokerUnreachableError(f"{what}: no NameServer answered ({', '.join(self.config.namesrv)}); last "
                                      f"error: {last}", ",".join(self.config.namesrv))
 

@@ -29,11 +29,15 @@ TELEMETRY_RETRY_S = 0.5
 class AsyncClient:
     client_type: int = pb.ClientType.CLIENT_TYPE_UNSPECIFIED
     sends_heartbeats = True  # producers and consumers; the admin client is no member of anything
+    # with a cluster secret: the admin client signs every call (its route and message reads then pass ACL 2.0 as
+    # the cluster's own); producers and consumers sign only internal calls (docs/security.md)
+    signs_every_call = False
 
     def __init__(self, config: ClientConfig, group: str = ""):
         self.config = config
         self.group = group
-        self.transport = Transport(config.client_id)
+        self.transport = Transport(config.client_id, config.cluster_secret, sign_every_call=self.signs_every_call,
+                                   access_key=config.access_key, secret_key=config.secret_key)
         self.routes = Routes(self.transport, config.namesrv, config.request_timeout_s,
                              config.route_refresh_interval_s)
         self.routes.listeners.append(self._on_route)

@@ -7,9 +7,12 @@ import socket
 import uuid
 from dataclasses import dataclass, field
 
+from rocketraft.protocol import auth_internal
 from rocketraft.protocol.errors import BadRequestError
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
+ACCESS_KEY_ENV = "ROCKETRAFT_ACCESS_KEY"
+SECRET_KEY_ENV = "ROCKETRAFT_SECRET_KEY"
 
 
 def parse_namesrv(value: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
@@ -37,6 +40,13 @@ class ClientConfig:
     route_refresh_interval_s: float = 10.0  # routes are also refreshed at once on any routing error
     heartbeat_interval_s: float = 1.0       # brokers forget a client after 3 s of silence
     client_id: str = field(default_factory=new_client_id)
+    # signs every call with the cluster secret (admin calls need it once the servers have one; docs/security.md);
+    # default: $ROCKETRAFT_CLUSTER_SECRET, else the file named by $ROCKETRAFT_CLUSTER_SECRET_FILE, else none
+    cluster_secret: str = field(default_factory=auth_internal.load_secret, repr=False)
+    # ACL 2.0 credentials (a user's name and password, RocketMQ's access key and secret key): every client call is
+    # signed with them when access_key is set (docs/security.md); default $ROCKETRAFT_ACCESS_KEY/_SECRET_KEY
+    access_key: str = field(default_factory=lambda: os.environ.get(ACCESS_KEY_ENV, ""))
+    secret_key: str = field(default_factory=lambda: os.environ.get(SECRET_KEY_ENV, ""), repr=False)
 
     def __post_init__(self) -> None:
         self.namesrv = parse_namesrv(self.namesrv)

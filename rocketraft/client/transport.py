@@ -12,8 +12,9 @@ import asyncio
 import grpc
 
 from rocketraft import __version__
+from rocketraft.protocol import auth_acl, auth_internal
 from rocketraft.protocol.errors import BrokerUnreachableError, OutcomeUnknownError, RocketraftError
-from rocketraft.protocol.wire import GRPC_OPTIONS, ipb_grpc, svc, svc_grpc
+from rocketraft.protocol.wire import GRPC_OPTIONS, Code, ipb_grpc, svc, svc_grpc
 
 SEND_MESSAGE_METHOD = "/apache.rocketmq.v2.MessagingService/SendMessage"
 _MESSAGES_FIELD_TAG = b"\x0a"  # SendMessageRequest.messages: field 1, length-delimited
@@ -32,8 +33,13 @@ _NOT_SENT_MARKERS = ("failed to connect", "connection refused", "name resolution
 
 
 class Transport:
-    def __init__(self, client_id: str):
+    def __init__(self, client_id: str, cluster_secret: str = "", sign_every_call: bool = False,
+                 access_key: str = "", secret_key: str = ""):
         self.client_id = client_id
+        signers = [auth_internal.cluster_signer(cluster_secret, sign_every_call)] if cluster_secret else []
+        if access_key:  # every call: admin calls too, which an ACL 2.0 user may make if its ACL allows
+            signers.append(lambda _method: auth_acl.client_metadata(access_key, secret_key))
+        self._interceptors = auth_internal.signing_interceptors(signers)
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._raw_send: dict[str, object] = {}
         self.metadata = (
@@ -46,7 +52,8 @@ class Transport:
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS,
+                                                                                 interceptors=self._interceptors)
         return channel
 
     def messaging(self, address: str) -> svc_grpc.MessagingServiceStub:
@@ -97,4 +104,8 @@ def rpc_error(exc: grpc.aio.AioRpcError, address: str, what: str) -> RocketraftE
                 grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL):
         return OutcomeUnknownError(f"{what}: {address} did not answer ({code.name}: {details}); "
                                    "the request may or may not have been carried out")
+    if code == grpc.StatusCode.UNAUTHENTICATED:  # the cluster secret is missing or wrong: the details say which key
+        return RocketraftError(f"{what}: {address} refused the call ({code.name}: {details})", Code.UNAUTHORIZED)
+    if code == grpc.StatusCode.PERMISSION_DENIED:  # an ACL 2.0 user whose ACL does not allow this admin call
+        return RocketraftError(f"{what}: {address} refused the call ({code.name}: {details})", Code.FORBIDDEN)
     return RocketraftError(f"{what}: {address} refused the call ({code.name}: {details})")

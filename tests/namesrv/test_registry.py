@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from namesrv.auth_registry import ForeignReplicaError
 from namesrv.registry import (
     DEFAULT_QUEUE_NUMS,
     HEARTBEAT_TIMEOUT_MS_DEFAULT,
@@ -214,14 +215,62 @@ def test_unregister_removes_the_replica_at_once():
     (dict(group="a:b"), "':'"),
     (dict(address="nohost"), "host:port"),
     (dict(group=""), "must all be set"),
-    (dict(topics=[topic(queue_nums=0)]), "queue_nums"),
-    (dict(topics=[topic(name="bad topic")]), "illegal topic name"),
     (dict(heartbeat_timeout_ms=-1), "heartbeat_timeout_ms"),
 ])
 def test_unroutable_registrations_are_refused_with_the_reason(bad, why):
     with pytest.raises(BadRequestError) as e:
         RouteRegistry().register(reg("n1", **bad), 0)
     assert why in e.value.message
+
+
+@pytest.mark.parametrize("bad", [topic(name="B", queue_nums=0), topic(name="bad topic"), topic(name="B", perm=1),
+                                 topic(name="B", message_types=[99])])
+def test_a_bad_topic_is_left_out_of_routes_and_the_rest_of_the_registration_stands(bad, caplog):
+    r = RouteRegistry()
+    three_replicas(r, topics=[topic("T"), bad])
+    assert r.master_of("broker-a").replica_id == "n1"
+    assert {q.topic.name for q in r.route("T")} == {"T"}
+    with pytest.raises(TopicNotFoundError):
+        r.route(bad.name)
+    warnings = [m for m in caplog.messages if "cannot be routed" in m]
+    assert len(warnings) == 3, "one warning per replica, not one per heartbeat"
+    three_replicas(r, topics=[topic("T"), bad], now_ms=10)
+    assert len([m for m in caplog.messages if "cannot be routed" in m]) == 3
+
+
+PEERS = ["n1-127.0.0.1:40911", "n2-127.0.0.1:40912", "n3-127.0.0.1:40913"]
+
+
+def test_a_replica_naming_another_peer_set_than_the_groups_live_replicas_is_refused_by_name():
+    r = RouteRegistry()
+    three_replicas(r, raft_peers=PEERS, history_id="h1")
+    with pytest.raises(ForeignReplicaError) as e:
+        r.register(reg("n9", "LEADER", 99, raft_peers=["n9-10.0.0.9:1"], history_id="h1"), 0)
+    assert e.value.code == Code.FORBIDDEN and "names the Raft peers" in e.value.message
+    assert r.master_of("broker-a").replica_id == "n1", "the impostor is not routed"
+
+
+def test_a_replica_of_another_history_is_refused_and_one_before_genesis_is_accepted():
+    r = RouteRegistry()
+    three_replicas(r, raft_peers=PEERS, history_id="h1")
+    with pytest.raises(ForeignReplicaError, match="history"):
+        r.register(reg("n2", raft_peers=PEERS, history_id="h2", cluster="c2"), 0)
+    r.register(reg("n2", raft_peers=PEERS, history_id=""), 0)  # a rebuilt store that has not caught up yet
+
+
+def test_a_replica_missing_from_the_peers_it_names_is_refused():
+    with pytest.raises(ForeignReplicaError, match="not among the Raft peers"):
+        RouteRegistry().register(reg("n4", raft_peers=PEERS), 0)
+
+
+def test_a_group_can_change_its_peer_set_once_the_old_registrations_expired():
+    r = RouteRegistry()
+    three_replicas(r, raft_peers=PEERS)
+    new = [*PEERS, "n4-127.0.0.1:40914"]
+    with pytest.raises(ForeignReplicaError):
+        r.register(reg("n4", raft_peers=new), 0)
+    r.expire(5000)
+    assert r.register(reg("n4", raft_peers=new), 5000) is not None
 
 
 def test_registered_replica_may_report_a_topic_closed_to_reads_and_writes():

@@ -1,0 +1,111 @@
+"""rocketraft.auth.v1.BrokerAuth on a broker replica: users and ACLs checked at the door, then committed through
+the group's Raft log (broker/auth_store.py applies them), and the lookup the broker's ACL guard uses.
+
+Every call here needs the cluster secret's proof (the server's interceptor refuses it otherwise). Answers of
+GetUser and ListUsers leave passwords out; GetSubject, which a NameServer uses to check a client's signature,
+carries it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+
+from rocketraft.proto import auth_pb2 as apb
+from rocketraft.proto import auth_pb2_grpc as apb_grpc
+from rocketraft.proto import store_pb2 as spb
+from rocketraft.protocol import auth_acl
+from rocketraft.protocol.errors import BadRequestError
+from rocketraft.protocol.wire import Code
+
+from .auth_store import AuthView, Kind
+from .core import Broker
+from .errors import status_of
+
+LIST_MAX = 10_000  # users or ACLs one List call answers at most
+
+
+class BrokerAuthService(apb_grpc.BrokerAuthServicer):
+    def __init__(self, broker: Broker, view: AuthView):
+        self.broker = broker
+        self.view = view
+
+    async def lookup(self, username: str) -> tuple[apb.User | None, auth_acl.Policy]:
+        """The user and its ACL as this replica has applied them (the broker's ACL guard)."""
+        return self.view.user(username), self.view.policy(auth_acl.SUBJECT_PREFIX + username)
+
+    async def _commit(self, change: spb.AuthCommand) -> None:
+        await self.broker.commit(spb.Command(auth=change))
+
+    async def CreateUser(self, request, context):
+        return await _change(lambda: self._commit(spb.AuthCommand(
+            kind=Kind.CREATE_USER, user=auth_acl.check_user(request.user, creating=True).SerializeToString())))
+
+    async def UpdateUser(self, request, context):
+        return await _change(lambda: self._commit(spb.AuthCommand(
+            kind=Kind.UPDATE_USER, user=auth_acl.check_user(request.user, creating=False).SerializeToString())))
+
+    async def DeleteUser(self, request, context):
+        def delete():
+            auth_acl.check_username(request.name)
+            return self._commit(spb.AuthCommand(kind=Kind.DELETE_USER, name=request.name))
+
+        return await _change(delete)
+
+    async def GetUser(self, request, context):
+        user = self.view.user(request.name)
+        if user is None:
+            return apb.GetUserResponse(code=Code.NOT_FOUND, message=f"user {request.name[:64]!r} does not exist")
+        return apb.GetUserResponse(code=Code.OK, message="OK", user=_without_password(user))
+
+    async def ListUsers(self, request, context):
+        users = [_without_password(u) for u in self.view.users() if request.filter in u.username][:LIST_MAX]
+        return apb.ListUsersResponse(code=Code.OK, message=f"{len(users)} users", users=users)
+
+    async def CreateAcl(self, request, context):
+        return await _change(lambda: self._commit(spb.AuthCommand(
+            kind=Kind.CREATE_ACL, acl=auth_acl.check_acl(request.acl).SerializeToString())))
+
+    async def UpdateAcl(self, request, context):
+        return await _change(lambda: self._commit(spb.AuthCommand(
+            kind=Kind.UPDATE_ACL, acl=auth_acl.check_acl(request.acl).SerializeToString())))
+
+    async def DeleteAcl(self, request, context):
+        def delete():
+            subject = auth_acl.subject_of(request.subject)
+            resources = [auth_acl.parse_resource(r).key for r in request.resources]
+            return self._commit(spb.AuthCommand(kind=Kind.DELETE_ACL, name=subject, resources=resources))
+
+        return await _change(delete)
+
+    async def GetAcl(self, request, context):
+        try:
+            subject = auth_acl.subject_of(request.name)
+        except BadRequestError as exc:
+            return apb.GetAclResponse(code=exc.code, message=exc.message)
+        acl = self.view.acl(subject)
+        if acl is None:
+            return apb.GetAclResponse(code=Code.NOT_FOUND, message=f"{subject} has no ACL")
+        return apb.GetAclResponse(code=Code.OK, message="OK", acl=acl)
+
+    async def ListAcls(self, request, context):
+        acls = [a for a in self.view.acls() if request.filter in a.subject][:LIST_MAX]
+        return apb.ListAclsResponse(code=Code.OK, message=f"{len(acls)} ACLs", acls=acls)
+
+    async def GetSubject(self, request, context):
+        user, acl = self.view.user(request.name), self.view.acl(auth_acl.SUBJECT_PREFIX + request.name)
+        return apb.GetSubjectResponse(code=Code.OK, message="OK", user=user, acl=acl)
+
+
+def _without_password(user: apb.User) -> apb.User:
+    return apb.User(username=user.username, type=user.type, status=user.status)
+
+
+async def _change(operation) -> apb.AuthChangeResponse:
+    """Run a change (the door's checks, then the commit); any failure becomes a code and a message."""
+    try:
+        pending: Awaitable[None] = operation()
+        await pending
+    except Exception as exc:  # noqa: BLE001 - every failure is answered with a code
+        status = status_of(exc)
+        return apb.AuthChangeResponse(code=status.code, message=status.message)
+    return apb.AuthChangeResponse(code=Code.OK, message="OK")

@@ -1,0 +1,53 @@
+"""Whether a replica's registration belongs to the group it names: consistent with the group's live replicas.
+
+A registration carries the group's Raft peer set (dLegerPeers) and its store's history id (dledger/identity.py).
+A replica may join a group's routes only if:
+- it lists itself among the peers it names, and
+- every other live replica of the group names the same peer set and, once both know one, the same history.
+
+So a process that announces itself as "master of broker-a" from a peer set of its own, or from a store of
+another life of the group, is refused by name instead of being routed writes. The cluster secret
+(rocketraft/protocol/auth_internal.py) is what keeps strangers out altogether; this check also catches a
+misconfigured replica (wrong dLegerPeers, a store copied from another cluster).
+
+During a change of dLegerPeers the replicas restarted with the new set are refused until the last replica with
+the old set has stopped heartbeating (heartbeatTimeoutMillis): restart every replica of the group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from rocketraft.protocol.errors import BadRequestError
+from rocketraft.protocol.wire import Code, ipb
+
+
+class ForeignReplicaError(BadRequestError):
+    """A registration that contradicts the identity of the group's live replicas."""
+
+    def __init__(self, message: str):
+        super().__init__(message, Code.FORBIDDEN)
+
+
+def check_identity(reg: ipb.BrokerRegistration, others: Iterable[ipb.BrokerRegistration]) -> None:
+    """Raise ForeignReplicaError unless `reg` agrees with the group's other live registrations."""
+    who = f"replica {reg.replica_id!r} of group {reg.group!r} at {reg.address}"
+    peers = sorted(reg.raft_peers)
+    if peers and not any(p.partition("-")[0] == reg.replica_id for p in peers):
+        raise ForeignReplicaError(f"{who} is not among the Raft peers it names ({', '.join(peers)}); refused: "
+                                  f"check dLegerSelfId and dLegerPeers")
+    for other in others:
+        if other.replica_id == reg.replica_id and other.cluster == reg.cluster:
+            continue
+        theirs = sorted(other.raft_peers)
+        if theirs != peers:
+            raise ForeignReplicaError(
+                f"{who} names the Raft peers [{', '.join(peers) or 'none'}] but live replica "
+                f"{other.replica_id!r} of the group names [{', '.join(theirs) or 'none'}]; refused, so no "
+                f"replica outside the group is routed. Give every replica the same dLegerPeers (after a change, "
+                f"the old replicas' registrations expire within heartbeatTimeoutMillis)")
+        if reg.history_id and other.history_id and reg.history_id != other.history_id:
+            raise ForeignReplicaError(
+                f"{who} has a store of Raft history {reg.history_id[:12]} but live replica {other.replica_id!r} "
+                f"of the group has history {other.history_id[:12]}; refused: the store belongs to another life "
+                f"of the group (docs/operations.md, replacing a replica's disk)")

@@ -1,0 +1,278 @@
+"""ACL 2.0 at a server's v2 door: authentication (who is calling) and authorization (may they), before any
+servicer code runs. Used by the broker (every MessagingService call) and the NameServer (QueryRoute,
+RecallMessage); each gives its own way to look a user up.
+
+A refused call is answered like RocketMQ 5 answers it: the response's status carries UNAUTHORIZED (40100) and what
+is wrong (a Telemetry stream gets one command with that status, then ends). A call carrying a valid proof of the
+cluster secret is a server's or an admin's (rocketraft/protocol/auth_internal.py) and is not checked further.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import grpc
+from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message_factory import GetMessageClass
+
+from rocketraft.proto import auth_pb2 as apb
+
+from . import auth_acl, auth_internal
+from .auth_acl import AuthenticationError, AuthorizationError
+from .errors import RocketraftError
+
+log = logging.getLogger(__name__)
+
+V2_PATH = "/apache.rocketmq.v2.MessagingService/"
+Lookup = Callable[[str], Awaitable[tuple[apb.User | None, auth_acl.Policy | apb.Acl | None]]]
+
+
+@dataclass(frozen=True)
+class GuardConfig:
+    authentication: bool = False        # authenticationEnabled
+    authorization: bool = False         # authorizationEnabled (needs authentication)
+    window_ms: int = auth_acl.AUTH_WINDOW_MS_DEFAULT  # authenticationWindowMillis
+    any_timezone: bool = False          # authenticationAnyTimezone
+
+    @property
+    def on(self) -> bool:
+        return self.authentication or self.authorization
+
+
+def check_config(config: GuardConfig, cluster_secret: str) -> None:
+    """ValueError naming the key when the combination cannot be secure."""
+    if config.authorization and not config.authentication:
+        raise ValueError("authorizationEnabled needs authenticationEnabled: without it nobody's identity is proven")
+    if config.on and not cluster_secret:
+        raise ValueError("authenticationEnabled needs a cluster secret (clusterSecret, ROCKETRAFT_CLUSTER_SECRET): "
+                         "without one anyone could create users through the unauthenticated admin calls")
+    if config.window_ms < 1:
+        raise ValueError(f"authenticationWindowMillis {config.window_ms}: use at least 1 (ms)")
+
+
+class Guard:
+    def __init__(self, config: GuardConfig, lookup: Lookup, cluster_secret: str,
+                 cluster_window_ms: int = auth_internal.WINDOW_MS_DEFAULT):
+        self.config = config
+        self.lookup = lookup
+        self._internal = auth_internal.Verifier(cluster_secret, cluster_window_ms) if cluster_secret else None
+        self._log = auth_internal.RefusalLog("client call")
+
+    async def refusal(self, method: str, request, context) -> RocketraftError | None:
+        """None if the call may go on; otherwise the error to answer it with."""
+        try:
+            caller = await self.identify(V2_PATH + method, context)
+            self.authorize(caller, method, request)
+        except (AuthenticationError, AuthorizationError) as exc:
+            self.note(method, exc)
+            return exc
+        return None
+
+    def note(self, method: str, exc: RocketraftError) -> None:
+        self._log.note(f"{method}: {exc.message}")
+
+    async def identify(self, path: str, context) -> Caller:
+        """Who is calling `path` ("/package.Service/Method"): a server or admin proven by the cluster secret, or an
+        ACL 2.0 user (AuthenticationError if neither can be established)."""
+        metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+        source_ip = auth_acl.peer_ip(context.peer() or "")
+        proof_refused = None
+        if self._internal is not None and auth_internal.HEADER_SIGNATURE in metadata:
+            proof_refused = self._internal.refusal(path, metadata.items())
+            if proof_refused is None:
+                return Caller(None, None, source_ip)
+        cred = auth_acl.credential(metadata)
+        if cred is None and proof_refused is not None:  # a server's or admin's call with a bad proof: say why
+            raise AuthenticationError(proof_refused)
+        if cred is None:
+            raise AuthenticationError("this server requires ACL credentials (authenticationEnabled): give the client "
+                                      "an access key and secret key of a user (`rocketraft admin createUser`)")
+        user, acl = await self.lookup(cred.username)
+        user = auth_acl.authenticate(cred, user, time.time(), self.config.window_ms, self.config.any_timezone)
+        return Caller(user, acl, source_ip)
+
+    def checks_requests(self, caller: Caller) -> bool:
+        return self.config.authorization and caller.user is not None
+
+    def authorize(self, caller: Caller, method: str, request) -> None:
+        """AuthorizationError unless the caller may make this request (a server or admin may make any)."""
+        if self.checks_requests(caller) and request is not None:
+            auth_acl.decide(caller.user, caller.policy, auth_acl.needs_of(method, request), caller.source_ip)
+
+    async def frame_refusal(self, caller: Caller, method: str, frame) -> RocketraftError | None:
+        """Whether one frame of a long-lived stream may go on, by the user and ACL as they are now."""
+        try:
+            user, policy = await self.lookup(caller.user.username)
+            if user is None or user.status == apb.DISABLE:
+                raise AuthorizationError(f"user {caller.user.username!r} was deleted or disabled since the stream "
+                                         f"opened")
+            self.authorize(Caller(user, policy, caller.source_ip), method, frame)
+        except (AuthenticationError, AuthorizationError) as exc:
+            self.note(method, exc)
+            return exc
+        return None
+
+
+@dataclass(frozen=True)
+class Caller:
+    user: apb.User | None  # None: a server or an admin, proven by the cluster secret
+    policy: object         # the user's ACL (auth_acl.Policy or apb.Acl; None: none)
+    source_ip: str
+
+
+def guarded(servicer, service: ServiceDescriptor, guard: Guard | None, methods: set[str] | None = None):
+    """`servicer` with every method (or those in `methods`) checked by `guard` first; `servicer` itself without a
+    guard (auth off)."""
+    if guard is None or not guard.config.on:
+        return servicer
+    wrapper = _Guarded()
+    for method in service.methods:
+        impl = getattr(servicer, method.name)
+        if methods is not None and method.name not in methods:
+            setattr(wrapper, method.name, impl)
+            continue
+        response_cls = GetMessageClass(method.output_type)
+        if method.client_streaming:
+            setattr(wrapper, method.name, _stream(guard, method.name, impl, response_cls))
+        elif method.server_streaming:
+            setattr(wrapper, method.name, _server_streaming(guard, method.name, impl, response_cls))
+        else:
+            setattr(wrapper, method.name, _unary(guard, method.name, impl, response_cls))
+    return wrapper
+
+
+class _Guarded:
+    pass
+
+
+def _unary(guard: Guard, name: str, impl, response_cls):
+    @functools.wraps(impl)
+    async def handle(request, context):
+        refused = await guard.refusal(name, request, context)
+        if refused is not None:
+            return response_cls(status=refused.to_status())
+        return await impl(request, context)
+
+    return handle
+
+
+def _server_streaming(guard: Guard, name: str, impl, response_cls):
+    @functools.wraps(impl)
+    async def handle(request, context):
+        refused = await guard.refusal(name, request, context)
+        if refused is not None:
+            yield response_cls(status=refused.to_status())
+            return
+        async for response in impl(request, context):
+            yield response
+
+    return handle
+
+
+def _stream(guard: Guard, name: str, impl, response_cls):
+    """A bidirectional stream (Telemetry): authenticated once when it opens (its metadata is signed then), and each
+    frame authorized as it arrives; a refused frame is answered with a status and not passed on."""
+    @functools.wraps(impl)
+    async def handle(request_iterator, context):
+        try:
+            caller = await guard.identify(V2_PATH + name, context)
+        except AuthenticationError as exc:
+            guard.note(name, exc)
+            yield response_cls(status=exc.to_status())
+            return
+        if not guard.checks_requests(caller):
+            async for response in impl(request_iterator, context):
+                yield response
+            return
+        refusals: asyncio.Queue = asyncio.Queue()
+
+        async def checked():
+            async for frame in request_iterator:
+                problem = await guard.frame_refusal(caller, name, frame)
+                if problem is None:
+                    yield frame
+                else:
+                    await refusals.put(response_cls(status=problem.to_status()))
+
+        async for response in _merged(impl(checked(), context), refusals):
+            yield response
+
+    return handle
+
+
+async def _merged(responses, refusals: asyncio.Queue):
+    """Everything `responses` yields and everything put on `refusals`, in the order they come, until `responses`
+    ends."""
+    responses = responses.__aiter__()
+    next_response = asyncio.ensure_future(responses.__anext__())
+    next_refusal = asyncio.ensure_future(refusals.get())
+    try:
+        while True:
+            done, _ = await asyncio.wait({next_response, next_refusal}, return_when=asyncio.FIRST_COMPLETED)
+            if next_refusal in done:
+                yield next_refusal.result()
+                next_refusal = asyncio.ensure_future(refusals.get())
+            if next_response in done:
+                try:
+                    response = next_response.result()
+                except StopAsyncIteration:
+                    return
+                yield response
+                next_response = asyncio.ensure_future(responses.__anext__())
+    finally:
+        for task in (next_response, next_refusal):
+            task.cancel()
+        await asyncio.gather(next_response, next_refusal, return_exceptions=True)
+        await responses.aclose()
+
+
+# -- admin calls (rocketraft.internal.v1) an ACL 2.0 user may make -----------------------------------------------
+
+def admin_paths(service: ServiceDescriptor) -> frozenset[str]:
+    """The gRPC paths of `service`'s calls an ACL 2.0 user may make (the server's interceptor lets them through
+    to the guard instead of demanding the cluster secret)."""
+    return frozenset(f"/{service.full_name}/{m.name}" for m in service.methods
+                     if f"{service.name}/{m.name}" in auth_acl.ADMIN_CALLS)
+
+
+def guarded_admin(servicer, service: ServiceDescriptor, guard: Guard | None, cluster_name: str):
+    """`servicer` whose admin calls accept either the cluster secret's proof or an ACL 2.0 user allowed by RocketMQ's
+    admin mapping (Create/Update, Delete, Get, List); a refusal aborts the call with UNAUTHENTICATED or
+    PERMISSION_DENIED and says what is missing. `servicer` itself without a guard (its calls then need the cluster
+    secret, checked by the server's interceptor)."""
+    if guard is None or not guard.config.on:
+        return servicer
+    paths = admin_paths(service)
+    wrapper = _Guarded()
+    for method in service.methods:
+        impl = getattr(servicer, method.name)
+        path = f"/{service.full_name}/{method.name}"
+        if path in paths:
+            impl = _admin_unary(guard, path, f"{service.name}/{method.name}", impl, cluster_name)
+        setattr(wrapper, method.name, impl)
+    return wrapper
+
+
+def _admin_unary(guard: Guard, path: str, method: str, impl, cluster_name: str):
+    @functools.wraps(impl)
+    async def handle(request, context):
+        try:
+            caller = await guard.identify(path, context)
+            if guard.checks_requests(caller):
+                auth_acl.decide(caller.user, caller.policy, auth_acl.admin_needs_of(method, request, cluster_name),
+                                caller.source_ip)
+        except AuthenticationError as exc:
+            guard.note(method, exc)
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, f"{method}: {exc.message}; or set the cluster "
+                                f"secret ({auth_internal.SECRET_ENV})")
+        except AuthorizationError as exc:
+            guard.note(method, exc)
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"{method}: {exc.message}")
+        return await impl(request, context)
+
+    return handle

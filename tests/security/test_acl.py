@@ -1,0 +1,253 @@
+"""ACL 2.0 on a real cluster with the official Python SDK: the right secret works, a wrong one or none is refused
+by name, a NORMAL user can do only what its ACL allows, a DENY beats an ALLOW, and users and ACLs survive the
+master's death (they are in the group's Raft log)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+
+import grpc
+import pytest
+from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
+
+from devkit.devcluster import DevCluster
+from rocketraft.client.admin import Admin
+from rocketraft.client.auth_admin import AuthAdmin
+from rocketraft.client.config import ClientConfig
+from rocketraft.protocol import auth_acl
+from rocketraft.protocol.errors import RocketraftError
+from rocketraft.protocol.wire import Code, pb, svc, svc_grpc
+
+logging.getLogger("rocketmq-python-client").setLevel(logging.CRITICAL)
+SECRET = "acl-test-cluster-secret-0123456789"
+ACL_ON = {"authenticationEnabled": True, "authorizationEnabled": True}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = DevCluster(str(tmp_path_factory.mktemp("acl")), cluster_secret=SECRET, metrics=False, broker_settings=ACL_ON,
+                   namesrv_args=("--authentication-enabled", "--authorization-enabled", "--auth-cache-ms", "0"))
+    c.start()
+    c.wait_master()
+    for name in ("orders", "audit", "secret-stuff"):
+        c.create_topic(name)
+    c.create_group("billing")
+    auth(c, lambda a: a.create_user("root", "root-secret-key", "SUPER"))
+    auth(c, lambda a: a.create_user("alice", "alice-secret-key"))
+    auth(c, lambda a: a.create_acl("alice", ["Topic:orders", "Topic:audit", "Group:billing"], ["Pub", "Sub"]))
+    auth(c, lambda a: a.create_acl("alice", ["Topic:secret-*"], ["All"]))
+    auth(c, lambda a: a.create_acl("alice", ["Topic:secret-*"], ["Pub"], "DENY"))  # same resource: replaces
+    auth(c, lambda a: a.create_acl("alice", ["Topic:audit"], ["Pub"], "DENY", update=True))  # DENY and ALLOW tie
+    yield c
+    c.stop()
+
+
+def auth(cluster: DevCluster, call, secret: str = SECRET):
+    async def run():
+        config = ClientConfig(namesrv=cluster.namesrv_address, cluster_secret=secret)
+        async with Admin(config=config) as admin:
+            return await call(AuthAdmin(admin))
+
+    return asyncio.run(run())
+
+
+def send(cluster: DevCluster, topic: str, ak: str = "", sk: str = "") -> str:
+    producer = Producer(ClientConfiguration(cluster.namesrv_address, Credentials(ak, sk), request_timeout=3),
+                        (topic,))
+    producer.startup()
+    try:
+        msg = Message()
+        msg.topic, msg.body = topic, b"x"
+        return producer.send(msg).message_id
+    finally:
+        producer.shutdown()
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def refused(cluster: DevCluster, topic: str, ak: str = "", sk: str = "") -> str:
+    """What the SDK's user sees of a refused send: the exception and the SDK's own error log (where the SDK puts
+    the server's status when route lookup fails)."""
+    sdk_log = logging.getLogger("rocketmq-python-client")
+    collect, level = _Collect(), sdk_log.level
+    sdk_log.addHandler(collect)
+    sdk_log.setLevel(logging.ERROR)
+    try:
+        with pytest.raises(Exception) as e:  # the SDK raises its own exception types
+            send(cluster, topic, ak, sk)
+    finally:
+        sdk_log.removeHandler(collect)
+        sdk_log.setLevel(level)
+    return "\n".join([str(e.value), *collect.lines])
+
+
+def test_the_official_sdk_with_the_right_secret_sends_and_receives(cluster):
+    assert send(cluster, "orders", "alice", "alice-secret-key")
+    consumer = SimpleConsumer(ClientConfiguration(cluster.namesrv_address, Credentials("alice", "alice-secret-key"),
+                                                  request_timeout=3), "billing", {"orders": FilterExpression()},
+                              await_duration=2)
+    consumer.startup()
+    try:
+        got = []
+        for _ in range(5):
+            got += consumer.receive(16, 15)
+            if got:
+                break
+        assert got, "alice, allowed Sub on orders and billing, receives"
+        for m in got:
+            consumer.ack(m)
+    finally:
+        consumer.shutdown()
+
+
+def test_a_wrong_secret_or_no_credentials_is_refused_unauthorized_by_name(cluster):
+    wrong = refused(cluster, "orders", "alice", "not-her-key")
+    assert str(Code.UNAUTHORIZED) in wrong and "signature of user 'alice' does not match" in wrong
+    nobody = refused(cluster, "orders")
+    assert str(Code.UNAUTHORIZED) in nobody and "requires ACL credentials" in nobody
+    stranger = refused(cluster, "orders", "mallory", "whatever")
+    assert "user 'mallory' does not exist" in stranger
+
+
+def test_a_normal_user_without_pub_on_a_topic_cannot_send_and_a_super_user_can(cluster):
+    cluster.create_topic("payroll")
+    denied = refused(cluster, "payroll", "alice", "alice-secret-key")
+    assert str(Code.UNAUTHORIZED) in denied and "User:alice may not" in denied and "Topic:payroll" in denied
+    assert send(cluster, "payroll", "root", "root-secret-key")
+
+
+def test_deny_beats_allow_for_the_same_resource_and_the_more_specific_entry_decides(cluster):
+    assert "the entry for Topic:audit denies it" in refused(cluster, "audit", "alice", "alice-secret-key")
+    assert "the entry for Topic:secret-* denies it" in refused(cluster, "secret-stuff", "alice", "alice-secret-key")
+    acl = auth(cluster, lambda a: a.get_acl("alice"))
+    assert {(e.resource, tuple(e.actions), e.decision) for e in acl.entries if e.resource.startswith("Topic:s")} \
+        == {("Topic:secret-*", ("Pub",), 2)}, "createAcl of an existing resource replaced its entry"
+
+
+def test_admin_calls_need_the_cluster_secret_and_bad_policies_are_refused_at_the_door(cluster):
+    with pytest.raises(RocketraftError) as e:
+        auth(cluster, lambda a: a.create_user("eve", "eve-secret-key", "SUPER"), secret="wrong-secret-0123456789")
+    assert e.value.code == Code.UNAUTHORIZED and "does not match" in e.value.message
+    with pytest.raises(RocketraftError, match="is not an action"):
+        auth(cluster, lambda a: a.create_acl("alice", ["Topic:orders"], ["Publish"]))
+    with pytest.raises(RocketraftError, match="not a resource key"):
+        auth(cluster, lambda a: a.create_acl("alice", ["Queue:orders"], ["Pub"]))
+    with pytest.raises(RocketraftError, match="does not exist"):
+        auth(cluster, lambda a: a.create_acl("nobody", ["Topic:orders"], ["Pub"]))
+    with pytest.raises(RocketraftError, match="exists already"):
+        auth(cluster, lambda a: a.create_user("alice", "another-key"))
+    assert {u.username for u in auth(cluster, lambda a: a.list_users())} == {"alice", "root"}
+    assert all(not u.password for u in auth(cluster, lambda a: a.list_users())), "passwords are never listed"
+
+
+def test_users_and_acls_survive_the_masters_death(cluster):
+    auth(cluster, lambda a: a.create_user("bob", "bob-secret-key"))
+    auth(cluster, lambda a: a.create_acl("bob", ["Topic:orders"], ["Pub"]))
+    old = cluster.wait_master()
+    cluster.kill(old)
+    cluster.wait_master(not_id=old)
+    assert send(cluster, "orders", "bob", "bob-secret-key"), "the new master knows bob and his ACL"
+    assert "User:bob may not" in refused(cluster, "audit", "bob", "bob-secret-key")
+    cluster.start_replica(old)
+
+
+def admin_cli(cluster: DevCluster, *args: str, secret: str = SECRET) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROCKETRAFT_CLUSTER_SECRET")}
+    if secret:
+        env["ROCKETRAFT_CLUSTER_SECRET"] = secret
+    return subprocess.run([sys.executable, "-m", "rocketraft.cli", "admin", *args, "-n", cluster.namesrv_address],
+                          env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_the_admin_cli_manages_users_and_acls_and_without_the_secret_names_the_key(cluster, tmp_path):
+    key = tmp_path / "carol.key"
+    key.write_text("carol-secret-key\n")
+    created = admin_cli(cluster, "createUser", "-u", "carol", "--password-file", str(key))
+    assert created.returncode == 0 and "createUser done on broker groups: broker-a" in created.stdout, created
+    auth(cluster, lambda a: a.create_acl("carol", ["Topic:orders"], ["pub"], source_ips=["127.0.0.0/8"]))
+    got = json.loads(admin_cli(cluster, "getAcl", "-s", "User:carol", "--json").stdout)
+    assert got["entries"] == [{"resource": "Topic:orders", "actions": ["Pub"], "source_ips": ["127.0.0.0/8"],
+                               "decision": "ALLOW"}]
+    assert send(cluster, "orders", "carol", "carol-secret-key")
+    no_secret = admin_cli(cluster, "getUser", "-u", "carol", secret="")
+    assert no_secret.returncode == 1 and "UNAUTHENTICATED" in no_secret.stdout
+    assert "ROCKETRAFT_CLUSTER_SECRET" in no_secret.stdout
+
+
+def test_a_broker_refuses_a_wrong_signature_itself_answering_unauthorized(cluster):
+    channel = grpc.insecure_channel(cluster.address_of[cluster.wait_master()])
+    stub = svc_grpc.MessagingServiceStub(channel)
+    date_time = time.strftime(auth_acl.DATE_TIME_FORMAT, time.gmtime())
+    header = f"{auth_acl.ALGORITHM} Credential=alice, SignedHeaders=x-mq-date-time, Signature=" \
+             f"{auth_acl.sign('not-her-key', date_time).hex()}"
+    metadata = (("authorization", header), ("x-mq-date-time", date_time), ("x-mq-client-id", "raw"))
+    request = svc.SendMessageRequest(messages=[pb.Message(topic=pb.Resource(name="orders"), body=b"x")])
+    answer = stub.SendMessage(request, metadata=metadata, timeout=5)
+    assert answer.status.code == Code.UNAUTHORIZED and "does not match" in answer.status.message
+    stale = time.strftime(auth_acl.DATE_TIME_FORMAT, time.gmtime(time.time() - 3600 * 30))
+    header = header.rsplit("=", 1)[0] + "=" + auth_acl.sign("alice-secret-key", stale).hex()
+    answer = stub.SendMessage(request, metadata=(("authorization", header), ("x-mq-date-time", stale)), timeout=5)
+    assert answer.status.code == Code.UNAUTHORIZED and "authenticationWindowMillis" in answer.status.message
+
+
+def test_rocketrafts_own_client_signs_as_a_user_and_without_credentials_is_refused_by_name(cluster):
+    import rocketraft
+
+    def config(**credentials) -> ClientConfig:
+        return ClientConfig(namesrv=cluster.namesrv_address, cluster_secret="", **credentials)
+
+    with rocketraft.Producer(config=config(access_key="alice", secret_key="alice-secret-key")) as producer:
+        assert producer.send(rocketraft.Message("orders", b"from our client")).message_id
+    with rocketraft.Producer(config=config()) as producer, pytest.raises(RocketraftError) as e:
+        producer.send(rocketraft.Message("orders", b"anonymous"))
+    assert e.value.code == Code.UNAUTHORIZED and "requires ACL credentials" in e.value.message
+
+
+def test_telemetry_settings_for_a_topic_without_pub_are_refused_frame_by_frame_and_the_stream_goes_on(cluster):
+    """A producer's settings make the broker send it transaction check-backs (with half messages) for its topics:
+    a user must not register as the producer of a topic it may not publish to."""
+    stub = svc_grpc.MessagingServiceStub(grpc.insecure_channel(cluster.address_of[cluster.wait_master()]))
+
+    def settings(topic_name: str) -> svc.TelemetryCommand:
+        return svc.TelemetryCommand(settings=pb.Settings(
+            client_type=pb.ClientType.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name=topic_name)])))
+
+    metadata = (*auth_acl.client_metadata("alice", "alice-secret-key"), ("x-mq-client-id", "telemetry-probe"))
+    replies = list(stub.Telemetry(iter([settings("payroll"), settings("orders")]), metadata=metadata, timeout=10))
+    codes = sorted(r.status.code for r in replies)
+    assert codes == [Code.OK, Code.UNAUTHORIZED], replies
+    refused = next(r for r in replies if r.status.code == Code.UNAUTHORIZED)
+    assert "User:alice may not Pub Topic:payroll" in refused.status.message
+
+
+def test_a_user_may_make_the_admin_calls_its_acl_allows_without_the_cluster_secret(cluster):
+    auth(cluster, lambda a: a.create_user("ops", "ops-secret-key"))
+    auth(cluster, lambda a: a.create_acl("ops", ["Topic:ops-*"], ["Create"]))
+    auth(cluster, lambda a: a.create_acl("ops", ["Cluster:*"], ["Get"]))
+
+    async def as_ops(call):
+        config = ClientConfig(namesrv=cluster.namesrv_address, cluster_secret="", access_key="ops",
+                              secret_key="ops-secret-key")
+        async with Admin(config=config) as admin:
+            return await call(admin)
+
+    assert asyncio.run(as_ops(lambda a: a.create_topic("ops-1", 2))) == [cluster.group]
+    assert [g.group for g in asyncio.run(as_ops(lambda a: a.cluster_list()))] == [cluster.group]
+    for forbidden, why in ((lambda a: a.create_topic("payroll-2", 2), "Create/Update Topic:payroll-2"),
+                           (lambda a: a.delete_topic("ops-1"), "Delete Topic:ops-1")):
+        with pytest.raises(RocketraftError) as e:
+            asyncio.run(as_ops(forbidden))
+        assert e.value.code == Code.FORBIDDEN and f"User:ops may not {why}" in e.value.message
