@@ -24,6 +24,12 @@ This module decides when things happen:
 - Flow control: no new entries (and no next snapshot chunk) go to a follower while too much is still
   unsent on its connection; the leader takes at most `append_bytes_per_tick_max` of queued appends
   per tick.
+- Leadership transfer (Raft thesis 3.10; raftrules): asked on any thread (request_transfer), done on the
+  tick thread. The leader picks a connected, up-to-date voter, takes no new appends (local ones fail at
+  once with NotLeaderError, forwarded ones are answered NOT_LEADER), and once the target holds the whole
+  log and all of it is committed sends it pysyncobj's `timeout_now`. The target skips the pre-vote for
+  that election (voters would refuse it: they hear a live leader) and wins at once with a higher term.
+  The transfer ends when this replica no longer leads, or gives up at its deadline.
 - Restart: the applied index is read from LMDB and handed to pysyncobj before the first tick, so no
   entry is applied twice and restart time does not grow with the log.
 - Snapshots: pysyncobj's serializer hook ships a compacted LMDB copy of the whole store (retained log
@@ -35,6 +41,7 @@ This module decides when things happen:
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import os
@@ -42,6 +49,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from . import _pysyncobj_seam as seam
@@ -50,7 +58,7 @@ from . import logformat, raftrules
 from ._pysyncobj_seam import FAIL_REASON, REFUSED, RaftState
 from .codec import decode_batch
 from .config import FlushPolicy, ReplicaConfig
-from .errors import EntryCorruptError, StoreUntrustedError
+from .errors import EntryCorruptError, NotLeaderError, StoreUntrustedError, TransferRefusedError
 from .journal import LmdbJournal, StoredEntryCorrupt
 from .repair import Repairs
 from .store import Store
@@ -109,6 +117,15 @@ def rewrite_append_entries(message: dict, journal: LmdbJournal) -> dict:
 ApplyFn = Callable[[int, int, bytes, object], object]  # (index, term, blob, txn) -> result
 
 
+@dataclass
+class _Transfer:
+    """A leadership transfer in flight on this leader (tick thread only)."""
+
+    target: str  # replica id
+    deadline: float  # time.monotonic()
+    sent_at: float | None = None  # when timeout_now went out
+
+
 class RaftEngine:
     """One Raft replica: pysyncobj, the tick thread, durability points, pre-vote and snapshots."""
 
@@ -153,6 +170,8 @@ class RaftEngine:
         self._vote_floor: tuple[int, int] | None = None  # whole-group ASYNC recovery: (term, index) a candidate needs
         self._refused_logged: set[str] = set()
         self._fresh_nonces: dict[str, str] = {}
+        self._transfer_requests: collections.deque = collections.deque()  # (wanted id | None, deadline, Future)
+        self._transfer: _Transfer | None = None
         self._maybe_recover_whole_group()  # a group of one hears no hello: it decides now
         self._journal_token = f"dledger-journal:{config.group_id}:{config.self_id}:{id(self)}"
         seam.register_journal(self._journal_token, journal)
@@ -242,6 +261,7 @@ class RaftEngine:
                 # commit computation counts this replica for it.
                 self._commit_store()
                 self._pre_tick()
+                self._transfer_tick()
                 self.repairs.tick()
                 self.so.doTick(wait_s)
                 self.release_acks()
@@ -307,6 +327,92 @@ class RaftEngine:
             self._wakeup.notify()
         except BlockingIOError:
             pass  # the wake-up pipe is full: the tick thread is already due to run
+
+    # -- leadership transfer (raftrules.choose_transfer_target, timeout_now_due) --------------------------------
+    def request_transfer(self, wanted: str | None, deadline: float) -> Future:
+        """Ask the tick thread to hand leadership to replica `wanted` (None: the most up-to-date voter) before
+        `deadline` (time.monotonic()). The future gets the chosen target's id once the transfer started, or
+        NotLeaderError / TransferRefusedError."""
+        future: Future = Future()
+        self._transfer_requests.append((wanted, deadline, future))
+        self.wake()
+        return future
+
+    @property
+    def transfer_target(self) -> str | None:
+        """The replica this leader is handing leadership to (it takes no appends meanwhile), else None."""
+        transfer = self._transfer
+        return transfer.target if transfer is not None else None
+
+    def _transfer_tick(self) -> None:
+        so = self.so
+        leading = so._SyncObj__raftState == RaftState.LEADER
+        while self._transfer_requests:
+            self._start_transfer(*self._transfer_requests.popleft(), leading=leading)
+        transfer = self._transfer
+        if transfer is None:
+            return
+        c = self.config
+        if not leading:
+            self._transfer = None
+            log.info("replica %s/%s handed leadership over (term %d, leader now %s)", c.group_id, c.self_id,
+                     so.raftCurrentTerm, self.peer_id(self.view.leader_address) or "not known yet")
+            return
+        now = time.monotonic()
+        if now >= transfer.deadline:
+            self._transfer = None
+            log.warning("replica %s/%s: the leadership transfer to %s found no new leader in time (%s); it leads on "
+                        "and takes appends again", c.group_id, c.self_id, transfer.target,
+                        "timeout_now sent" if transfer.sent_at else "the target never caught up")
+            return
+        if transfer.sent_at is not None:
+            return
+        node = self._node_of(transfer.target)
+        match = so._SyncObj__raftMatchIndex.get(node, 0) if node is not None else 0
+        if node is not None and raftrules.timeout_now_due(match, self.journal.last_index, so.raftCommitIndex):
+            so._SyncObj__transport.send(node, {"type": "timeout_now", "term": so.raftCurrentTerm})
+            transfer.sent_at = now
+            log.info("replica %s/%s: %s holds the whole log (index %d): timeout_now sent", c.group_id, c.self_id,
+                     transfer.target, match)
+
+    def _start_transfer(self, wanted: str | None, deadline: float, future: Future, leading: bool) -> None:
+        c = self.config
+        if not leading:
+            leader = self.peer_id(self.view.leader_address)
+            future.set_exception(NotLeaderError(
+                f"replica {c.self_id} is not the leader of {c.group_id}, so it cannot hand leadership over; "
+                f"ask the leader ({leader or 'not known right now'})", leader, self.view.leader_address))
+            return
+        if self._transfer is not None:
+            future.set_exception(TransferRefusedError(
+                f"a leadership transfer to {self._transfer.target} is already in progress; wait for it"))
+            return
+        target, why = raftrules.choose_transfer_target(self._transfer_candidates(), self.journal.last_index, wanted,
+                                                       c.transfer_lag_entries_max)
+        if target is None:
+            future.set_exception(TransferRefusedError(f"leadership of {c.group_id} stays with {c.self_id}: {why}"))
+            return
+        self._transfer = _Transfer(target, deadline)
+        log.info("replica %s/%s hands leadership to %s: no new appends until it leads", c.group_id, c.self_id, target)
+        future.set_result(target)
+
+    def _transfer_candidates(self) -> dict[str, raftrules.TransferCandidate]:
+        so = self.so
+        transport = so._SyncObj__transport
+        match = so._SyncObj__raftMatchIndex
+        out = {}
+        for pid, addr in self.config.peers.items():
+            if pid == self.config.self_id:
+                continue
+            node = self._node_of(pid)
+            connected = node is not None and transport.is_connected(node) and addr in self._accepted_peers
+            voter = bool(self._peer_hellos.get(pid, {}).get("voter"))
+            out[pid] = raftrules.TransferCandidate(voter, connected, match.get(node, 0) if node is not None else 0)
+        return out
+
+    def _node_of(self, replica_id: str):
+        address = self.config.peers.get(replica_id)
+        return next((n for n in self.so.otherNodes if n.address == address), None)
 
     # -- apply -----------------------------------------------------------------------------------------
     def apply_blob(self, blob: bytes):
@@ -477,9 +583,9 @@ class RaftEngine:
             # whole-group recovery: only the most complete log may lead; this replica waits for it
             self.so._SyncObj__raftElectionDeadline = time.monotonic() + self.config.election_timeout_max_ms / 1000
             return
-        if not self.config.pre_vote:
-            return
         so = self.so
+        if not raftrules.election_needs_prevote(self.config.pre_vote, so._SyncObj__transferInProgress):
+            return  # pysyncobj starts the election when the timer fires (at once after a timeout_now)
         if so._SyncObj__raftState == RaftState.LEADER:
             self._prevote = None
             return
