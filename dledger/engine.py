@@ -58,7 +58,13 @@ from . import logformat, raftrules
 from ._pysyncobj_seam import FAIL_REASON, REFUSED, RaftState
 from .codec import decode_batch
 from .config import FlushPolicy, ReplicaConfig
-from .errors import EntryCorruptError, NotLeaderError, StoreUntrustedError, TransferRefusedError
+from .errors import (
+    EntryCorruptError,
+    NotLeaderError,
+    StoreUntrustedError,
+    TransferRefusedError,
+    TransferTimeoutError,
+)
 from .journal import LmdbJournal, StoredEntryCorrupt
 from .repair import Repairs
 from .store import Store
@@ -124,6 +130,7 @@ class _Transfer:
     target: str  # replica id
     deadline: float  # time.monotonic()
     sent_at: float | None = None  # when timeout_now went out
+    ended: Future = dataclasses.field(default_factory=Future)  # None: no longer leads; else why it was given up
 
 
 class RaftEngine:
@@ -172,6 +179,8 @@ class RaftEngine:
         self._fresh_nonces: dict[str, str] = {}
         self._transfer_requests: collections.deque = collections.deque()  # (wanted id | None, deadline, Future)
         self._transfer: _Transfer | None = None
+        self._leaving = False  # about to stop: takes no leadership; peers hear it (hello "leaving")
+        self._leaving_announced = False
         self._maybe_recover_whole_group()  # a group of one hears no hello: it decides now
         self._journal_token = f"dledger-journal:{config.group_id}:{config.self_id}:{id(self)}"
         seam.register_journal(self._journal_token, journal)
@@ -331,8 +340,9 @@ class RaftEngine:
     # -- leadership transfer (raftrules.choose_transfer_target, timeout_now_due) --------------------------------
     def request_transfer(self, wanted: str | None, deadline: float) -> Future:
         """Ask the tick thread to hand leadership to replica `wanted` (None: the most up-to-date voter) before
-        `deadline` (time.monotonic()). The future gets the chosen target's id once the transfer started, or
-        NotLeaderError / TransferRefusedError."""
+        `deadline` (time.monotonic()). The future gets (target id, ended) once the transfer started, or
+        NotLeaderError / TransferRefusedError; `ended` is a Future that gets None once this replica no longer
+        leads, or TransferTimeoutError / TransferRefusedError if the transfer was given up (it leads on)."""
         future: Future = Future()
         self._transfer_requests.append((wanted, deadline, future))
         self.wake()
@@ -355,25 +365,36 @@ class RaftEngine:
         c = self.config
         if not leading:
             self._transfer = None
-            log.info("replica %s/%s handed leadership over (term %d, leader now %s)", c.group_id, c.self_id,
-                     so.raftCurrentTerm, self.peer_id(self.view.leader_address) or "not known yet")
+            log.info("replica %s/%s handed leadership over (term %d)", c.group_id, c.self_id, so.raftCurrentTerm)
+            transfer.ended.set_result(None)
             return
-        now = time.monotonic()
-        if now >= transfer.deadline:
+        node = self._node_of(transfer.target)
+        why = self._transfer_lost(transfer, node)
+        if why is not None:
             self._transfer = None
-            log.warning("replica %s/%s: the leadership transfer to %s found no new leader in time (%s); it leads on "
-                        "and takes appends again", c.group_id, c.self_id, transfer.target,
-                        "timeout_now sent" if transfer.sent_at else "the target never caught up")
+            log.warning("replica %s/%s gives up the leadership transfer (%s): it leads on and takes appends again",
+                        c.group_id, c.self_id, why)
+            error = TransferTimeoutError if why.endswith("in time") else TransferRefusedError
+            transfer.ended.set_exception(error(f"leadership stays with {c.self_id}: {why}"))
             return
         if transfer.sent_at is not None:
             return
-        node = self._node_of(transfer.target)
-        match = so._SyncObj__raftMatchIndex.get(node, 0) if node is not None else 0
-        if node is not None and raftrules.timeout_now_due(match, self.journal.last_index, so.raftCommitIndex):
+        match = so._SyncObj__raftMatchIndex.get(node, 0)
+        if raftrules.timeout_now_due(match, self.journal.last_index, so.raftCommitIndex):
             so._SyncObj__transport.send(node, {"type": "timeout_now", "term": so.raftCurrentTerm})
-            transfer.sent_at = now
+            transfer.sent_at = time.monotonic()
             log.info("replica %s/%s: %s holds the whole log (index %d): timeout_now sent", c.group_id, c.self_id,
                      transfer.target, match)
+
+    def _transfer_lost(self, transfer: _Transfer, node) -> str | None:
+        """Why a transfer in flight cannot succeed any more, or None."""
+        if node is None or not self.so._SyncObj__transport.is_connected(node):
+            return f"the connection to {transfer.target} was lost"
+        if self._peer_hellos.get(transfer.target, {}).get("leaving"):
+            return f"{transfer.target} is stopping"
+        if time.monotonic() >= transfer.deadline:
+            return f"{transfer.target} {'did not win its election' if transfer.sent_at else 'never caught up'} in time"
+        return None
 
     def _start_transfer(self, wanted: str | None, deadline: float, future: Future, leading: bool) -> None:
         c = self.config
@@ -394,7 +415,7 @@ class RaftEngine:
             return
         self._transfer = _Transfer(target, deadline)
         log.info("replica %s/%s hands leadership to %s: no new appends until it leads", c.group_id, c.self_id, target)
-        future.set_result(target)
+        future.set_result((target, self._transfer.ended))
 
     def _transfer_candidates(self) -> dict[str, raftrules.TransferCandidate]:
         so = self.so
@@ -406,8 +427,10 @@ class RaftEngine:
                 continue
             node = self._node_of(pid)
             connected = node is not None and transport.is_connected(node) and addr in self._accepted_peers
-            voter = bool(self._peer_hellos.get(pid, {}).get("voter"))
-            out[pid] = raftrules.TransferCandidate(voter, connected, match.get(node, 0) if node is not None else 0)
+            hello = self._peer_hellos.get(pid, {})
+            out[pid] = raftrules.TransferCandidate(bool(hello.get("voter")), connected,
+                                                   match.get(node, 0) if node is not None else 0,
+                                                   stopping=bool(hello.get("leaving")))
         return out
 
     def _node_of(self, replica_id: str):
@@ -475,7 +498,27 @@ class RaftEngine:
         return last[2], last[1]
 
     def hello(self) -> dict:
-        return identity_rules.hello(self.identity, self.config.self_id, self._last())
+        message = identity_rules.hello(self.identity, self.config.self_id, self._last())
+        if self._leaving:
+            message["leaving"] = True  # a leader hands leadership to anyone but this replica
+        return message
+
+    def leave(self) -> None:
+        """This replica is about to stop: from the next tick on it starts no election, ignores a timeout_now, and
+        tells its peers (so a leader never hands leadership to it). Any thread."""
+        self._leaving = True
+        self.wake()
+
+    def _leaving_tick(self) -> None:
+        so = self.so
+        if not self._leaving_announced:
+            self._leaving_announced = True
+            for node in so.otherNodes:
+                if node.address in self._accepted_peers:
+                    so._SyncObj__transport.send_now(node, self.hello())
+        so._SyncObj__transferInProgress = False
+        so._SyncObj__raftElectionDeadline = time.monotonic() + self.config.election_timeout_max_ms / 1000
+        self._prevote = None
 
     def grants_vote(self, candidate_last: tuple[int, int]) -> bool:
         """A vote is given only by a voter, and during a whole-group recovery only to the most complete log."""
@@ -576,6 +619,9 @@ class RaftEngine:
     def _pre_tick(self) -> None:
         if self._failed is not None:
             raise self._failed
+        if self._leaving:
+            self._leaving_tick()
+            return
         if not self.identity.voter:
             self._non_voter_tick()
             return

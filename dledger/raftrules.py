@@ -14,8 +14,8 @@ Leadership transfer (Raft thesis 3.10): the leader stops taking new appends, wai
 its whole log and everything is committed, then sends it `timeout_now`; the target starts an election at
 once. Pre-vote would stop it (every voter still hears the live leader), so a replica told by its leader to
 time out skips the pre-vote. The target is a connected voter within `transfer_lag_entries_max` of the
-leader's last index: a non-voter may not lead, and a far-behind one would keep the group without appends
-for as long as it needs to catch up.
+leader's last index that is not stopping: a non-voter may not lead, and a far-behind one would keep the group
+without appends for as long as it needs to catch up.
 
 Trimming: pysyncobj deletes everything after prevLogIdx on every append_entries that leaves entries
 after it, conflict or not; Raft deletes only on a conflict. The log matching property (an entry with
@@ -82,6 +82,7 @@ class TransferCandidate:
     voter: bool  # its last hello said it votes (identity.py: a new or untrusted store does not)
     connected: bool
     match_index: int  # the highest index the leader knows it holds
+    stopping: bool = False  # its last hello said it is about to stop (Replica.prepare_to_stop)
 
 
 def choose_transfer_target(peers: Mapping[str, TransferCandidate], last_index: int, wanted: str | None,
@@ -109,6 +110,8 @@ def _transfer_problem(rid: str, peer: TransferCandidate, last_index: int, lag_en
         return f"{rid} is not a voter (its store is new or untrusted and still catching up)"
     if not peer.connected:
         return f"{rid} is not connected to the leader"
+    if peer.stopping:
+        return f"{rid} is stopping"
     lag = last_index - peer.match_index
     if lag > lag_entries_max:
         return f"{rid} is {lag} entries behind the leader (transfer_lag_entries_max={lag_entries_max})"

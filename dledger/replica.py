@@ -303,21 +303,31 @@ class Replica:
             raise TransferRefusedError(f"{wanted} is this replica: name another replica of {self.config.group_id}")
         deadline = time.monotonic() + timeout_s
         try:
-            target = self._engine.request_transfer(wanted, deadline).result(timeout=timeout_s + 1)
+            target, ended = self._engine.request_transfer(wanted, deadline).result(timeout=timeout_s + 1)
         except FutureTimeoutError:
             raise TransferTimeoutError(f"the Raft thread did not take the transfer request within {timeout_s:.1f} s "
                                        f"(failure: {self._engine.failure!r})") from None
         me = self.config.self_id
         while time.monotonic() < deadline:
+            if ended.done() and ended.exception() is not None:
+                raise ended.exception()
             st = self._status
-            if st.role is not Role.LEADER and st.role is not Role.LEADER_PENDING and st.leader_id not in (None, me):
+            if st.role not in (Role.LEADER, Role.LEADER_PENDING) and st.leader_id not in (None, me):
                 return st.leader_id
+            if ended.done() and not st.connected_peers:
+                break  # stepped down and alone: no new leader will be heard of (the peers are stopping too)
             time.sleep(0.002)
         st = self._status
         raise TransferTimeoutError(
-            f"no new leader of {self.config.group_id} within {timeout_s:.1f} s of handing leadership to {target} "
-            f"(this replica is now {st.role.value}, leader {st.leader_id or 'unknown'}); "
+            f"no new leader of {self.config.group_id} known within {timeout_s:.1f} s of handing leadership to "
+            f"{target} (this replica is now {st.role.value}, leader {st.leader_id or 'unknown'}); "
             + ("it leads on and takes appends again" if st.role is Role.LEADER else "an election is under way"))
+
+    def prepare_to_stop(self) -> None:
+        """This replica is about to stop (a graceful shutdown): it starts no election from now on, ignores a
+        leader's timeout_now, and tells its peers, so a leader never hands leadership to it. It still replicates
+        and serves until close(). Call transfer_leadership first if it leads."""
+        self._engine.leave()
 
     def _peer_id_of(self, to: str | None) -> str | None:
         """A replica id from a replica id or a Raft address; unknown names go on as they are and are refused

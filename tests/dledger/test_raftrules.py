@@ -358,6 +358,16 @@ def test_transfer_to_a_disconnected_replica_is_refused():
     assert target is None and "not connected" in why
 
 
+def test_transfer_to_a_replica_that_announced_it_is_stopping_is_refused():
+    target, why = choose_transfer_target({"n2": TransferCandidate(True, True, 100, stopping=True)}, 100, "n2", 1000)
+    assert target is None and "n2 is stopping" in why
+
+
+def test_transfer_without_a_name_skips_a_stopping_replica_even_the_most_up_to_date():
+    peers = {"n2": TransferCandidate(True, True, 100, stopping=True), "n3": peer(90)}
+    assert choose_transfer_target(peers, 100, None, 1000) == ("n3", None)
+
+
 def test_transfer_to_an_unknown_replica_is_refused_naming_the_peers():
     target, why = choose_transfer_target({"n2": peer(100), "n3": peer(100)}, 100, "n9", 1000)
     assert target is None and "'n9' is not a peer" in why and "n2, n3" in why
