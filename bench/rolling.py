@@ -255,6 +255,7 @@ def run_client(cluster: DevCluster, kind: str, rounds: int, warmup_s: float, set
     window = gaps(ack_times, began, ended)
     ends = [t for t in ack_times if began < t < ended] + [ended]
     slow = sorted(zip(window, ends, strict=True), reverse=True)[:3]
+    over = [f"{g:.3f} s ending {where(end, restarts)}" for g, end in zip(window, ends, strict=True) if g > GAP_GOAL_S]
     lost = acked - set(record.consumed) - late
     stored = {m.body for m in cluster.read_messages(topic)}
     return {"client": kind, "acked": len(record.acks), "failed_sends": len(record.failures),
@@ -264,6 +265,7 @@ def run_client(cluster: DevCluster, kind: str, rounds: int, warmup_s: float, set
             "gap_max_s": round(max(window), 4), "gap_p99_s": round(percentile(window, 0.99), 4),
             "gaps_over_0.1s": sum(1 for g in window if g > GAP_GOAL_S),
             "longest_gaps": [f"{g:.3f} s ending {where(end, restarts)}" for g, end in slow],
+            "gaps_over_0.1s_where": over,
             "restarts": [{k: v for k, v in r.items() if k != "signalled_at"} for r in restarts],
             "window_s": round(ended - began, 1), "failure_examples": record.failures[:5],
             "lost_examples": [b.split(b"-x")[0].decode(errors="replace") for b in list(lost)[:5]]}

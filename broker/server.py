@@ -199,6 +199,8 @@ class BrokerServer:
         budget_s = cfg.shutdownTransferLeaderTimeoutMillis / 1000
         if not self.broker.is_master:
             self.broker.replica.prepare_to_stop()  # first: a master stopping at the same time must not pick us
+        elif budget_s == 0:
+            log.info("stopping without a handover (shutdownTransferLeaderTimeoutMillis=0): the group elects a master")
         if budget_s > 0 and self.broker.is_master:
             deadline = time.monotonic() + budget_s
             try:

@@ -94,7 +94,8 @@ def choose_transfer_target(peers: Mapping[str, TransferCandidate], last_index: i
     if wanted is not None:
         peer = peers.get(wanted)
         if peer is None:
-            return None, f"{wanted!r} is not a peer of this group (peers: {', '.join(sorted(peers)) or 'none'})"
+            others = ", ".join(sorted(peers)) or "none"
+            return None, f"{wanted!r} is not a peer of this group (the other replicas: {others})"
         problem = _transfer_problem(wanted, peer, last_index, lag_entries_max)
         return (None, problem) if problem else (wanted, None)
     fit = [(-p.match_index, rid) for rid, p in peers.items()

@@ -9,9 +9,11 @@ import sys
 import threading
 import time
 
+import pytest
 from brokerkit import wait_until
 
 import rocketraft
+from broker import config as broker_config
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.wire import Code
 
@@ -23,7 +25,7 @@ def cli(cluster, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60)
 
 
-def test_transfer_leader_moves_the_master_to_the_named_replica_then_to_the_best_one(make_cluster):
+def test_transfer_leader_moves_the_master_to_the_named_replica_then_the_best_and_refuses_unknown_names(make_cluster):
     cluster = make_cluster()
     old = cluster.wait_master()
     target = sorted(i for i in cluster.ids if i != old)[-1]
@@ -34,21 +36,27 @@ def test_transfer_leader_moves_the_master_to_the_named_replica_then_to_the_best_
 
     with rocketraft.Admin(cluster.namesrv_address) as admin:
         moved = admin.transfer_leader(cluster.group)
-    assert moved.old_master == target and moved.new_master != target, moved
-    assert moved.namesrv_routes_new_master and cluster.master() == moved.new_master
+        assert moved.old_master == target and moved.new_master != target, moved
+        assert moved.namesrv_routes_new_master and cluster.master() == moved.new_master
+        with pytest.raises(RocketraftError, match="no broker group 'broker-zz'"):
+            admin.transfer_leader("broker-zz")
+        with pytest.raises(RocketraftError, match="'n9' is not a peer") as refused:
+            admin.transfer_leader(cluster.group, "n9")
+        assert refused.value.code == Code.PRECONDITION_FAILED
+    assert cluster.master() == moved.new_master, "a refused transfer moved the master"
 
 
-def test_transfer_leader_refuses_an_unknown_group_or_replica_by_name_and_the_master_stays(make_cluster):
-    cluster = make_cluster()
-    master = cluster.wait_master()
-    no_group = cli(cluster, "transferLeader", "--group", "broker-zz")
-    assert no_group.returncode == 1 and "no broker group 'broker-zz'" in no_group.stdout, no_group.stdout
-    no_replica = cli(cluster, "transferLeader", "--group", cluster.group, "--to", "n9")
-    assert no_replica.returncode == 1, no_replica.stdout
-    assert f"({Code.PRECONDITION_FAILED})" in no_replica.stdout and "'n9' is not a peer" in no_replica.stdout
-    no_flag = cli(cluster, "transferLeader")
-    assert no_flag.returncode == 2 and "transferLeader needs --group" in no_flag.stdout, no_flag.stdout
-    assert cluster.master() == master
+def test_transfer_leader_without_a_group_is_a_usage_error():
+    run = subprocess.run([sys.executable, "-m", "rocketraft.cli", "admin", "transferLeader", "-n", "127.0.0.1:9"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "transferLeader needs --group" in run.stdout, run.stdout
+
+
+@pytest.mark.parametrize("value", [-1, 60_001])
+def test_shutdown_transfer_leader_timeout_out_of_range_is_refused_by_name(value):
+    with pytest.raises(ValueError, match="shutdownTransferLeaderTimeoutMillis"):
+        broker_config.load(None, {"shutdownTransferLeaderTimeoutMillis": value}, environ={})
+    assert broker_config.load(None, {}, environ={}).shutdownTransferLeaderTimeoutMillis == SHUTDOWN_BUDGET_MS
 
 
 def test_sigterm_of_the_master_hands_over_before_it_exits_and_every_acknowledged_send_is_stored(make_cluster):
