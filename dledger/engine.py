@@ -600,8 +600,10 @@ class RaftEngine:
             log.warning("replica %s/%s caught up to index %d: it votes again", self.config.group_id,
                         self.config.self_id, so.raftCommitIndex)
             return
-        # never a candidate: push the election timer on
+        # never a candidate: push the election timer on (and forget a timeout_now: pysyncobj would otherwise stop
+        # resetting the timer on heartbeats and, once this replica votes, start an election without a pre-vote)
         so._SyncObj__raftElectionDeadline = time.monotonic() + self.config.election_timeout_max_ms / 1000
+        so._SyncObj__transferInProgress = False
         self._prevote = None
 
     def snapshot_installed(self, applied_index: int) -> None:
@@ -628,6 +630,7 @@ class RaftEngine:
         if self._vote_floor is not None and self._last() < self._vote_floor:
             # whole-group recovery: only the most complete log may lead; this replica waits for it
             self.so._SyncObj__raftElectionDeadline = time.monotonic() + self.config.election_timeout_max_ms / 1000
+            self.so._SyncObj__transferInProgress = False
             return
         so = self.so
         if not raftrules.election_needs_prevote(self.config.pre_vote, so._SyncObj__transferInProgress):
