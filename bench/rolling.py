@@ -8,10 +8,10 @@ producer sends and a consumer consumes, once with the rocketraft client and once
 One fresh cluster (a NameServer and a 3-replica group, real processes) serves both runs, one after the other,
 each on its own topic and consumer group. In each run one producer thread sends 1 KiB messages one at a time
 (sync send: the next send starts when the previous one is acknowledged) and one SimpleConsumer thread receives
-and acknowledges. After a warm-up the replicas are restarted one at a time, the followers first and the master
-last (one handover per round, as an operator would): SIGTERM (the master hands leadership over first,
-shutdownTransferLeaderTimeoutMillis), wait for the process to exit, start it again, wait until it has applied
-what the master had committed, then a settle pause. After the last restart the producer runs on for the
+and acknowledges. After a warm-up and a baseline period the replicas are restarted one at a time, the followers
+first and the master last (one handover per round, as an operator would): SIGTERM (the master hands leadership
+over first, shutdownTransferLeaderTimeoutMillis), wait for the process to exit, start it again, wait until it
+has applied what the master had committed, then a settle pause. After the last restart the producer runs on for the
 settle pause, stops, and the consumer is given up to --drain-s to receive everything.
 
 Printed per client: acked sends, failed sends (an error after the client's own retries), lost (acked but never
@@ -20,7 +20,8 @@ was lost), late (missed by the run's consumer but received by a new consumer of 
 first consumer was stuck, the group was not), not_stored (acked but absent from the master's queues when the
 run ends: lost by the group, not by the consumer), duplicates (consumed more than once), and the gaps between
 consecutive acknowledgements from the first SIGTERM to the end of the restarts: the longest, the p99 and how
-many exceeded 0.1 s. The goal (issue 13):
+many exceeded 0.1 s; and the same three over --baseline-s of the same load just before the first restart (the
+machine's own gaps: on a shared 2-core machine they can exceed 0.1 s with no restart at all). The goal (issue 13):
 0 lost and a longest gap under 0.1 s with the rocketraft client.
 """
 
@@ -216,8 +217,8 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))] if ordered else 0.0
 
 
-def run_client(cluster: DevCluster, kind: str, rounds: int, warmup_s: float, settle_s: float, drain_s: float,
-               log: Callable[[str], None]) -> dict:
+def run_client(cluster: DevCluster, kind: str, rounds: int, warmup_s: float, baseline_s: float, settle_s: float,
+               drain_s: float, log: Callable[[str], None]) -> dict:
     topic, group = f"rolling-{kind}", f"rolling-{kind}-g"
     cluster.create_topic(topic)
     cluster.create_group(group)
@@ -231,6 +232,8 @@ def run_client(cluster: DevCluster, kind: str, rounds: int, warmup_s: float, set
         for thread in threads:
             thread.start()
         time.sleep(warmup_s)
+        quiet_from = time.monotonic()
+        time.sleep(baseline_s)  # the same load without restarts: the machine's own gaps, to compare with
         began = time.monotonic()
         for round_no in range(rounds):
             for replica_id in restart_order(cluster):
@@ -253,6 +256,7 @@ def run_client(cluster: DevCluster, kind: str, rounds: int, warmup_s: float, set
     late = _recheck(cluster, kind, topic, group, acked - set(record.consumed), drain_s)
     ack_times = [t for t, _ in record.acks]
     window = gaps(ack_times, began, ended)
+    quiet = gaps(ack_times, quiet_from, began)
     ends = [t for t in ack_times if began < t < ended] + [ended]
     slow = sorted(zip(window, ends, strict=True), reverse=True)[:3]
     over = [f"{g:.3f} s ending {where(end, restarts)}" for g, end in zip(window, ends, strict=True) if g > GAP_GOAL_S]
@@ -264,6 +268,8 @@ def run_client(cluster: DevCluster, kind: str, rounds: int, warmup_s: float, set
             "receive_failures": record.receive_failures, "ack_failures": record.ack_failures,
             "gap_max_s": round(max(window), 4), "gap_p99_s": round(percentile(window, 0.99), 4),
             "gaps_over_0.1s": sum(1 for g in window if g > GAP_GOAL_S),
+            "baseline_gap_max_s": round(max(quiet), 4), "baseline_gap_p99_s": round(percentile(quiet, 0.99), 4),
+            "baseline_gaps_over_0.1s": sum(1 for g in quiet if g > GAP_GOAL_S), "baseline_s": round(baseline_s, 1),
             "longest_gaps": [f"{g:.3f} s ending {where(end, restarts)}" for g, end in slow],
             "gaps_over_0.1s_where": over,
             "restarts": [{k: v for k, v in r.items() if k != "signalled_at"} for r in restarts],
@@ -298,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=1, help="rolling restarts of the whole group per client")
     p.add_argument("--settle-s", type=float, default=2.0, help="pause after each replica is back")
     p.add_argument("--warmup-s", type=float, default=3.0)
+    p.add_argument("--baseline-s", type=float, default=10.0, help="the same load without restarts first: the "
+                   "machine's own ack gaps, printed next to the restarts' ones")
     p.add_argument("--drain-s", type=float, default=30.0, help="at most this long for the consumer to catch up "
                    "(keep it above 10 s: a message whose receive answer was lost comes back after 10 s)")
     p.add_argument("--quick", action="store_true", help="short pauses: a smoke run")
@@ -310,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--clients: unknown {unknown}; use {', '.join(CLIENTS)}", file=sys.stderr)
         return 2
     if args.quick:
-        args.settle_s, args.warmup_s, args.drain_s = 0.5, 1.0, 15.0
+        args.settle_s, args.warmup_s, args.baseline_s, args.drain_s = 0.5, 1.0, 1.0, 15.0
     base = args.dir or tempfile.mkdtemp(prefix="bench-rolling-")
     print(f"starting a NameServer and a 3-replica group ({args.flush}) in {base} ...", flush=True)
     cluster = DevCluster(os.path.join(base, "rolling"), flush=args.flush, log_level="INFO")
@@ -320,8 +328,8 @@ def main(argv: list[str] | None = None) -> int:
         cluster.start()
         cluster.wait_master(30)
         for kind in kinds:
-            results.append(run_client(cluster, kind, args.rounds, args.warmup_s, args.settle_s, args.drain_s,
-                                      lambda line: print(line, flush=True)))
+            results.append(run_client(cluster, kind, args.rounds, args.warmup_s, args.baseline_s, args.settle_s,
+                                      args.drain_s, lambda line: print(line, flush=True)))
     finally:
         cluster.stop()
     machine = {"cores": os.cpu_count(), "load_1m_before": round(load_before, 1),
@@ -339,7 +347,8 @@ def report(results: list[dict], args, machine: dict) -> int:
     print(f"machine: {machine['cores']} cores, load average (1 min) {machine['load_1m_before']} before, "
           f"{machine['load_1m_after']} after (other work on the machine shows in the gaps)")
     columns = ("client", "acked", "failed_sends", "lost", "late", "not_stored", "duplicates", "gap_max_s", "gap_p99_s",
-               "gaps_over_0.1s", "window_s")
+               "gaps_over_0.1s", "window_s", "baseline_gap_max_s", "baseline_gap_p99_s", "baseline_gaps_over_0.1s",
+               "baseline_s")
     print(" | ".join(columns))
     for r in results:
         print(" | ".join(str(r[c]) for c in columns))
