@@ -24,6 +24,7 @@ STORE_MAP_SIZE_BYTES_MIN = 16 * 1024 * 1024
 ENTRY_OVERHEAD_BYTES = 64 * 1024  # a send command's fields around the message, and the batch header
 _DLEDGER = dledger.ReplicaConfig  # its class attributes are dledger's defaults
 WRITE_RETRY_MILLIS_MAX = 60_000
+SHUTDOWN_TRANSFER_MILLIS_MAX = 60_000
 METRICS_PORT_DEFAULT = 5557  # RocketMQ 5's metricsPromExporterPort
 PORT_MAX = 65_535
 FILE_RESERVED_HOURS_MAX = 24 * 365 * 100
@@ -123,6 +124,9 @@ class BrokerConfig:
     # NameServer registration
     heartbeatIntervalMillis: int = 1_000
     heartbeatTimeoutMillis: int = 3_000  # NameServers drop this replica after this silence
+    # SIGTERM on the master: hand leadership to an up-to-date replica, waiting at most this long (0 = no handover:
+    # stop at once, the group elects a new master), then stop (docs/operations.md, "Graceful stop")
+    shutdownTransferLeaderTimeoutMillis: int = 3_000
     # clients
     clientExpiryMillis: int = 30_000  # a client silent this long is forgotten (subscriptions, streams)
     clientsMax: int = 10_000  # live clients one replica tracks; a new one beyond is refused (TOO_MANY_REQUESTS)
@@ -323,6 +327,9 @@ class BrokerConfig:
             raise ValueError(f"dLegerMaxWaitAckTimeMs {self.dLegerMaxWaitAckTimeMs}: use at least 1 (ms)")
         if self.flushIntervalCommitLog < 1:
             raise ValueError(f"flushIntervalCommitLog {self.flushIntervalCommitLog}: use at least 1 (ms)")
+        if not 0 <= self.shutdownTransferLeaderTimeoutMillis <= SHUTDOWN_TRANSFER_MILLIS_MAX:
+            raise ValueError(f"shutdownTransferLeaderTimeoutMillis {self.shutdownTransferLeaderTimeoutMillis}: use "
+                             f"0..{SHUTDOWN_TRANSFER_MILLIS_MAX} (ms; 0 = stop without handing leadership over)")
         self.replica_config()  # dledger's own checks, should one be missing here
 
 

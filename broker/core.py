@@ -16,7 +16,8 @@ from collections.abc import Awaitable, Callable
 
 import dledger
 from rocketraft.proto import store_pb2 as spb
-from rocketraft.protocol.errors import NotMasterError
+from rocketraft.protocol.errors import NotMasterError, RocketraftError
+from rocketraft.protocol.wire import Code
 
 from .batcher import Batcher
 from .config import BrokerConfig
@@ -121,6 +122,48 @@ class Broker:
     @property
     def is_master(self) -> bool:
         return self.replica.status().role is dledger.Role.LEADER
+
+    # -- leadership transfer ----------------------------------------------------------------------------------
+    async def transfer_leader(self, to: str = "", timeout_s: float | None = None) -> str:
+        """Hand mastership of this group to replica `to` ("" = the most up-to-date one; a replica id, a brokerId,
+        or a replica's client or Raft address) and wait until a new master is known; returns its replica id.
+        Writes that arrive meanwhile are retried on the new master (batcher.py). Raises NotMasterError (this
+        replica is not the master), RocketraftError PRECONDITION_FAILED (no fit target; nothing changed) or
+        REQUEST_TIMEOUT (no new master in time)."""
+        target = await self._replica_id_of(to) if to else None
+        try:
+            return await asyncio.to_thread(self.replica.transfer_leadership, target, timeout_s)
+        except dledger.TransferRefusedError as exc:
+            raise RocketraftError(f"leadership not transferred: {exc.message}", Code.PRECONDITION_FAILED) from None
+        except dledger.TransferTimeoutError as exc:
+            raise RocketraftError(f"leadership transfer timed out: {exc.message}", Code.REQUEST_TIMEOUT) from None
+        except dledger.NotLeaderError as exc:
+            leader = exc.leader_id
+            address = await self._client_address_of(leader) if leader else None
+            raise NotMasterError(f"replica {self.config.dLegerSelfId} is not the master of {self.config.brokerName}; "
+                                 f"the master is {leader or 'not known right now'}"
+                                 f"{' at ' + address if address else ''}: ask it", address) from None
+
+    async def _replica_id_of(self, to: str) -> str:
+        """A replica id from what an operator may give: the id, a brokerId (1.. as slaves are numbered), a Raft
+        address, or a client address the NameServers know. Anything else is passed on and refused by name."""
+        peers = self.config.peers
+        if to in peers:
+            return to
+        by_raft = {addr: pid for pid, addr in peers.items()}
+        if to in by_raft:
+            return by_raft[to]
+        if to.isdigit() and 1 <= int(to) <= len(peers):
+            return sorted(peers)[int(to) - 1]
+        if self.replica_addresses is not None:
+            try:
+                by_client = {addr: pid for pid, addr in (await self.replica_addresses()).items()}
+            except Exception as exc:  # noqa: BLE001 - the refusal then names the peers
+                log.warning("cannot look up replica addresses: %s", exc)
+                by_client = {}
+            if to in by_client:
+                return by_client[to]
+        return to
 
     # -- reads and writes -----------------------------------------------------------------------------------
     def read(self, fn):

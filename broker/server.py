@@ -4,7 +4,8 @@
 
 Runs the gRPC front door (MessagingService + BrokerAdmin on listenAddress), registers with every NameServer
 every heartbeatIntervalMillis and at once on any role, term or topic change, and, while this replica is
-the master, the leader's timers: delayed-message delivery and transaction check-back.
+the master, the leader's timers: delayed-message delivery and transaction check-back. SIGTERM/SIGINT stop it
+gracefully (BrokerServer.shutdown: a master hands leadership over first); SIGKILL is a crash.
 """
 
 from __future__ import annotations
@@ -116,6 +117,20 @@ class NameServers:
             return {}
         return {}
 
+    async def masters(self, cluster: str, group: str) -> dict[str, str]:
+        """NameServer address -> the master replica id it routes `group` to ("" = none; unreachable ones left out)."""
+        async def one(address: str) -> tuple[str, str | None]:
+            try:
+                info = await ipb_grpc.NameServerStub(self._channels[address]).GetClusterInfo(
+                    ipb.GetClusterInfoRequest(), timeout=ROUTE_TIMEOUT_S)
+            except grpc.aio.AioRpcError:
+                return address, None
+            return address, next((g.master_replica_id for g in info.groups
+                                  if g.cluster == cluster and g.group == group), "")
+
+        answers = await asyncio.gather(*(one(a) for a in self.addresses))
+        return {address: master for address, master in answers if master is not None}
+
     async def close(self) -> None:
         await asyncio.gather(*(c.close() for c in self._channels.values()))
 
@@ -168,7 +183,8 @@ class BrokerServer:
         messaging_descriptor = svc.DESCRIPTOR.services_by_name["MessagingService"]
         add_service(server, guarded(messaging, messaging_descriptor, guard), messaging_descriptor)
         add_service(server, auth, apb.DESCRIPTOR.services_by_name["BrokerAuth"])
-        admin = BrokerAdminService(self.topics, self.queries, self.registration, self.clients)
+        admin = BrokerAdminService(self.topics, self.queries, self.registration, self.clients,
+                                   self.broker.transfer_leader)
         add_service(server, guarded_admin(admin, admin_descriptor, guard, cfg.brokerClusterName), admin_descriptor)
         try:  # bind before the replica starts: a broker that cannot serve must not join its Raft group
             bound = server.add_insecure_port(self.config.listenAddress)
@@ -190,6 +206,43 @@ class BrokerServer:
                        loop.create_task(self._timer_loop(), name="timers"),
                        loop.create_task(self._transaction_check_loop(), name="tx-check"),
                        loop.create_task(self.retention.run(), name="retention")]
+
+    async def shutdown(self) -> None:
+        """A graceful stop (SIGTERM, SIGINT): the master first hands leadership to an up-to-date replica and waits
+        until every NameServer that answers routes to the new master (all within
+        shutdownTransferLeaderTimeoutMillis); then it takes no leadership any more (prepare_to_stop: peers
+        stopping at the same time never hand it leadership) and unregisters, so routes stop naming it, stops
+        serving (requests in flight get stop()'s grace) and closes its store. A slave skips the handover."""
+        cfg = self.config
+        budget_s = cfg.shutdownTransferLeaderTimeoutMillis / 1000
+        if not self.broker.is_master:
+            self.broker.replica.prepare_to_stop()  # first: a master stopping at the same time must not pick us
+        elif budget_s == 0:
+            log.info("stopping without a handover (shutdownTransferLeaderTimeoutMillis=0): the group elects a master")
+        if budget_s > 0 and self.broker.is_master:
+            deadline = time.monotonic() + budget_s
+            try:
+                new = await self.broker.transfer_leader("", budget_s)
+                log.info("stopping: leadership of %s handed to %s", cfg.brokerName, new)
+                await self._wait_master_registered(new, deadline)
+            except Exception as exc:  # noqa: BLE001 - stopping goes on: the group elects a master without us
+                log.warning("stopping without a handover (%s); the group elects a new master", exc)
+        self.broker.replica.prepare_to_stop()  # never elected again, nor handed leadership, while it stops
+        for task in self._tasks:
+            task.cancel()
+        await self.namesrvs.unregister(cfg.brokerClusterName, cfg.brokerName, cfg.dLegerSelfId)
+        await self.stop()
+
+    async def _wait_master_registered(self, new: str, deadline: float) -> None:
+        while True:
+            masters = await self.namesrvs.masters(self.config.brokerClusterName, self.config.brokerName)
+            if masters and all(m == new for m in masters.values()):
+                return
+            if time.monotonic() >= deadline or self.broker.status.leader_id != new:
+                log.warning("stopping: not every NameServer routes %s to %s yet (%s; this replica sees leader %s)",
+                            self.config.brokerName, new, masters, self.broker.status.leader_id)
+                return
+            await asyncio.sleep(0.02)
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -301,7 +354,7 @@ async def serve(config: config_mod.BrokerConfig) -> None:
     if watch is not None:
         watch.cancel()
     log.info("stopping")
-    await server.stop()
+    await server.shutdown()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -346,8 +346,9 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
 
 class BrokerAdminService(ipb_grpc.BrokerAdminServicer):
     def __init__(self, topics: Topics, queries: Queries, registration: Callable[[], ipb.BrokerRegistration],
-                 clients: ClientRegistry):
+                 clients: ClientRegistry, transfer_leader: Callable[[str, float | None], Awaitable[str]]):
         self.topics = topics
+        self._transfer_leader = transfer_leader
         self.queries = queries
         self._registration = registration
         self.clients = clients
@@ -390,6 +391,17 @@ class BrokerAdminService(ipb_grpc.BrokerAdminServicer):
         members = [ipb.GroupMember(client_id=s.client_id, group=s.group, client_type=s.client_type,
                                    subscriptions=s.subscriptions) for s in self.clients.consumer_sessions()]
         return ipb.ListGroupsResponse(code=Code.OK, message="OK", groups=groups, members=members)
+
+    async def TransferLeader(self, request, context):
+        old = self._registration().replica_id
+        timeout_s = request.timeout_ms / 1000 if request.timeout_ms > 0 else None
+        try:
+            new = await self._transfer_leader(request.to, timeout_s)
+        except Exception as exc:  # noqa: BLE001 - every failure is answered with a code
+            status = _status_of(exc)
+            return ipb.TransferLeaderResponse(code=status.code, message=status.message, old_master=old)
+        return ipb.TransferLeaderResponse(code=Code.OK, message=f"leadership moved from {old} to {new}",
+                                          new_master=new, old_master=old)
 
 
 def _group_assignments(route: list[pb.MessageQueue]) -> list[pb.Assignment]:

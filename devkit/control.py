@@ -117,11 +117,20 @@ class ControlServer:
             reply({"ok": True})
         elif op == "bench_append":
             threading.Thread(target=lambda: reply(bench_append(r, **args)), daemon=True).start()
+        elif op == "transfer_leadership":
+            threading.Thread(target=lambda: reply(_transfer_reply(r, args)), daemon=True).start()
         elif op == "shutdown":
             reply({"ok": True})
             self._stopped.set()
         else:
             reply({"error": "UNKNOWN_OP", "message": f"unknown control op {op!r}"})
+
+
+def _transfer_reply(replica: Replica, args: dict) -> dict:
+    try:
+        return {"leader_id": replica.transfer_leadership(args.get("to"), args.get("timeout_s"))}
+    except Exception as exc:  # noqa: BLE001 - the caller reads the error's code
+        return error_reply(exc)
 
 
 def _append_reply(future: Future) -> dict:

@@ -30,6 +30,8 @@ from .errors import (
     StoreDamagedError,
     StoreFullError,
     StoreUntrustedError,
+    TransferRefusedError,
+    TransferTimeoutError,
 )
 from .logformat import read_payloads
 from .replica import AppendResult, LogEntry, Replica, ReplicaStatus, Role, StateMachine
@@ -66,5 +68,7 @@ __all__ = [
     "StoreDamagedError",
     "StoreFullError",
     "StoreUntrustedError",
+    "TransferRefusedError",
+    "TransferTimeoutError",
     "verify_batch",
 ]

@@ -20,7 +20,8 @@ And what the engine plugs into a SyncObj:
   apply loop and send to followers go through the engine (entries that fail their check are held back).
 - Transport: pysyncobj's TCP transport with the engine's hooks (acks held until the store is committed,
   flow control, pre-vote messages, append_entries rewriting, refusal of entries that fail their check and of
-  forwarded appends, repair messages, fast failover on a lost leader connection); it refuses pysyncobj's
+  forwarded appends (the admission check; NOT_LEADER while leadership is being handed over), repair messages,
+  fast failover on a lost leader connection); it refuses pysyncobj's
   unauthenticated utility commands.
 - BudgetedQueue: pysyncobj's command queue with a byte budget per tick.
 - check_internals: the engine refuses to start if the pysyncobj internals it relies on are missing.
@@ -331,6 +332,12 @@ class Transport(TCPTransport):
         if kind in (FETCH, FETCH_RESP):
             engine.on_repair_message(node, message)
             return
+        if kind == "apply_command" and self._syncObj._isLeader() and engine.transfer_target is not None:
+            # handing leadership over: the follower's append fails as not-leader and is retried on the new leader
+            if "request_id" in message:
+                super().send(node, {"type": "apply_command_response", "request_id": message["request_id"],
+                                    "error": FAIL_REASON.NOT_LEADER})
+            return
         if kind == "apply_command" and self._syncObj._isLeader():
             refusal = engine.refusal_of_forwarded(message.get("command"))
             if refusal is not None:
@@ -442,7 +449,7 @@ _INTERNALS = ("_SyncObj__raftLastApplied", "_SyncObj__needLoadDumpFile", "_SyncO
               "_SyncObj__raftState", "_SyncObj__noopIDx", "_SyncObj__raftLog", "_SyncObj__raftMatchIndex",
               "_SyncObj__commandsQueue", "_SyncObj__raftNextIndex", "_SyncObj__connectedNodes",
               "_SyncObj__transport", "_SyncObj__sendAppendEntries", "_SyncObj__serializer",
-              "_SyncObj__votedForNodeId", "_SyncObj__applyLogEntries")
+              "_SyncObj__votedForNodeId", "_SyncObj__applyLogEntries", "_SyncObj__transferInProgress")
 _OVERRIDDEN = ("_SyncObj__applyLogEntries", "_SyncObj__sendAppendEntries")  # by EngineSyncObj
 
 

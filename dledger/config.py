@@ -50,6 +50,11 @@ class ReplicaConfig:
     # this often (new entries and heartbeats always carry it): their applied index lags by up to this.
     follower_commit_notify_ms: int = 5
     pre_vote: bool = True
+    # Leadership transfer (Replica.transfer_leadership): a target more than this many entries behind the leader's
+    # last index is refused; a transfer that has no new leader within transfer_timeout_ms gives up (the old
+    # leader takes appends again if it still leads).
+    transfer_lag_entries_max: int = 1000
+    transfer_timeout_ms: int = 5000
     entry_bytes_max: int = ENTRY_BYTES_MAX_DEFAULT
     append_timeout_ms: int = 3000
     append_queue_max: int = 20_000
@@ -115,6 +120,8 @@ class ReplicaConfig:
             problems.append("entry_bytes_max must be at least 1024")
         if self.append_queue_max < 1 or self.append_timeout_ms < 1:
             problems.append("append_queue_max and append_timeout_ms must be positive")
+        if self.transfer_lag_entries_max < 0 or self.transfer_timeout_ms < 1:
+            problems.append("transfer_lag_entries_max must be >= 0 and transfer_timeout_ms >= 1")
         if self.scrub_bytes_per_s < 0 or self.scrub_interval_ms < 1 or self.repair_round_ms < 1:
             problems.append("scrub_bytes_per_s must be >= 0 (0: off); scrub_interval_ms and repair_round_ms >= 1")
         if problems:

@@ -24,6 +24,12 @@ This module decides when things happen:
 - Flow control: no new entries (and no next snapshot chunk) go to a follower while too much is still
   unsent on its connection; the leader takes at most `append_bytes_per_tick_max` of queued appends
   per tick.
+- Leadership transfer (Raft thesis 3.10; raftrules): asked on any thread (request_transfer), done on the
+  tick thread. The leader picks a connected, up-to-date voter, takes no new appends (local ones fail at
+  once with NotLeaderError, forwarded ones are answered NOT_LEADER), and once the target holds the whole
+  log and all of it is committed sends it pysyncobj's `timeout_now`. The target skips the pre-vote for
+  that election (voters would refuse it: they hear a live leader) and wins at once with a higher term.
+  The transfer ends when this replica no longer leads, or gives up at its deadline.
 - Restart: the applied index is read from LMDB and handed to pysyncobj before the first tick, so no
   entry is applied twice and restart time does not grow with the log.
 - Snapshots: pysyncobj's serializer hook ships a compacted LMDB copy of the whole store (retained log
@@ -35,6 +41,7 @@ This module decides when things happen:
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import os
@@ -42,6 +49,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from . import _pysyncobj_seam as seam
@@ -50,7 +58,13 @@ from . import logformat, raftrules
 from ._pysyncobj_seam import FAIL_REASON, REFUSED, RaftState
 from .codec import decode_batch
 from .config import FlushPolicy, ReplicaConfig
-from .errors import EntryCorruptError, StoreUntrustedError
+from .errors import (
+    EntryCorruptError,
+    NotLeaderError,
+    StoreUntrustedError,
+    TransferRefusedError,
+    TransferTimeoutError,
+)
 from .journal import LmdbJournal, StoredEntryCorrupt
 from .repair import Repairs
 from .store import Store
@@ -109,6 +123,16 @@ def rewrite_append_entries(message: dict, journal: LmdbJournal) -> dict:
 ApplyFn = Callable[[int, int, bytes, object], object]  # (index, term, blob, txn) -> result
 
 
+@dataclass
+class _Transfer:
+    """A leadership transfer in flight on this leader (tick thread only)."""
+
+    target: str  # replica id
+    deadline: float  # time.monotonic()
+    sent_at: float | None = None  # when timeout_now went out
+    ended: Future = dataclasses.field(default_factory=Future)  # None: no longer leads; else why it was given up
+
+
 class RaftEngine:
     """One Raft replica: pysyncobj, the tick thread, durability points, pre-vote and snapshots."""
 
@@ -153,6 +177,10 @@ class RaftEngine:
         self._vote_floor: tuple[int, int] | None = None  # whole-group ASYNC recovery: (term, index) a candidate needs
         self._refused_logged: set[str] = set()
         self._fresh_nonces: dict[str, str] = {}
+        self._transfer_requests: collections.deque = collections.deque()  # (wanted id | None, deadline, Future)
+        self._transfer: _Transfer | None = None
+        self._leaving = False  # about to stop: takes no leadership; peers hear it (hello "leaving")
+        self._leaving_announced = False
         self._maybe_recover_whole_group()  # a group of one hears no hello: it decides now
         self._journal_token = f"dledger-journal:{config.group_id}:{config.self_id}:{id(self)}"
         seam.register_journal(self._journal_token, journal)
@@ -242,6 +270,7 @@ class RaftEngine:
                 # commit computation counts this replica for it.
                 self._commit_store()
                 self._pre_tick()
+                self._transfer_tick()
                 self.repairs.tick()
                 self.so.doTick(wait_s)
                 self.release_acks()
@@ -308,6 +337,106 @@ class RaftEngine:
         except BlockingIOError:
             pass  # the wake-up pipe is full: the tick thread is already due to run
 
+    # -- leadership transfer (raftrules.choose_transfer_target, timeout_now_due) --------------------------------
+    def request_transfer(self, wanted: str | None, deadline: float) -> Future:
+        """Ask the tick thread to hand leadership to replica `wanted` (None: the most up-to-date voter) before
+        `deadline` (time.monotonic()). The future gets (target id, ended) once the transfer started, or
+        NotLeaderError / TransferRefusedError; `ended` is a Future that gets None once this replica no longer
+        leads, or TransferTimeoutError / TransferRefusedError if the transfer was given up (it leads on)."""
+        future: Future = Future()
+        self._transfer_requests.append((wanted, deadline, future))
+        self.wake()
+        return future
+
+    @property
+    def transfer_target(self) -> str | None:
+        """The replica this leader is handing leadership to (it takes no appends meanwhile), else None."""
+        transfer = self._transfer
+        return transfer.target if transfer is not None else None
+
+    def _transfer_tick(self) -> None:
+        so = self.so
+        leading = so._SyncObj__raftState == RaftState.LEADER
+        while self._transfer_requests:
+            self._start_transfer(*self._transfer_requests.popleft(), leading=leading)
+        transfer = self._transfer
+        if transfer is None:
+            return
+        c = self.config
+        if not leading:
+            self._transfer = None
+            log.info("replica %s/%s handed leadership over (term %d)", c.group_id, c.self_id, so.raftCurrentTerm)
+            transfer.ended.set_result(None)
+            return
+        node = self._node_of(transfer.target)
+        why = self._transfer_lost(transfer, node)
+        if why is not None:
+            self._transfer = None
+            log.warning("replica %s/%s gives up the leadership transfer (%s): it leads on and takes appends again",
+                        c.group_id, c.self_id, why)
+            error = TransferTimeoutError if why.endswith("in time") else TransferRefusedError
+            transfer.ended.set_exception(error(f"leadership stays with {c.self_id}: {why}"))
+            return
+        if transfer.sent_at is not None:
+            return
+        match = so._SyncObj__raftMatchIndex.get(node, 0)
+        if raftrules.timeout_now_due(match, self.journal.last_index, so.raftCommitIndex):
+            so._SyncObj__transport.send(node, {"type": "timeout_now", "term": so.raftCurrentTerm})
+            transfer.sent_at = time.monotonic()
+            log.info("replica %s/%s: %s holds the whole log (index %d): timeout_now sent", c.group_id, c.self_id,
+                     transfer.target, match)
+
+    def _transfer_lost(self, transfer: _Transfer, node) -> str | None:
+        """Why a transfer in flight cannot succeed any more, or None."""
+        if node is None or not self.so._SyncObj__transport.is_connected(node):
+            return f"the connection to {transfer.target} was lost"
+        if self._peer_hellos.get(transfer.target, {}).get("leaving"):
+            return f"{transfer.target} is stopping"
+        if time.monotonic() >= transfer.deadline:
+            return f"{transfer.target} {'did not win its election' if transfer.sent_at else 'never caught up'} in time"
+        return None
+
+    def _start_transfer(self, wanted: str | None, deadline: float, future: Future, leading: bool) -> None:
+        c = self.config
+        if not leading:
+            leader = self.peer_id(self.view.leader_address)
+            future.set_exception(NotLeaderError(
+                f"replica {c.self_id} is not the leader of {c.group_id}, so it cannot hand leadership over; "
+                f"ask the leader ({leader or 'not known right now'})", leader, self.view.leader_address))
+            return
+        if self._transfer is not None:
+            future.set_exception(TransferRefusedError(
+                f"a leadership transfer to {self._transfer.target} is already in progress; wait for it"))
+            return
+        target, why = raftrules.choose_transfer_target(self._transfer_candidates(), self.journal.last_index, wanted,
+                                                       c.transfer_lag_entries_max)
+        if target is None:
+            future.set_exception(TransferRefusedError(f"leadership of {c.group_id} stays with {c.self_id}: {why}"))
+            return
+        self._transfer = _Transfer(target, deadline)
+        log.info("replica %s/%s hands leadership to %s: no new appends until it leads", c.group_id, c.self_id, target)
+        future.set_result((target, self._transfer.ended))
+
+    def _transfer_candidates(self) -> dict[str, raftrules.TransferCandidate]:
+        so = self.so
+        transport = so._SyncObj__transport
+        match = so._SyncObj__raftMatchIndex
+        out = {}
+        for pid, addr in self.config.peers.items():
+            if pid == self.config.self_id:
+                continue
+            node = self._node_of(pid)
+            connected = node is not None and transport.is_connected(node) and addr in self._accepted_peers
+            hello = self._peer_hellos.get(pid, {})
+            out[pid] = raftrules.TransferCandidate(bool(hello.get("voter")), connected,
+                                                   match.get(node, 0) if node is not None else 0,
+                                                   stopping=bool(hello.get("leaving")))
+        return out
+
+    def _node_of(self, replica_id: str):
+        address = self.config.peers.get(replica_id)
+        return next((n for n in self.so.otherNodes if n.address == address), None)
+
     # -- apply -----------------------------------------------------------------------------------------
     def apply_blob(self, blob: bytes):
         index = self.so._SyncObj__raftLastApplied + 1
@@ -369,7 +498,27 @@ class RaftEngine:
         return last[2], last[1]
 
     def hello(self) -> dict:
-        return identity_rules.hello(self.identity, self.config.self_id, self._last())
+        message = identity_rules.hello(self.identity, self.config.self_id, self._last())
+        if self._leaving:
+            message["leaving"] = True  # a leader hands leadership to anyone but this replica
+        return message
+
+    def leave(self) -> None:
+        """This replica is about to stop: from the next tick on it starts no election, ignores a timeout_now, and
+        tells its peers (so a leader never hands leadership to it). Any thread."""
+        self._leaving = True
+        self.wake()
+
+    def _leaving_tick(self) -> None:
+        so = self.so
+        if not self._leaving_announced:
+            self._leaving_announced = True
+            for node in so.otherNodes:
+                if node.address in self._accepted_peers:
+                    so._SyncObj__transport.send_now(node, self.hello())
+        so._SyncObj__transferInProgress = False
+        so._SyncObj__raftElectionDeadline = time.monotonic() + self.config.election_timeout_max_ms / 1000
+        self._prevote = None
 
     def grants_vote(self, candidate_last: tuple[int, int]) -> bool:
         """A vote is given only by a voter, and during a whole-group recovery only to the most complete log."""
@@ -451,8 +600,10 @@ class RaftEngine:
             log.warning("replica %s/%s caught up to index %d: it votes again", self.config.group_id,
                         self.config.self_id, so.raftCommitIndex)
             return
-        # never a candidate: push the election timer on
+        # never a candidate: push the election timer on (and forget a timeout_now: pysyncobj would otherwise stop
+        # resetting the timer on heartbeats and, once this replica votes, start an election without a pre-vote)
         so._SyncObj__raftElectionDeadline = time.monotonic() + self.config.election_timeout_max_ms / 1000
+        so._SyncObj__transferInProgress = False
         self._prevote = None
 
     def snapshot_installed(self, applied_index: int) -> None:
@@ -470,16 +621,20 @@ class RaftEngine:
     def _pre_tick(self) -> None:
         if self._failed is not None:
             raise self._failed
+        if self._leaving:
+            self._leaving_tick()
+            return
         if not self.identity.voter:
             self._non_voter_tick()
             return
         if self._vote_floor is not None and self._last() < self._vote_floor:
             # whole-group recovery: only the most complete log may lead; this replica waits for it
             self.so._SyncObj__raftElectionDeadline = time.monotonic() + self.config.election_timeout_max_ms / 1000
-            return
-        if not self.config.pre_vote:
+            self.so._SyncObj__transferInProgress = False
             return
         so = self.so
+        if not raftrules.election_needs_prevote(self.config.pre_vote, so._SyncObj__transferInProgress):
+            return  # pysyncobj starts the election when the timer fires (at once after a timeout_now)
         if so._SyncObj__raftState == RaftState.LEADER:
             self._prevote = None
             return

@@ -57,6 +57,20 @@ class AppendRefusedError(DledgerError):
         self.refusal = refusal
 
 
+class TransferRefusedError(DledgerError):
+    """Leadership was not handed over and nothing changed: the target is not a voter, not connected, too far behind,
+    or another transfer is in progress. The message says which; the group keeps its leader."""
+
+    code = "TRANSFER_REFUSED"
+
+
+class TransferTimeoutError(DledgerError):
+    """No new leader was known within the transfer's timeout. If this replica still leads it takes appends again;
+    otherwise an election is under way (status() tells which)."""
+
+    code = "TRANSFER_TIMEOUT"
+
+
 class ReplicaClosedError(DledgerError):
     """The replica is closed, or stopped after an error: `cause` is that error (None when it was closed)."""
 

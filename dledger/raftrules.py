@@ -1,4 +1,5 @@
-"""The Raft decisions dledger adds to pysyncobj, as pure functions: pre-vote and append_entries trimming.
+"""The Raft decisions dledger adds to pysyncobj, as pure functions: pre-vote, leadership transfer and
+append_entries trimming.
 
 Inputs are plain values (terms, indexes, (last_term, last_index) pairs, (index, term) entries, a term
 lookup); nothing here touches pysyncobj, sockets, clocks or randomness, so every rule is tested by
@@ -9,6 +10,13 @@ peers whether they would vote for it; only with a majority does it start a real 
 refuses while it still hears from a live leader, so a partitioned minority or a flapping link never
 bumps the term of a healthy group.
 
+Leadership transfer (Raft thesis 3.10): the leader stops taking new appends, waits until the target holds
+its whole log and everything is committed, then sends it `timeout_now`; the target starts an election at
+once. Pre-vote would stop it (every voter still hears the live leader), so a replica told by its leader to
+time out skips the pre-vote. The target is a connected voter within `transfer_lag_entries_max` of the
+leader's last index that is not stopping: a non-voter may not lead, and a far-behind one would keep the group
+without appends for as long as it needs to catch up.
+
 Trimming: pysyncobj deletes everything after prevLogIdx on every append_entries that leaves entries
 after it, conflict or not; Raft deletes only on a conflict. The log matching property (an entry with
 the same index and term implies an equal prefix) tells which part of a message the follower already
@@ -17,7 +25,8 @@ holds, so the message can be rewritten to start after it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 LogPosition = tuple[int, int]  # (last_term, last_index): compared term first, then index
 IndexTerm = tuple[int, int]  # (index, term) of one log entry
@@ -63,6 +72,63 @@ def prevote_delay_rank(survivor_ids: Iterable[str], self_id: str) -> int:
     replica-id order (rank 0 first), so two of them rarely become candidates at once: a split vote costs
     a whole election timeout. `self_id` must be one of `survivor_ids`."""
     return sorted(survivor_ids).index(self_id)
+
+
+# -- leadership transfer ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TransferCandidate:
+    """What the leader knows of one peer when asked to hand leadership over."""
+
+    voter: bool  # its last hello said it votes (identity.py: a new or untrusted store does not)
+    connected: bool
+    match_index: int  # the highest index the leader knows it holds
+    stopping: bool = False  # its last hello said it is about to stop (Replica.prepare_to_stop)
+
+
+def choose_transfer_target(peers: Mapping[str, TransferCandidate], last_index: int, wanted: str | None,
+                           lag_entries_max: int) -> tuple[str | None, str | None]:
+    """The peer to hand leadership to: (replica id, None), or (None, why not).
+
+    `wanted` None means the most up-to-date connected voter (ties: the lowest id). A peer qualifies if it is a
+    voter, connected, and at most lag_entries_max entries behind last_index (the leader's last log index)."""
+    if wanted is not None:
+        peer = peers.get(wanted)
+        if peer is None:
+            others = ", ".join(sorted(peers)) or "none"
+            return None, f"{wanted!r} is not a peer of this group (the other replicas: {others})"
+        problem = _transfer_problem(wanted, peer, last_index, lag_entries_max)
+        return (None, problem) if problem else (wanted, None)
+    fit = [(-p.match_index, rid) for rid, p in peers.items()
+           if _transfer_problem(rid, p, last_index, lag_entries_max) is None]
+    if fit:
+        return min(fit)[1], None
+    why = "; ".join(_transfer_problem(rid, p, last_index, lag_entries_max) or "" for rid, p in sorted(peers.items()))
+    return None, f"no peer can take over: {why or 'the group has no other replica'}"
+
+
+def _transfer_problem(rid: str, peer: TransferCandidate, last_index: int, lag_entries_max: int) -> str | None:
+    if not peer.voter:
+        return f"{rid} is not a voter (its store is new or untrusted and still catching up)"
+    if not peer.connected:
+        return f"{rid} is not connected to the leader"
+    if peer.stopping:
+        return f"{rid} is stopping"
+    lag = last_index - peer.match_index
+    if lag > lag_entries_max:
+        return f"{rid} is {lag} entries behind the leader (transfer_lag_entries_max={lag_entries_max})"
+    return None
+
+
+def timeout_now_due(target_match_index: int, last_index: int, commit_index: int) -> bool:
+    """The leader (taking no new appends) sends timeout_now once the target holds its whole log, so the target
+    wins the election, and everything is committed, so no append in flight ends with an unknown outcome."""
+    return target_match_index >= last_index and commit_index >= last_index
+
+
+def election_needs_prevote(pre_vote_enabled: bool, told_to_time_out: bool) -> bool:
+    """A replica whose election timer fired runs a pre-vote first, unless its own leader sent it timeout_now
+    (a leadership transfer): every voter still hears that leader, so a pre-vote would always be refused."""
+    return pre_vote_enabled and not told_to_time_out
 
 
 # -- append_entries trimming ----------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -42,6 +43,8 @@ from .errors import (
     NotLeaderError,
     OutcomeUnknownError,
     ReplicaClosedError,
+    TransferRefusedError,
+    TransferTimeoutError,
 )
 from .journal import LmdbJournal
 from .logformat import (
@@ -223,6 +226,12 @@ class Replica:
                     f"replica stopped after an error ({self._engine.failure!r}); see its log, fix the cause, "
                     "reopen", cause=self._engine.failure))
                 return future
+            handing_to = self._engine.transfer_target
+            if handing_to is not None:
+                future.set_exception(NotLeaderError(
+                    f"not appended: leadership is being handed to {handing_to}; retry on the new leader",
+                    handing_to, self.config.peers.get(handing_to)))
+                return future
             if len(self._pending) >= self.config.append_queue_max:
                 future.set_exception(AppendQueueFullError(
                     f"{len(self._pending)} appends already waiting (append_queue_max="
@@ -275,6 +284,57 @@ class Replica:
         if reason in (reasons.LEADER_CHANGED, reasons.UNKNOWN_OUTCOME):
             return OutcomeUnknownError(f"outcome unknown: the leader changed while the entry was in flight; {where}")
         return DledgerError(f"append refused (pysyncobj reason {reason})")
+
+    # -- leadership transfer ---------------------------------------------------------------------------
+    def transfer_leadership(self, to: str | None = None, timeout_s: float | None = None) -> str:
+        """Hand leadership of the group to `to` (a peer's replica id or Raft address; None: the most up-to-date
+        voter) and wait until this replica no longer leads and a new leader is known; returns its replica id.
+
+        While the transfer is in flight this replica takes no new appends (they fail at once with
+        NotLeaderError, to be retried on the new leader); what it already took is committed first. Raises
+        NotLeaderError (this replica does not lead), TransferRefusedError (the target is not a voter of the
+        group, not connected, more than transfer_lag_entries_max behind, or another transfer runs; leadership
+        stays here), TransferTimeoutError (no new leader within timeout_s, default transfer_timeout_ms)."""
+        if self._closed:
+            raise ReplicaClosedError("replica is closed; open it again to transfer leadership")
+        timeout_s = self.config.transfer_timeout_ms / 1000 if timeout_s is None else timeout_s
+        wanted = self._peer_id_of(to)
+        if wanted == self.config.self_id:
+            raise TransferRefusedError(f"{wanted} is this replica: name another replica of {self.config.group_id}")
+        deadline = time.monotonic() + timeout_s
+        try:
+            target, ended = self._engine.request_transfer(wanted, deadline).result(timeout=timeout_s + 1)
+        except FutureTimeoutError:
+            raise TransferTimeoutError(f"the Raft thread did not take the transfer request within {timeout_s:.1f} s "
+                                       f"(failure: {self._engine.failure!r})") from None
+        me = self.config.self_id
+        while time.monotonic() < deadline:
+            if ended.done() and ended.exception() is not None:
+                raise ended.exception()
+            st = self._status
+            if st.role not in (Role.LEADER, Role.LEADER_PENDING) and st.leader_id not in (None, me):
+                return st.leader_id
+            if ended.done() and not st.connected_peers:
+                break  # stepped down and alone: no new leader will be heard of (the peers are stopping too)
+            time.sleep(0.002)
+        st = self._status
+        raise TransferTimeoutError(
+            f"no new leader of {self.config.group_id} known within {timeout_s:.1f} s of handing leadership to "
+            f"{target} (this replica is now {st.role.value}, leader {st.leader_id or 'unknown'}); "
+            + ("it leads on and takes appends again" if st.role is Role.LEADER else "an election is under way"))
+
+    def prepare_to_stop(self) -> None:
+        """This replica is about to stop (a graceful shutdown): it starts no election from now on, ignores a
+        leader's timeout_now, and tells its peers, so a leader never hands leadership to it. It still replicates
+        and serves until close(). Call transfer_leadership first if it leads."""
+        self._engine.leave()
+
+    def _peer_id_of(self, to: str | None) -> str | None:
+        """A replica id from a replica id or a Raft address; unknown names go on as they are and are refused
+        (TransferRefusedError names the peers)."""
+        if to is None or to in self.config.peers:
+            return to
+        return next((pid for pid, addr in self.config.peers.items() if addr == to), to)
 
     # -- reads -----------------------------------------------------------------------------------------
     def read(self, from_index: int, max_entries: int = 1000, max_bytes: int = 16 * 1024 * 1024,

@@ -8,6 +8,7 @@
     rocketraft admin consumerProgress -g billing -t orders
     rocketraft admin createUser | updateUser | deleteUser | getUser | listUser       (ACL 2.0: rocketraft/cli_auth.py)
     rocketraft admin createAcl | updateAcl | deleteAcl | getAcl | listAcl
+    rocketraft admin transferLeader --group broker-a [--to n1]
 
 Every verb takes --json for machine-readable output. Exit status 0 on success, 1 on an error (printed as
 the broker's code and message), 2 on bad arguments.
@@ -32,7 +33,7 @@ from .client.admin import Admin, plain
 from .client.message import ReceivedMessage
 
 VERBS = ("clusterList", "topicList", "topicRoute", "updateTopic", "deleteTopic", "updateSubGroup",
-         "queryMsgByKey", "queryMsgById", "consumerProgress", *cli_auth.VERBS)
+         "queryMsgByKey", "queryMsgById", "consumerProgress", "transferLeader", *cli_auth.VERBS)
 MESSAGE_TYPES = {"NORMAL": MessageType.NORMAL, "FIFO": MessageType.FIFO, "DELAY": MessageType.DELAY,
                  "TRANSACTION": MessageType.TRANSACTION}
 
@@ -53,6 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-k", "--msgKey", help="queryMsgByKey: the key")
     parser.add_argument("-i", "--msgId", help="queryMsgById: the message id")
     parser.add_argument("--max", type=int, default=32, help="queryMsgByKey: at most this many messages")
+    parser.add_argument("--group", "-b", "--brokerName", dest="brokerGroup",
+                        help="transferLeader: the broker group (brokerName)")
+    parser.add_argument("--to", default="", help="transferLeader: the new master: replica id (dLegerSelfId), "
+                        "brokerId, or its client or Raft address (default: the most up-to-date replica)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     cli_auth.add_arguments(parser)
 
@@ -80,8 +85,9 @@ def _required(args) -> str | None:
         return cli_auth.required(args)
     need = {"topicRoute": ["topic"], "updateTopic": ["topic"], "deleteTopic": ["topic"],
             "updateSubGroup": ["consumerGroup"], "queryMsgByKey": ["topic", "msgKey"],
-            "queryMsgById": ["topic", "msgId"], "consumerProgress": ["consumerGroup", "topic"]}
-    flags = {"topic": "-t", "consumerGroup": "-g", "msgKey": "-k", "msgId": "-i"}
+            "queryMsgById": ["topic", "msgId"], "consumerProgress": ["consumerGroup", "topic"],
+            "transferLeader": ["brokerGroup"]}
+    flags = {"topic": "-t", "consumerGroup": "-g", "msgKey": "-k", "msgId": "-i", "brokerGroup": "--group"}
     missing = [flags[n] for n in need.get(args.verb, []) if not getattr(args, n)]
     if missing:
         return f"{args.verb} needs {' and '.join(missing)}"
@@ -117,6 +123,8 @@ async def _call(args):
             return await admin.query_message_by_key(args.topic, args.msgKey, args.max)
         if verb == "queryMsgById":
             return await admin.query_message_by_id(args.topic, args.msgId)
+        if verb == "transferLeader":
+            return await admin.transfer_leader(args.brokerGroup, args.to, args.clusterName)
         return await admin.consumer_progress(args.consumerGroup, args.topic)
 
 
@@ -147,6 +155,11 @@ def _show(console: Console, verb: str, result) -> None:
         console.print(f"{verb} done on broker groups: {', '.join(result)}", highlight=False)
     elif verb in ("queryMsgByKey", "queryMsgById"):
         _show_messages(console, result)
+    elif verb == "transferLeader":
+        routed = "the NameServer routes to it" if result.namesrv_routes_new_master else \
+            "the NameServer does not route to it yet"
+        console.print(f"{result.group}: master {result.old_master} -> {result.new_master} in {result.took_ms} ms; "
+                      f"{routed}", highlight=False)
     else:
         _show_progress(console, result)
 

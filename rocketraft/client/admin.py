@@ -1,5 +1,6 @@
 """The admin client: topics and groups on every broker group, routes, the cluster, message lookups and
-consumer progress (lag per queue), consumer groups and their members, browsing a topic's newest messages (the
+consumer progress (lag per queue), leadership transfer (a group's master hands over), consumer groups and
+their members, browsing a topic's newest messages (the
 dead-letter topics), resending a stored message and recalling a delay message. NameServers are tried in turn;
 broker-side calls go to each group's master, falling back to its other replicas (reads are served from any
 replica's applied state).
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -27,6 +29,7 @@ from .routes import TopicRoute
 from .transport import rpc_error
 
 ADMIN_TIMEOUT_S = 10.0
+TRANSFER_TIMEOUT_S = 10.0      # a leadership transfer, until the NameServer routes to the new master
 FAN_OUT_ATTEMPTS = 5           # while every refusal is TOO_MANY_REQUESTS
 FAN_OUT_BACKOFF_S = 0.05
 QUERY_MESSAGES_MAX = 1000
@@ -56,6 +59,17 @@ class GroupInfo:
     @property
     def master_address(self) -> str | None:
         return next((r.address for r in self.replicas if r.replica_id == self.master), None)
+
+
+@dataclass(frozen=True)
+class TransferResult:
+    """A leadership transfer: the group's master before and after, how long the broker took, and whether the
+    NameServer already routes to the new master when the call returned."""
+    group: str
+    old_master: str
+    new_master: str
+    took_ms: int
+    namesrv_routes_new_master: bool
 
 
 @dataclass(frozen=True)
@@ -136,6 +150,54 @@ class Admin(AsyncClient):
             topics = sorted({t.name for r in g.replicas for t in r.topics})
             groups.append(GroupInfo(g.cluster, g.group, g.master_replica_id, replicas, tuple(topics)))
         return sorted(groups, key=lambda g: (g.cluster, g.group))
+
+    async def transfer_leader(self, group: str, to: str = "", cluster: str = "",
+                              timeout_s: float = TRANSFER_TIMEOUT_S) -> TransferResult:
+        """Ask broker group `group`'s master (found through the NameServer) to hand mastership to replica `to`
+        ("" = the most up-to-date one; a replica id, brokerId, or client or Raft address); waits until the
+        NameServer routes to the new master (at most timeout_s in all). A master that changed meanwhile is asked
+        again once."""
+        deadline = time.monotonic() + timeout_s
+        for attempt in range(2):
+            master_id, address = await self._master_of(group, cluster)
+            started = time.monotonic()
+            request = ipb.TransferLeaderRequest(to=to, timeout_ms=max(1, round((deadline - started) * 1000)))
+            try:
+                response = await self.transport.broker_admin(address).TransferLeader(
+                    request, timeout=max(0.1, deadline - started) + 1)
+            except grpc.aio.AioRpcError as exc:
+                raise rpc_error(exc, address, f"transfer leadership of {group}") from None
+            if response.code == Code.HA_NOT_AVAILABLE and attempt == 0:
+                continue  # the master changed since the NameServer was asked: ask the new one
+            _check(response.code, response.message)
+            took_ms = round((time.monotonic() - started) * 1000)
+            routed = await self._wait_master(group, cluster, response.new_master, deadline)
+            return TransferResult(group, response.old_master or master_id, response.new_master, took_ms, routed)
+        raise AssertionError("unreachable: the second attempt returns or raises")
+
+    async def _master_of(self, group: str, cluster: str) -> tuple[str, str]:
+        groups = await self._groups_named(group, cluster)
+        if not groups:
+            known = sorted({g.group for g in await self.cluster_list()})
+            raise RocketraftError(f"no broker group {group!r} is registered with the NameServer (known: "
+                                  f"{', '.join(known) or 'none'})", Code.NOT_FOUND)
+        g = groups[0]
+        if not g.master or g.master_address is None:
+            raise RocketraftError(f"broker group {group} has no master right now (an election); retry shortly",
+                                  Code.HA_NOT_AVAILABLE)
+        return g.master, g.master_address
+
+    async def _groups_named(self, group: str, cluster: str) -> list[GroupInfo]:
+        return [g for g in await self.cluster_list() if g.group == group and (not cluster or g.cluster == cluster)]
+
+    async def _wait_master(self, group: str, cluster: str, master: str, deadline: float) -> bool:
+        while True:
+            groups = await self._groups_named(group, cluster)
+            if groups and groups[0].master == master:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.02)
 
     async def topic_list(self) -> list[str]:
         return sorted({t for g in await self.cluster_list() for t in g.topics})

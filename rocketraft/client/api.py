@@ -64,6 +64,7 @@ class Admin(Blocking):
     query_message_by_key = blocking("query_message_by_key")
     query_message_by_id = blocking("query_message_by_id")
     consumer_progress = blocking("consumer_progress")
+    transfer_leader = blocking("transfer_leader")
 
 
 class SimpleConsumer(Blocking):

@@ -356,6 +356,11 @@ class BrokerAdminStub:
                 request_serializer=rocketraft_dot_proto_dot_internal__pb2.ListGroupsRequest.SerializeToString,
                 response_deserializer=rocketraft_dot_proto_dot_internal__pb2.ListGroupsResponse.FromString,
                 _registered_method=True)
+        self.TransferLeader = channel.unary_unary(
+                '/rocketraft.internal.v1.BrokerAdmin/TransferLeader',
+                request_serializer=rocketraft_dot_proto_dot_internal__pb2.TransferLeaderRequest.SerializeToString,
+                response_deserializer=rocketraft_dot_proto_dot_internal__pb2.TransferLeaderResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerAdminServicer:
@@ -403,6 +408,12 @@ class BrokerAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TransferLeader(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -440,6 +451,11 @@ def add_BrokerAdminServicer_to_server(servicer, server):
                     servicer.ListGroups,
                     request_deserializer=rocketraft_dot_proto_dot_internal__pb2.ListGroupsRequest.FromString,
                     response_serializer=rocketraft_dot_proto_dot_internal__pb2.ListGroupsResponse.SerializeToString,
+            ),
+            'TransferLeader': grpc.unary_unary_rpc_method_handler(
+                    servicer.TransferLeader,
+                    request_deserializer=rocketraft_dot_proto_dot_internal__pb2.TransferLeaderRequest.FromString,
+                    response_serializer=rocketraft_dot_proto_dot_internal__pb2.TransferLeaderResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -631,6 +647,33 @@ class BrokerAdmin:
             '/rocketraft.internal.v1.BrokerAdmin/ListGroups',
             rocketraft_dot_proto_dot_internal__pb2.ListGroupsRequest.SerializeToString,
             rocketraft_dot_proto_dot_internal__pb2.ListGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TransferLeader(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketraft.internal.v1.BrokerAdmin/TransferLeader',
+            rocketraft_dot_proto_dot_internal__pb2.TransferLeaderRequest.SerializeToString,
+            rocketraft_dot_proto_dot_internal__pb2.TransferLeaderResponse.FromString,
             options,
             channel_credentials,
             insecure,

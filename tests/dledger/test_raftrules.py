@@ -12,12 +12,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dledger.raftrules import (
+    TransferCandidate,
+    choose_transfer_target,
+    election_needs_prevote,
     is_leader_contact,
     leader_presumed_alive,
     log_up_to_date,
     prevote_delay_rank,
     prevote_granted,
     prevote_won,
+    timeout_now_due,
     trim_append_entries,
 )
 
@@ -311,3 +315,91 @@ def test_a_message_pysyncobj_accepts_is_still_accepted_after_trimming_and_leaves
     assert result is not None
     end = entries[-1][0] if entries else prev
     assert all(result[i] == leader[i - 1] for i in range(log.first_index, end + 1))
+
+
+# -- leadership transfer ---------------------------------------------------------------------------------
+def peer(match_index: int, voter: bool = True, connected: bool = True) -> TransferCandidate:
+    return TransferCandidate(voter=voter, connected=connected, match_index=match_index)
+
+
+def test_transfer_to_a_named_up_to_date_voter_is_accepted():
+    assert choose_transfer_target({"n2": peer(100), "n3": peer(90)}, 100, "n3", 1000) == ("n3", None)
+
+
+def test_transfer_without_a_name_picks_the_most_up_to_date_voter():
+    assert choose_transfer_target({"n2": peer(90), "n3": peer(100)}, 100, None, 1000) == ("n3", None)
+
+
+def test_transfer_without_a_name_breaks_a_tie_by_the_lowest_id():
+    assert choose_transfer_target({"n3": peer(100), "n2": peer(100)}, 100, None, 1000) == ("n2", None)
+
+
+def test_transfer_to_a_non_voter_is_refused_however_up_to_date_it_is():
+    target, why = choose_transfer_target({"n2": peer(100, voter=False)}, 100, "n2", 1000)
+    assert target is None and "not a voter" in why
+
+
+def test_transfer_without_a_name_never_picks_a_non_voter_even_the_most_up_to_date():
+    peers = {"n2": peer(100, voter=False), "n3": peer(95)}
+    assert choose_transfer_target(peers, 100, None, 1000) == ("n3", None)
+
+
+def test_transfer_to_a_replica_further_behind_than_the_limit_is_refused_naming_the_lag():
+    target, why = choose_transfer_target({"n2": peer(10)}, 2000, "n2", 1000)
+    assert target is None and "1990 entries behind" in why and "transfer_lag_entries_max=1000" in why
+
+
+def test_transfer_to_a_replica_exactly_at_the_lag_limit_is_accepted():
+    assert choose_transfer_target({"n2": peer(1000)}, 2000, "n2", 1000) == ("n2", None)
+
+
+def test_transfer_to_a_disconnected_replica_is_refused():
+    target, why = choose_transfer_target({"n2": peer(100, connected=False)}, 100, "n2", 1000)
+    assert target is None and "not connected" in why
+
+
+def test_transfer_to_a_replica_that_announced_it_is_stopping_is_refused():
+    target, why = choose_transfer_target({"n2": TransferCandidate(True, True, 100, stopping=True)}, 100, "n2", 1000)
+    assert target is None and "n2 is stopping" in why
+
+
+def test_transfer_without_a_name_skips_a_stopping_replica_even_the_most_up_to_date():
+    peers = {"n2": TransferCandidate(True, True, 100, stopping=True), "n3": peer(90)}
+    assert choose_transfer_target(peers, 100, None, 1000) == ("n3", None)
+
+
+def test_transfer_to_an_unknown_replica_is_refused_naming_the_peers():
+    target, why = choose_transfer_target({"n2": peer(100), "n3": peer(100)}, 100, "n9", 1000)
+    assert target is None and "'n9' is not a peer" in why and "n2, n3" in why
+
+
+def test_transfer_without_a_name_and_no_fit_peer_says_why_for_each():
+    target, why = choose_transfer_target({"n2": peer(1, voter=False), "n3": peer(100, connected=False)}, 100, None,
+                                         1000)
+    assert target is None and "n2 is not a voter" in why and "n3 is not connected" in why
+
+
+def test_timeout_now_waits_until_the_target_holds_the_whole_log():
+    assert not timeout_now_due(target_match_index=99, last_index=100, commit_index=100)
+
+
+def test_timeout_now_waits_until_everything_the_leader_took_is_committed():
+    """Otherwise appends in flight on the old leader would end with an unknown outcome."""
+    assert not timeout_now_due(target_match_index=100, last_index=100, commit_index=98)
+
+
+def test_timeout_now_is_sent_once_the_target_holds_everything_and_all_is_committed():
+    assert timeout_now_due(target_match_index=100, last_index=100, commit_index=100)
+
+
+def test_a_replica_told_to_time_out_by_its_leader_skips_the_pre_vote():
+    """Every voter still hears the live leader and would refuse a pre-vote: the transfer would never happen."""
+    assert not election_needs_prevote(pre_vote_enabled=True, told_to_time_out=True)
+
+
+def test_a_replica_whose_timer_fired_on_its_own_runs_the_pre_vote():
+    assert election_needs_prevote(pre_vote_enabled=True, told_to_time_out=False)
+
+
+def test_with_pre_vote_off_no_election_runs_one():
+    assert not election_needs_prevote(pre_vote_enabled=False, told_to_time_out=False)
