@@ -11,6 +11,11 @@ when a run ends early. Families:
   netem      random packet loss on one replica's traffic (nftables), plus delay where tc netem works
   disk       fill one replica's own filesystem (a tmpfs per replica) to 97 %, free it when healed
 
+  transfer   ask the master to hand leadership to a random live follower (BrokerAdmin.TransferLeader, what
+             `rocketraft admin transferLeader --to` does); nothing to heal
+  rolling    a rolling restart: a clean stop (SIGTERM) of each replica in turn, followers first and the master
+             last (its stop hands leadership over), each restarted and caught up before the next one stops
+
 Storage families (not in 'all': two of them at once can take a majority of the group's disks, which the group
 rightly refuses to recover from without an operator; see jepsen_tests/README.md):
 
@@ -54,8 +59,9 @@ from .cluster import ChaosCluster
 log = logging.getLogger(__name__)
 
 BASIC = ("kill", "pause", "partition", "netem", "disk")  # 'all'
+OPERATIONS = ("transfer", "rolling")  # what operators do to a live group
 STORAGE = ("lostdisk", "bitflip", "torn", "garbage", "crash", "replace")
-FAMILIES = BASIC + STORAGE
+FAMILIES = BASIC + OPERATIONS + STORAGE
 DISK_FILL_PERCENT = 97.0
 LAG_S = 1.0  # lostdisk: how long the others go on acknowledging while one follower is paused
 FLIPPED_ENTRIES_MAX = 3
@@ -362,9 +368,61 @@ def log_vote(cluster: ChaosCluster, replica: str) -> None:
     log.info("%s %s", replica, "still catches up (a non-voter)" if replica in pending else "votes again")
 
 
+TRANSFER_TIMEOUT_MS = 5_000
+CATCH_UP_S = 30.0  # rolling: how long a restarted replica may take to catch up before the next one stops
+
+
+class Transfer:
+    family = "transfer"
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> ActiveFault:
+        master = cluster.master_id()
+        followers = [r for r in cluster.ids if r != master and cluster.alive(r)]
+        if master is None or not followers:
+            return ActiveFault(self.family, "no master or no live follower: no transfer", [])
+        target = rng.choice(followers)
+        stub = ipb_grpc.BrokerAdminStub(cluster.dev.channel(cluster.dev.address_of[master]))
+        try:
+            answer = stub.TransferLeader(ipb.TransferLeaderRequest(to=target, timeout_ms=TRANSFER_TIMEOUT_MS),
+                                         timeout=TRANSFER_TIMEOUT_MS / 1000 + 5)
+            outcome = f"{answer.new_master or 'no new master'}: {answer.message or 'OK'}"
+        except grpc.RpcError as exc:
+            outcome = f"{exc.code().name}: {exc.details()}"
+        return ActiveFault(self.family, f"transfer leadership {master} -> {target} ({outcome})", [master, target])
+
+
+class Rolling:
+    family = "rolling"
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> ActiveFault:
+        master = cluster.master_id()
+        order = [r for r in cluster.ids if r != master] + ([master] if master is not None else [])
+        for replica in order:
+            cluster.stop_replica(replica)
+            cluster.restart(replica)
+            caught_up(cluster, replica)
+        return ActiveFault(self.family, f"rolling restart (SIGTERM, restart, catch up) of {', '.join(order)}", order)
+
+
+def caught_up(cluster: ChaosCluster, replica: str, timeout_s: float = CATCH_UP_S) -> None:
+    """Waits until the replica has applied what the master had committed when it came back (or timeout_s)."""
+    deadline = time.monotonic() + timeout_s
+    target = None
+    while time.monotonic() < deadline:
+        statuses = cluster.dev.statuses()
+        mine = statuses.get(replica)
+        leader = next((s for s in statuses.values() if s is not None and s.role == "LEADER"), None)
+        if target is None and leader is not None:
+            target = leader.commit_index
+        if mine is not None and target is not None and mine.applied_index >= target:
+            return
+        time.sleep(0.1)
+    log.warning("%s did not catch up within %.0f s; the rolling restart goes on", replica, timeout_s)
+
+
 CLASSES = {"kill": Kill, "pause": Pause, "partition": Partition, "netem": Netem, "disk": DiskFull,
            "lostdisk": LostDisk, "bitflip": BitFlip, "torn": Torn, "garbage": Garbage, "crash": Crash,
-           "replace": Replace}
+           "replace": Replace, "transfer": Transfer, "rolling": Rolling}
 
 
 def parse(spec: str) -> list[str]:

@@ -7,7 +7,7 @@ import sys
 import grpc
 
 from devkit.fuzz.calls import judge_response, judge_status
-from devkit.fuzz.run import BROKER_ADMIN, NAME_SERVER, V2
+from devkit.fuzz.run import BROKER_ADMIN, BROKER_AUTH, NAME_SERVER, V2
 from rocketraft.protocol.wire import Code, ipb, pb, svc
 
 REQUESTS = 25
@@ -23,7 +23,7 @@ def test_a_short_fuzz_of_every_rpc_of_every_service_finds_no_crash_hang_or_trace
     fuzzed = {(r["server"].split()[0], r["rpc"]) for r in results if r["requests"] == REQUESTS}
     expected = {("namesrv", f"MessagingService.{m.name}") for m in V2.methods} \
         | {("namesrv", f"NameServer.{m.name}") for m in NAME_SERVER.methods} \
-        | {(role, f"{s.name}.{m.name}") for role in ("master", "follower") for s in (V2, BROKER_ADMIN)
+        | {(role, f"{s.name}.{m.name}") for role in ("master", "follower") for s in (V2, BROKER_ADMIN, BROKER_AUTH)
            for m in s.methods}
     assert expected <= fuzzed, f"not fuzzed: {sorted(expected - fuzzed)}"
     assert sum(r["ok"] for r in results if r["rpc"] == "MessagingService.SendMessage") > 0, "no valid send"

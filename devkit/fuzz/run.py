@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import rocketraft
 from devkit.devcluster import DevCluster
 from devkit.waiting import wait_until
+from rocketraft.proto import auth_pb2 as apb
 from rocketraft.protocol.wire import ipb, svc
 
 from . import templates
@@ -26,6 +27,7 @@ from .messages import interesting_strings, request_bytes
 V2 = svc.DESCRIPTOR.services_by_name["MessagingService"]
 BROKER_ADMIN = ipb.DESCRIPTOR.services_by_name["BrokerAdmin"]
 NAME_SERVER = ipb.DESCRIPTOR.services_by_name["NameServer"]
+BROKER_AUTH = apb.DESCRIPTOR.services_by_name["BrokerAuth"]
 TRACEBACK_MARKS = ("Traceback (most recent call last)", "Exception calling application", "Exception iterating")
 EXAMPLES_KEPT = 3
 SETUP_TIMEOUT_S = 30.0
@@ -103,8 +105,10 @@ class Fuzzer:
         follower = next(i for i in self.cluster.ids if i != master)
         v2, admin, ns = templates.v2(self.names), templates.broker_admin(self.names), templates.name_server(self.names)
         return [Server("namesrv", self.cluster.namesrv_address, ((V2, v2), (NAME_SERVER, ns))),
-                Server(f"master {master}", self.cluster.address_of[master], ((V2, v2), (BROKER_ADMIN, admin))),
-                Server(f"follower {follower}", self.cluster.address_of[follower], ((V2, v2), (BROKER_ADMIN, admin)))]
+                Server(f"master {master}", self.cluster.address_of[master],
+                       ((V2, v2), (BROKER_ADMIN, admin), (BROKER_AUTH, {}))),
+                Server(f"follower {follower}", self.cluster.address_of[follower],
+                       ((V2, v2), (BROKER_ADMIN, admin), (BROKER_AUTH, {})))]
 
     def run(self) -> list[RpcResult]:
         self._prepare(self.names.topic, self.names.group)

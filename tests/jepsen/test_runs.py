@@ -79,6 +79,16 @@ def test_the_official_sdk_workload_through_kills_loses_nothing(tmp_path):
     assert_clean(results)
 
 
+def test_leadership_transfers_and_a_rolling_restart_lose_nothing(tmp_path):
+    code, results = runner.run(short(tmp_path, nemesis=["rolling", "transfer"], time_limit_s=14, interval_s=2,
+                                     fault_s=2, seed=5))
+    assert_valid(code, results)
+    injected = [w["description"] for w in results["faults"]]
+    assert any("rolling restart" in d for d in injected), injected
+    assert all(w["error"] == "" for w in results["faults"]), results["faults"]
+    assert_clean(results)
+
+
 @pytest.mark.netfault
 def test_a_short_partition_packet_loss_and_disk_full_run_loses_nothing_and_removes_every_rule_and_mount(
         tmp_path, netfaults):
