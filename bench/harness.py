@@ -13,6 +13,7 @@
     python -m bench metrics --messages 100000 --rounds 3               (publish, metrics off vs on: metrics_cost.py)
     python -m bench repro disk-full | slave-write | busy               (bench/repro/README.md)
     python -m bench rolling-restart [--clients rocketraft,sdk]         (SIGTERM each replica under load: rolling.py)
+    python -m bench soak --minutes 30 --retention-s 60                 (disk, memory, gaps, loss over time: soak.py)
 
 Each run starts its own local cluster (a NameServer and a 3-replica group, ASYNC_FLUSH unless --flush) under
 --dir, or targets a running one with --namesrv (not for failover and scale log, which kill replicas). It shows
@@ -43,7 +44,7 @@ from .scale import log_scale, producers_scale, topics_scale
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
 SCENARIOS = ("publish", "latency", "consume", "e2e", "failover", "rpc", "scale", "dledger", "repro", "metrics",
-             "rolling-restart")
+             "rolling-restart", "soak")
 KILLS_REPLICAS = ("failover", "scale-log")
 REPROS = {"disk-full": "bench.repro.disk_full", "slave-write": "bench.repro.slave_write", "busy": "bench.repro.busy"}
 
@@ -85,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["rolling-restart"]:
         from . import rolling
         return rolling.main(argv[1:])
+    if argv[:1] == ["soak"]:
+        from . import soak
+        return soak.main(argv[1:])
     args = parser().parse_args(argv)
     name = args.scenario + (f"-{args.kind}" if args.kind else "")
     if args.scenario == "scale" and args.kind not in ("topics", "producers", "log"):
