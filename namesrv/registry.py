@@ -8,6 +8,12 @@ term ("LEADER_PENDING" has been elected but has not applied its first-term entry
 A replica that still claims LEADER at a lower term is a stale leader and is routed as a follower.
 Only the master gets brokerId 0 and write permission; every other live replica is a READ-only follower
 under its stable follower_broker_id (>= 1). Groups are keyed by name (brokerName) across clusters.
+
+Proxy-style endpoints: the master's entries list every live replica of the group as one Endpoints, master
+first (docs/architecture.md, "Routes the official SDKs ride through a master's death"). Every replica forwards
+a write to the leader, so an SDK whose channel loses the master lands on another replica at its next attempt,
+without a route refresh. Followers' entries keep their one address (the SDKs send Telemetry and Heartbeat to
+every Endpoints of a route), and are never writable.
 """
 
 from __future__ import annotations
@@ -205,11 +211,16 @@ class RouteRegistry:
         entry = self._master_entry(self._group_entries(group, now_ms))
         return entry.reg if entry is not None else None
 
-    def route(self, topic: str, namespace: str = "", now_ms: int | None = None) -> list[pb.MessageQueue]:
-        """Every queue of topic on every group that has it: master (brokerId 0) first, then READ followers."""
+    def route(self, topic: str, namespace: str = "", now_ms: int | None = None,
+              replica_lists: bool = True) -> list[pb.MessageQueue]:
+        """Every queue of topic on every group that has it: master (brokerId 0) first, then READ followers.
+
+        replica_lists: the master's entries list every live replica, master first; False gives the master's
+        address alone (for clients that cannot use a list: rocketraft.protocol.routing.takes_replica_lists).
+        """
         queues: list[pb.MessageQueue] = []
         for group in self.groups(now_ms):
-            queues.extend(self._group_route(group, topic, namespace, now_ms))
+            queues.extend(self._group_route(group, topic, namespace, now_ms, replica_lists))
         if not queues:
             known = ", ".join(self.groups(now_ms)) or "none"
             raise TopicNotFoundError(f"topic {topic!r} does not exist on any broker group (groups known to this "
@@ -286,7 +297,8 @@ class RouteRegistry:
         # Two LEADERs in one term cannot happen in Raft; if bad input claims it, prefer the one heard from last.
         return max(leaders, key=lambda e: (e.reg.term, e.last_seen_ms, e.reg.replica_id), default=None)
 
-    def _group_route(self, group: str, topic: str, namespace: str, now_ms: int | None) -> list[pb.MessageQueue]:
+    def _group_route(self, group: str, topic: str, namespace: str, now_ms: int | None,
+                     replica_lists: bool = True) -> list[pb.MessageQueue]:
         entries = self._group_entries(group, now_ms)
         master = self._master_entry(entries)
         config = master.topics.get(topic) if master is not None else None
@@ -302,12 +314,15 @@ class RouteRegistry:
         resource = pb.Resource(name=topic, resource_namespace=namespace)
         accept = list(config.message_types) or list(ALL_MESSAGE_TYPES)
         follower_permission = pb.Permission.READ if config.perm & PERM_READ else pb.Permission.NONE
+        if master is not None:
+            listed = [master] + followers if replica_lists else [master]
+            master_endpoints = endpoints(*(e.reg.address for e in listed))
         queues = []
         for queue_id in range(min(config.queue_nums, QUEUE_NUMS_MAX)):
             if master is not None:
                 queues.append(pb.MessageQueue(
                     topic=resource, id=queue_id, permission=permission_of(config.perm),
-                    broker=pb.Broker(name=group, id=MASTER_BROKER_ID, endpoints=endpoints(master.reg.address)),
+                    broker=pb.Broker(name=group, id=MASTER_BROKER_ID, endpoints=master_endpoints),
                     accept_message_types=accept))
             for f in followers:
                 queues.append(pb.MessageQueue(

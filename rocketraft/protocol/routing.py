@@ -30,6 +30,17 @@ def permission_of(perm_bits: int) -> int:
     return pb.Permission.NONE
 
 
+# Clients (by their x-mq-language header) whose official SDK cannot open a channel to an Endpoints of several
+# addresses. The Node.js SDK (rocketmq-client-nodejs 1.0.8, which sends "HTTP") joins them as "a:1,b:2" without a
+# scheme, and @grpc/grpc-js then resolves that whole string as one DNS name (ENOTFOUND): every call would fail.
+SINGLE_ADDRESS_LANGUAGES = frozenset({"HTTP"})
+
+
+def takes_replica_lists(language: str) -> bool:
+    """Whether a client that sent this x-mq-language can use a master entry that lists every replica."""
+    return language.upper() not in SINGLE_ADDRESS_LANGUAGES
+
+
 def is_master(queue: pb.MessageQueue) -> bool:
     return queue.broker.id == MASTER_BROKER_ID
 
