@@ -12,8 +12,9 @@ under its stable follower_broker_id (>= 1). Groups are keyed by name (brokerName
 Proxy-style endpoints: the master's entries list every live replica of the group as one Endpoints, master
 first (docs/architecture.md, "Routes the official SDKs ride through a master's death"). Every replica forwards
 a write to the leader, so an SDK whose channel loses the master lands on another replica at its next attempt,
-without a route refresh. Followers' entries keep their one address (the SDKs send Telemetry and Heartbeat to
-every Endpoints of a route), and are never writable.
+without a route refresh. Every replica, the master too, then also has a READ entry of its own address under
+its stable follower_broker_id (the SDKs send Telemetry and Heartbeat to every Endpoints of a route, and the
+master must keep its own streams); those entries are never writable.
 """
 
 from __future__ import annotations
@@ -314,9 +315,15 @@ class RouteRegistry:
         resource = pb.Resource(name=topic, resource_namespace=namespace)
         accept = list(config.message_types) or list(ALL_MESSAGE_TYPES)
         follower_permission = pb.Permission.READ if config.perm & PERM_READ else pb.Permission.NONE
+        readers = followers
         if master is not None:
             listed = [master] + followers if replica_lists else [master]
             master_endpoints = endpoints(*(e.reg.address for e in listed))
+            if len(master_endpoints.addresses) > 1:
+                # The list's channel may settle on a follower (the Python and Go SDKs sort it), so the master
+                # gets a READ entry of its own too: SDKs stream Telemetry to every Endpoints of a route, and
+                # transaction check-backs leave from the master's streams.
+                readers = entries
         queues = []
         for queue_id in range(min(config.queue_nums, QUEUE_NUMS_MAX)):
             if master is not None:
@@ -324,7 +331,7 @@ class RouteRegistry:
                     topic=resource, id=queue_id, permission=permission_of(config.perm),
                     broker=pb.Broker(name=group, id=MASTER_BROKER_ID, endpoints=master_endpoints),
                     accept_message_types=accept))
-            for f in followers:
+            for f in readers:
                 queues.append(pb.MessageQueue(
                     topic=resource, id=queue_id, permission=follower_permission,
                     broker=pb.Broker(name=group, id=f.reg.follower_broker_id, endpoints=endpoints(f.reg.address)),

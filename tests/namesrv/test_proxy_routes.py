@@ -17,18 +17,19 @@ from rocketraft.protocol.wire import addresses_of, endpoints, pb, svc, svc_grpc
 AddressScheme = pb.AddressScheme
 
 
-def test_the_masters_entries_list_every_live_replica_master_first_and_followers_list_only_themselves():
+def test_the_masters_entries_list_every_live_replica_master_first_and_each_replica_has_a_read_entry_of_its_own():
     r = RouteRegistry()
     three_replicas(r, leader="n2")
     route = r.route("T")
     masters = [q for q in route if q.broker.id == 0]
-    followers = [q for q in route if q.broker.id != 0]
+    readers = [q for q in route if q.broker.id != 0]
     assert masters and all(addresses_of(q.broker.endpoints) == ["127.0.0.12:8081", "127.0.0.11:8081",
                                                                  "127.0.0.13:8081"] for q in masters)
     assert all(q.broker.endpoints.scheme == AddressScheme.IPv4 for q in masters)
-    assert sorted({tuple(addresses_of(q.broker.endpoints)) for q in followers}) == [
-        ("127.0.0.11:8081",), ("127.0.0.13:8081",)]
-    assert not [q for q in followers if q.permission in WRITABLE]
+    # The master's own READ entry keeps the SDKs' Telemetry streams on the master (transaction check-backs).
+    assert sorted({(q.broker.id, tuple(addresses_of(q.broker.endpoints))) for q in readers}) == [
+        (1, ("127.0.0.11:8081",)), (2, ("127.0.0.12:8081",)), (3, ("127.0.0.13:8081",))]
+    assert not [q for q in readers if q.permission in WRITABLE]
 
 
 def test_a_replica_that_stopped_heartbeating_leaves_the_masters_list():
@@ -43,8 +44,10 @@ def test_a_replica_that_stopped_heartbeating_leaves_the_masters_list():
 def test_without_replica_lists_the_masters_entries_name_the_master_alone():
     r = RouteRegistry()
     three_replicas(r, leader="n3")
-    masters = [q for q in r.route("T", replica_lists=False) if q.broker.id == 0]
+    route = r.route("T", replica_lists=False)
+    masters = [q for q in route if q.broker.id == 0]
     assert {tuple(addresses_of(q.broker.endpoints)) for q in masters} == {("127.0.0.13:8081",)}
+    assert {q.broker.id for q in route} == {0, 1, 2}  # the route as before proxy-style routes
 
 
 def test_a_domain_name_anywhere_in_the_group_keeps_the_master_alone_since_sdks_refuse_several_names():
