@@ -213,15 +213,15 @@ class RouteRegistry:
         return entry.reg if entry is not None else None
 
     def route(self, topic: str, namespace: str = "", now_ms: int | None = None,
-              replica_lists: bool = True) -> list[pb.MessageQueue]:
+              scheme_in_host: bool = False) -> list[pb.MessageQueue]:
         """Every queue of topic on every group that has it: master (brokerId 0) first, then READ followers.
 
-        replica_lists: the master's entries list every live replica, master first; False gives the master's
-        address alone (for clients that cannot use a list: rocketraft.protocol.routing.takes_replica_lists).
+        The master's entries list every live replica, master first; scheme_in_host writes that list for the
+        SDKs that join it without a scheme (rocketraft.protocol.routing.needs_scheme_in_host).
         """
         queues: list[pb.MessageQueue] = []
         for group in self.groups(now_ms):
-            queues.extend(self._group_route(group, topic, namespace, now_ms, replica_lists))
+            queues.extend(self._group_route(group, topic, namespace, now_ms, scheme_in_host))
         if not queues:
             known = ", ".join(self.groups(now_ms)) or "none"
             raise TopicNotFoundError(f"topic {topic!r} does not exist on any broker group (groups known to this "
@@ -299,7 +299,7 @@ class RouteRegistry:
         return max(leaders, key=lambda e: (e.reg.term, e.last_seen_ms, e.reg.replica_id), default=None)
 
     def _group_route(self, group: str, topic: str, namespace: str, now_ms: int | None,
-                     replica_lists: bool = True) -> list[pb.MessageQueue]:
+                     scheme_in_host: bool = False) -> list[pb.MessageQueue]:
         entries = self._group_entries(group, now_ms)
         master = self._master_entry(entries)
         config = master.topics.get(topic) if master is not None else None
@@ -317,8 +317,8 @@ class RouteRegistry:
         follower_permission = pb.Permission.READ if config.perm & PERM_READ else pb.Permission.NONE
         readers = followers
         if master is not None:
-            listed = [master] + followers if replica_lists else [master]
-            master_endpoints = endpoints(*(e.reg.address for e in listed))
+            listed = [master] + followers
+            master_endpoints = endpoints(*(e.reg.address for e in listed), scheme_in_host=scheme_in_host)
             if len(master_endpoints.addresses) > 1:
                 # The list's channel may settle on a follower (the Python and Go SDKs sort it), so the master
                 # gets a READ entry of its own too: SDKs stream Telemetry to every Endpoints of a route, and

@@ -28,7 +28,7 @@ from rocketraft.protocol.errors import (
     to_status,
 )
 from rocketraft.protocol.names import check_topic_name
-from rocketraft.protocol.routing import PERM_READ_WRITE, takes_replica_lists
+from rocketraft.protocol.routing import PERM_READ_WRITE, needs_scheme_in_host
 from rocketraft.protocol.serving import add_service
 from rocketraft.protocol.wire import (
     ALL_MESSAGE_TYPES,
@@ -209,9 +209,9 @@ class NameServer:
 
     # -- client requests -------------------------------------------------------------------------------------
 
-    async def query_route(self, topic: str, namespace: str = "", replica_lists: bool = True) -> list[pb.MessageQueue]:
+    async def query_route(self, topic: str, namespace: str = "", scheme_in_host: bool = False) -> list[pb.MessageQueue]:
         try:
-            return self.registry.route(topic, namespace, now_ms=self.clock_ms(), replica_lists=replica_lists)
+            return self.registry.route(topic, namespace, now_ms=self.clock_ms(), scheme_in_host=scheme_in_host)
         except TopicNotFoundError:
             # A name that can never exist is a different mistake from a topic nobody created.
             check_topic_name(topic)
@@ -220,7 +220,7 @@ class NameServer:
                 raise
         results = await self._auto_create(topic, queue_nums)
         try:
-            return self.registry.route(topic, namespace, now_ms=self.clock_ms(), replica_lists=replica_lists)
+            return self.registry.route(topic, namespace, now_ms=self.clock_ms(), scheme_in_host=scheme_in_host)
         except TopicNotFoundError:
             causes = "; ".join(r.message for r in results if not r.ok) or "no group allows auto-creation"
             raise TopicNotFoundError(f"topic {topic!r} did not exist and auto-creating it failed: {causes}") from None
@@ -430,7 +430,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
     async def QueryRoute(self, request: svc.QueryRouteRequest, context) -> svc.QueryRouteResponse:
         try:
             queues = await self._ns.query_route(request.topic.name, request.topic.resource_namespace,
-                                                replica_lists=takes_replica_lists(_language_of(context)))
+                                                scheme_in_host=needs_scheme_in_host(_language_of(context)))
         except Exception as e:
             return svc.QueryRouteResponse(status=_error_status("QueryRoute", e))
         log.debug("QueryRoute %s: %d queues", request.topic.name, len(queues))

@@ -30,15 +30,15 @@ def permission_of(perm_bits: int) -> int:
     return pb.Permission.NONE
 
 
-# Clients (by their x-mq-language header) whose official SDK cannot open a channel to an Endpoints of several
-# addresses. The Node.js SDK (rocketmq-client-nodejs 1.0.8, which sends "HTTP") joins them as "a:1,b:2" without a
-# scheme, and @grpc/grpc-js then resolves that whole string as one DNS name (ENOTFOUND): every call would fail.
-SINGLE_ADDRESS_LANGUAGES = frozenset({"HTTP"})
+# x-mq-language of the SDKs that build a gRPC target from an Endpoints by joining its "host:port"s with commas and
+# no scheme: rocketmq-client-nodejs 1.0.8 sends "HTTP", and @grpc/grpc-js resolves "a:1,b:2" as one DNS name
+# (ENOTFOUND: every call fails). For them a list carries its scheme in the first host (wire.endpoints).
+SCHEMELESS_TARGET_LANGUAGES = frozenset({"HTTP"})
 
 
-def takes_replica_lists(language: str) -> bool:
-    """Whether a client that sent this x-mq-language can use a master entry that lists every replica."""
-    return language.upper() not in SINGLE_ADDRESS_LANGUAGES
+def needs_scheme_in_host(language: str) -> bool:
+    """Whether a client that sent this x-mq-language needs "ipv4:" inside the first host of a list."""
+    return language.upper() in SCHEMELESS_TARGET_LANGUAGES
 
 
 def is_master(queue: pb.MessageQueue) -> bool:

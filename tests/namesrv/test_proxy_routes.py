@@ -11,7 +11,7 @@ from test_registry import reg, three_replicas
 from namesrv.registry import RouteRegistry
 from namesrv.server import NameServer
 from rocketraft.client.routes import route_of
-from rocketraft.protocol.routing import WRITABLE, takes_replica_lists
+from rocketraft.protocol.routing import WRITABLE, needs_scheme_in_host
 from rocketraft.protocol.wire import addresses_of, endpoints, pb, svc, svc_grpc
 
 AddressScheme = pb.AddressScheme
@@ -41,13 +41,18 @@ def test_a_replica_that_stopped_heartbeating_leaves_the_masters_list():
     assert {tuple(addresses_of(q.broker.endpoints)) for q in masters} == {("127.0.0.12:8081", "127.0.0.13:8081")}
 
 
-def test_without_replica_lists_the_masters_entries_name_the_master_alone():
+def test_for_sdks_that_join_the_list_without_a_scheme_its_first_host_carries_it():
+    """rocketmq-client-nodejs joins the addresses as "a:1,b:2"; with "ipv4:" in the first host its gRPC target
+    reads "ipv4:127.0.0.13:8081,127.0.0.11:8081,127.0.0.12:8081", which @grpc/grpc-js resolves as the list."""
     r = RouteRegistry()
     three_replicas(r, leader="n3")
-    route = r.route("T", replica_lists=False)
-    masters = [q for q in route if q.broker.id == 0]
-    assert {tuple(addresses_of(q.broker.endpoints)) for q in masters} == {("127.0.0.13:8081",)}
-    assert {q.broker.id for q in route} == {0, 1, 2}  # the route as before proxy-style routes
+    route = r.route("T", scheme_in_host=True)
+    master = next(q for q in route if q.broker.id == 0)
+    hosts = [f"{a.host}:{a.port}" for a in master.broker.endpoints.addresses]
+    assert ",".join(hosts) == "ipv4:127.0.0.13:8081,127.0.0.11:8081,127.0.0.12:8081"
+    assert addresses_of(master.broker.endpoints) == ["127.0.0.13:8081", "127.0.0.11:8081", "127.0.0.12:8081"]
+    assert all(":" not in a.host for q in route if q.broker.id != 0 for a in q.broker.endpoints.addresses)
+    assert endpoints("127.0.0.1:8081", scheme_in_host=True).addresses[0].host == "127.0.0.1"  # one: no scheme
 
 
 def test_a_domain_name_anywhere_in_the_group_keeps_the_master_alone_since_sdks_refuse_several_names():
@@ -56,9 +61,9 @@ def test_a_domain_name_anywhere_in_the_group_keeps_the_master_alone_since_sdks_r
     assert endpoints("broker-1:8081").scheme == AddressScheme.DOMAIN_NAME
 
 
-def test_only_the_nodejs_sdk_is_given_single_addresses():
-    assert not takes_replica_lists("HTTP")  # what rocketmq-client-nodejs 1.0.8 sends as x-mq-language
-    assert all(takes_replica_lists(lang) for lang in ("PYTHON", "JAVA", "GOLANG", "CPP", "DOTNET", ""))
+def test_only_the_nodejs_sdk_gets_the_scheme_in_a_host():
+    assert needs_scheme_in_host("HTTP")  # what rocketmq-client-nodejs 1.0.8 sends as x-mq-language
+    assert not any(needs_scheme_in_host(lang) for lang in ("PYTHON", "JAVA", "GOLANG", "CPP", "DOTNET", ""))
 
 
 def test_our_client_reads_the_master_as_the_first_address_and_every_listed_address_as_a_replica():
@@ -87,11 +92,11 @@ def test_query_route_over_grpc_answers_by_the_clients_language():
                     reply = await stub.QueryRoute(svc.QueryRouteRequest(topic=pb.Resource(name="T")),
                                                   metadata=metadata, timeout=5)
                     master = next(q for q in reply.message_queues if q.broker.id == 0)
-                    seen[language] = addresses_of(master.broker.endpoints)
+                    seen[language] = [f"{a.host}:{a.port}" for a in master.broker.endpoints.addresses]
             return seen
         finally:
             await ns.stop()
 
     seen = asyncio.run(scenario())
     everyone = ["127.0.0.11:8081", "127.0.0.12:8081", "127.0.0.13:8081"]
-    assert seen == {"PYTHON": everyone, "HTTP": ["127.0.0.11:8081"], None: everyone}
+    assert seen == {"PYTHON": everyone, "HTTP": ["ipv4:127.0.0.11:8081"] + everyone[1:], None: everyone}
