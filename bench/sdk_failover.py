@@ -2,9 +2,11 @@
 
     .venv/bin/python -m bench sdk-failover --kills 10          # 10 kills on one cluster
     .venv/bin/python -m bench sdk-failover --kills 2 --hold 5   # keep each killed master down 5 s
+    .venv/bin/python -m bench sdk-failover --sdk node --kills 5 # the official Node.js SDK (tests/sdk_node)
 
 One NameServer and a 3-replica group (real processes on 127.0.0.1), one unmodified SDK Producer
-(rocketmq-python-client) sending 1 KiB messages one at a time on a thread, as bench.broker_sdk's failover does.
+(rocketmq-python-client) sending 1 KiB messages one at a time on a thread, as bench.broker_sdk's failover does;
+with --sdk node, the official Node.js SDK (rocketmq-client-nodejs) in a node process, one at a time too.
 Each kill: wait until every replica is up and knows the master and the last second held only acknowledged
 sends; kill -9 the master; measure the gap = end of the first acknowledged send started after the kill minus
 the kill; keep the killed replica down for --hold seconds (the SDK gets no new route in that time unless its
@@ -21,16 +23,21 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 from datetime import date
 
+from devkit.devcluster import DevCluster
+
 from .broker_sdk import (
     NO_ACK_LIMIT_S,
     RESULTS_DIR,
+    TOPIC,
     Bench,
     SendLog,
     produce,
@@ -40,6 +47,7 @@ from .broker_sdk import (
 )
 
 HOLD_S_DEFAULT = 3.0
+NODE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "sdk_node")
 
 
 def first_ack_after(log: SendLog, t: float, worker: threading.Thread, limit_s: float) -> tuple | None:
@@ -60,8 +68,41 @@ def ended_after(log: SendLog, t: float) -> list[tuple]:
         return [r for r in log.records if r[1] >= t]
 
 
-def one_kill(bench: Bench, log: SendLog, worker: threading.Thread, number: int, hold_s: float) -> dict:
-    cluster = bench.cluster
+class NodeSender:
+    """The official Node.js SDK sending one message at a time (tests/sdk_node/send_one_at_a_time.js), its sends
+    recorded in a SendLog like the Python producer thread's: a send starts when the previous one ended."""
+
+    def __init__(self, namesrv: str, log: SendLog):
+        if shutil.which("node") is None or not os.path.isdir(os.path.join(NODE_DIR, "node_modules")):
+            raise RuntimeError(f"--sdk node needs Node.js and the SDK in {NODE_DIR} (npm ci there)")
+        self.log = log
+        self.process = subprocess.Popen(["node", "send_one_at_a_time.js", namesrv, TOPIC], cwd=NODE_DIR,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                        text=True)
+        self.reader = threading.Thread(target=self._read, name="node-sender", daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        last = time.monotonic()
+        for line in self.process.stdout:
+            if line.startswith('{"n"'):
+                now, record = time.monotonic(), json.loads(line)
+                self.log.add((last, now, bool(record["ok"]), ""))
+                last = now
+
+    def is_alive(self) -> bool:
+        return self.reader.is_alive()
+
+    def stop(self) -> None:
+        self.process.stdin.close()
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+
+
+def one_kill(cluster: DevCluster, log: SendLog, worker, number: int, hold_s: float) -> dict:
     wait_group_settled(cluster)
     master = cluster.wait_master(30)
     wait_for_streak(log, worker, 1.0)
@@ -86,7 +127,7 @@ def one_kill(bench: Bench, log: SendLog, worker: threading.Thread, number: int, 
     return row
 
 
-def run(base_dir: str, flush: str, kills: int, hold_s: float) -> dict:
+def run_python(base_dir: str, flush: str, kills: int, hold_s: float) -> list[dict]:
     rows = []
     with Bench(base_dir, flush) as bench:
         log = SendLog()
@@ -97,12 +138,37 @@ def run(base_dir: str, flush: str, kills: int, hold_s: float) -> dict:
         try:
             wait_for_streak(log, worker, 2.0)
             for number in range(1, kills + 1):
-                rows.append(one_kill(bench, log, worker, number, hold_s))
+                rows.append(one_kill(bench.cluster, log, worker, number, hold_s))
         finally:
             stop.set()
             worker.join(15)
+    return rows
+
+
+def run_node(base_dir: str, flush: str, kills: int, hold_s: float) -> list[dict]:
+    rows = []
+    cluster = DevCluster(base_dir, flush=flush)
+    try:
+        cluster.start()
+        cluster.wait_master(30)
+        cluster.create_topic(TOPIC)
+        log = SendLog()
+        worker = NodeSender(cluster.namesrv_address, log)
+        try:
+            wait_for_streak(log, worker, 2.0)
+            for number in range(1, kills + 1):
+                rows.append(one_kill(cluster, log, worker, number, hold_s))
+        finally:
+            worker.stop()
+    finally:
+        cluster.stop()
+    return rows
+
+
+def run(base_dir: str, flush: str, kills: int, hold_s: float, sdk: str = "python") -> dict:
+    rows = (run_node if sdk == "node" else run_python)(base_dir, flush, kills, hold_s)
     gaps = sorted(r["gap_s"] for r in rows if r["gap_s"] is not None)
-    return {"flush": flush, "kills": rows, "hold_s": hold_s,
+    return {"sdk": sdk, "flush": flush, "kills": rows, "hold_s": hold_s,
             "gap_p50_s": round(statistics.median(gaps), 4) if gaps else None,
             "gap_max_s": round(max(gaps), 4) if gaps else None,
             "kills_without_receipt": sum(1 for r in rows if r["gap_s"] is None),
@@ -117,22 +183,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hold", type=float, default=HOLD_S_DEFAULT,
                         help=f"seconds each killed master stays down (default {HOLD_S_DEFAULT})")
     parser.add_argument("--flush", default="ASYNC_FLUSH", choices=["ASYNC_FLUSH", "SYNC_FLUSH"])
+    parser.add_argument("--sdk", default="python", choices=["python", "node"],
+                        help="python: rocketmq-python-client in this process; node: rocketmq-client-nodejs from "
+                             "tests/sdk_node (npm ci there first)")
     parser.add_argument("--dir", default=None, help="cluster directory (default: a temporary one)")
     args = parser.parse_args(argv)
     if args.kills < 1 or not 0 <= args.hold <= 25:
         parser.error("--kills must be >= 1 and --hold within 0..25 s (the SDK refreshes its route every 30 s)")
     quiet_sdk()
     base = args.dir or tempfile.mkdtemp(prefix="sdk-failover-", dir=os.environ.get("BENCH_TMP", "/tmp"))
-    print(f"== sdk-failover: {args.kills} kills of the master, each held down {args.hold} s ({args.flush}; "
-          f"cluster in {base})", flush=True)
-    out = run(base, args.flush, args.kills, args.hold)
+    print(f"== sdk-failover ({args.sdk} SDK): {args.kills} kills of the master, each held down {args.hold} s "
+          f"({args.flush}; cluster in {base})", flush=True)
+    out = run(base, args.flush, args.kills, args.hold, args.sdk)
     print(f"  next receipt after a kill: p50 {out['gap_p50_s']} s  max {out['gap_max_s']} s; failed sends "
           f"{out['failed_sends']} of {out['sends_after_kills']} ended after a kill"
           f"{f'; {n} kills without a receipt' if (n := out['kills_without_receipt']) else ''}", flush=True)
     command = " ".join(["python -m bench sdk-failover", *(sys.argv[2:] if argv is None else argv)])
     results = {"date": date.today().isoformat(), "command": command,
                "machine": f"{os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}",
-               "sdk": "rocketmq-python-client", **out}
+               "sdk_package": "rocketmq-client-nodejs" if args.sdk == "node" else "rocketmq-python-client", **out}
     os.makedirs(RESULTS_DIR, exist_ok=True)
     path = os.path.join(RESULTS_DIR, f"sdk_failover-{int(time.time())}.json")
     with open(path, "w") as f:
