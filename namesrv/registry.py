@@ -214,7 +214,8 @@ class RouteRegistry:
 
     def route(self, topic: str, namespace: str = "", now_ms: int | None = None,
               scheme_in_host: bool = False) -> list[pb.MessageQueue]:
-        """Every queue of topic on every group that has it: master (brokerId 0) first, then READ followers.
+        """Every queue of topic on every group that has it: master (brokerId 0) first, then every replica's READ
+        entry by brokerId (followers, and the master under its own follower_broker_id).
 
         The master's entries list every live replica, master first; scheme_in_host writes that list for the
         SDKs that join it without a scheme (rocketraft.protocol.routing.needs_scheme_in_host).
