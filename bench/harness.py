@@ -80,6 +80,12 @@ def main(argv: list[str] | None = None) -> int:
         return dledger.main(argv[1:])
     if argv[:1] == ["repro"]:
         return _repro(argv[1:])
+    if argv[:1] == ["forwarding"]:
+        from . import forwarding
+        return forwarding.main(argv[1:])
+    if argv[:1] == ["sdk-failover"]:
+        from . import sdk_failover
+        return sdk_failover.main(argv[1:])
     if argv[:1] == ["metrics"]:
         from . import metrics_cost
         return metrics_cost.main(argv[1:])

@@ -14,7 +14,15 @@ import time
 from collections.abc import Awaitable, Callable
 
 from rocketraft.protocol.errors import OffsetMovedError, RocketraftError, UnsupportedError
-from rocketraft.protocol.limits import PUSH_LONG_POLLING_MS, PUSH_RECEIVE_BATCH_SIZE, RETRY_BACKOFF_S
+from rocketraft.protocol.limits import (
+    PRODUCER_BACKOFF_INITIAL_MS,
+    PRODUCER_BACKOFF_MAX_MS,
+    PRODUCER_BACKOFF_MULTIPLIER,
+    PRODUCER_MAX_ATTEMPTS,
+    PUSH_LONG_POLLING_MS,
+    PUSH_RECEIVE_BATCH_SIZE,
+    RETRY_BACKOFF_S,
+)
 from rocketraft.protocol.routing import allocate_averagely, one_queue_per_group, readable_master_queues
 from rocketraft.protocol.serving import Undecodable
 from rocketraft.protocol.wire import Code, ipb, ipb_grpc, pb, svc, svc_grpc
@@ -177,7 +185,12 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             settings.publishing.validate_message_type = True
             settings.backoff_policy.CopyFrom(theirs.backoff_policy)
             if not settings.backoff_policy.max_attempts:
-                settings.backoff_policy.max_attempts = 3
+                settings.backoff_policy.max_attempts = PRODUCER_MAX_ATTEMPTS
+            if not settings.backoff_policy.WhichOneof("strategy"):  # the Node.js SDK sends none, needs one
+                backoff = settings.backoff_policy.exponential_backoff
+                backoff.initial.FromMilliseconds(PRODUCER_BACKOFF_INITIAL_MS)
+                backoff.max.FromMilliseconds(PRODUCER_BACKOFF_MAX_MS)
+                backoff.multiplier = PRODUCER_BACKOFF_MULTIPLIER
         if theirs.HasField("subscription"):
             group = self.topics.group(theirs.subscription.group.name)
             sub = settings.subscription

@@ -345,6 +345,7 @@ class Transport(TCPTransport):
                     super().send(node, {"type": "apply_command_response", "request_id": message["request_id"],
                                         "error": (REFUSED, *refusal)})
                 return
+            engine.note_forwarded()
         if kind == "append_entries":
             engine.on_leader_contact(node, message["term"])
             engine.note_leader_commit(message["commit_index"])

@@ -166,6 +166,11 @@ class RaftEngine:
         self._sent_last_index = 0
         self._sent_commit_index = 0
         self._sent_commit_at = 0.0
+        # Leader: a follower forwarded an append since the last tick; the highest index such an entry may hold.
+        # Its commit is told to followers at once, not after follower_commit_notify_ms: the follower that
+        # forwarded it answers its client only once it learns of the commit (and applies it).
+        self._forwarded_arrived = False
+        self._forwarded_index = 0
         self.stats = {"acks_sent": 0, "acks_beyond_durable": 0, "commits_checked": 0,
                       "commits_beyond_durable": 0, "prevote_rounds": 0, "elections_started": 0,
                       "snapshots_installed": 0, "sends_held_back": 0, "corrupt_refused": 0}
@@ -317,6 +322,10 @@ class RaftEngine:
         except Exception:  # noqa: BLE001 - a broken check must not stop the leader: admit, and say so
             log.exception("the append admission check failed; admitting the forwarded append")
             return None
+
+    def note_forwarded(self) -> None:
+        """On the leader (tick thread), an admitted append from a follower: tell its commit without delay."""
+        self._forwarded_arrived = True
 
     def submit(self, blob: bytes, callback: Callable[[object, int], None]) -> None:
         """Append one Raft entry carrying blob; callback(result, fail_reason) runs on the tick thread."""
@@ -829,9 +838,12 @@ class RaftEngine:
             self._sent_last_index = self._sent_commit_index = 0
             return
         last, commit = self.journal.last_index, so.raftCommitIndex
+        if self._forwarded_arrived:  # appended by this tick (or, past the tick's budget, a later one)
+            self._forwarded_arrived, self._forwarded_index = False, last
         now = time.monotonic()
+        forwarded_committed = self._sent_commit_index < self._forwarded_index <= commit
         commit_news = commit > self._sent_commit_index and (
-            now - self._sent_commit_at >= self.config.follower_commit_notify_ms / 1000)
+            forwarded_committed or now - self._sent_commit_at >= self.config.follower_commit_notify_ms / 1000)
         if last > self._sent_last_index or commit_news:
             so._SyncObj__sendAppendEntries()
             self._sent_last_index, self._sent_commit_index, self._sent_commit_at = last, commit, now

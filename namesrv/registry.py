@@ -8,6 +8,13 @@ term ("LEADER_PENDING" has been elected but has not applied its first-term entry
 A replica that still claims LEADER at a lower term is a stale leader and is routed as a follower.
 Only the master gets brokerId 0 and write permission; every other live replica is a READ-only follower
 under its stable follower_broker_id (>= 1). Groups are keyed by name (brokerName) across clusters.
+
+Proxy-style endpoints: the master's entries list every live replica of the group as one Endpoints, master
+first (docs/architecture.md, "Routes the official SDKs ride through a master's death"). Every replica forwards
+a write to the leader, so an SDK whose channel loses the master lands on another replica at its next attempt,
+without a route refresh. Every replica, the master too, then also has a READ entry of its own address under
+its stable follower_broker_id (the SDKs send Telemetry and Heartbeat to every Endpoints of a route, and the
+master must keep its own streams); those entries are never writable.
 """
 
 from __future__ import annotations
@@ -200,11 +207,17 @@ class RouteRegistry:
         entry = self._master_entry(self._group_entries(group, now_ms))
         return entry.reg if entry is not None else None
 
-    def route(self, topic: str, namespace: str = "", now_ms: int | None = None) -> list[pb.MessageQueue]:
-        """Every queue of topic on every group that has it: master (brokerId 0) first, then READ followers."""
+    def route(self, topic: str, namespace: str = "", now_ms: int | None = None,
+              scheme_in_host: bool = False) -> list[pb.MessageQueue]:
+        """Every queue of topic on every group that has it: master (brokerId 0) first, then every replica's READ
+        entry by brokerId (followers, and the master under its own follower_broker_id).
+
+        The master's entries list every live replica, master first; scheme_in_host writes that list for the
+        SDKs that join it without a scheme (rocketraft.protocol.routing.needs_scheme_in_host).
+        """
         queues: list[pb.MessageQueue] = []
         for group in self.groups(now_ms):
-            queues.extend(self._group_route(group, topic, namespace, now_ms))
+            queues.extend(self._group_route(group, topic, namespace, now_ms, scheme_in_host))
         if not queues:
             known = ", ".join(self.groups(now_ms)) or "none"
             raise TopicNotFoundError(f"topic {topic!r} does not exist on any broker group (groups known to this "
@@ -281,7 +294,8 @@ class RouteRegistry:
         # Two LEADERs in one term cannot happen in Raft; if bad input claims it, prefer the one heard from last.
         return max(leaders, key=lambda e: (e.reg.term, e.last_seen_ms, e.reg.replica_id), default=None)
 
-    def _group_route(self, group: str, topic: str, namespace: str, now_ms: int | None) -> list[pb.MessageQueue]:
+    def _group_route(self, group: str, topic: str, namespace: str, now_ms: int | None,
+                     scheme_in_host: bool = False) -> list[pb.MessageQueue]:
         entries = self._group_entries(group, now_ms)
         master = self._master_entry(entries)
         config = master.topics.get(topic) if master is not None else None
@@ -297,14 +311,23 @@ class RouteRegistry:
         resource = pb.Resource(name=topic, resource_namespace=namespace)
         accept = list(config.message_types) or list(ALL_MESSAGE_TYPES)
         follower_permission = pb.Permission.READ if config.perm & PERM_READ else pb.Permission.NONE
+        readers = followers
+        if master is not None:
+            listed = [master] + followers
+            master_endpoints = endpoints(*(e.reg.address for e in listed), scheme_in_host=scheme_in_host)
+            if len(master_endpoints.addresses) > 1:
+                # The list's channel may settle on a follower (the Python and Go SDKs sort it), so the master
+                # gets a READ entry of its own too: SDKs stream Telemetry to every Endpoints of a route, and
+                # transaction check-backs leave from the master's streams.
+                readers = entries
         queues = []
         for queue_id in range(min(config.queue_nums, QUEUE_NUMS_MAX)):
             if master is not None:
                 queues.append(pb.MessageQueue(
                     topic=resource, id=queue_id, permission=permission_of(config.perm),
-                    broker=pb.Broker(name=group, id=MASTER_BROKER_ID, endpoints=endpoints(master.reg.address)),
+                    broker=pb.Broker(name=group, id=MASTER_BROKER_ID, endpoints=master_endpoints),
                     accept_message_types=accept))
-            for f in followers:
+            for f in readers:
                 queues.append(pb.MessageQueue(
                     topic=resource, id=queue_id, permission=follower_permission,
                     broker=pb.Broker(name=group, id=f.reg.follower_broker_id, endpoints=endpoints(f.reg.address)),

@@ -32,7 +32,7 @@ from rocketraft.protocol.errors import (
     to_status,
 )
 from rocketraft.protocol.names import check_topic_name
-from rocketraft.protocol.routing import PERM_READ_WRITE
+from rocketraft.protocol.routing import PERM_READ_WRITE, needs_scheme_in_host
 from rocketraft.protocol.serving import add_service, new_server
 from rocketraft.protocol.wire import (
     ALL_MESSAGE_TYPES,
@@ -232,9 +232,9 @@ class NameServer:
 
     # -- client requests -------------------------------------------------------------------------------------
 
-    async def query_route(self, topic: str, namespace: str = "") -> list[pb.MessageQueue]:
+    async def query_route(self, topic: str, namespace: str = "", scheme_in_host: bool = False) -> list[pb.MessageQueue]:
         try:
-            return self.registry.route(topic, namespace, now_ms=self.clock_ms())
+            return self.registry.route(topic, namespace, now_ms=self.clock_ms(), scheme_in_host=scheme_in_host)
         except TopicNotFoundError:
             # A name that can never exist is a different mistake from a topic nobody created.
             check_topic_name(topic)
@@ -243,7 +243,7 @@ class NameServer:
                 raise
         results = await self._auto_create(topic, queue_nums)
         try:
-            return self.registry.route(topic, namespace, now_ms=self.clock_ms())
+            return self.registry.route(topic, namespace, now_ms=self.clock_ms(), scheme_in_host=scheme_in_host)
         except TopicNotFoundError:
             causes = "; ".join(r.message for r in results if not r.ok) or "no group allows auto-creation"
             raise TopicNotFoundError(f"topic {topic!r} did not exist and auto-creating it failed: {causes}") from None
@@ -428,6 +428,14 @@ def _names(names: set[str]) -> str:
     return ",".join(shown) + (f",... ({more} more)" if more else "")
 
 
+def _language_of(context) -> str:
+    """The client's x-mq-language header ("" without one): which official SDK is asking."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "x-mq-language":
+            return value if isinstance(value, str) else value.decode(errors="replace")
+    return ""
+
+
 def _error_status(method: str, exc: Exception) -> pb.Status:
     if isinstance(exc, RocketraftError):
         log.debug("%s answered %d: %s", method, exc.code, exc.message)
@@ -444,7 +452,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
 
     async def QueryRoute(self, request: svc.QueryRouteRequest, context) -> svc.QueryRouteResponse:
         try:
-            queues = await self._ns.query_route(request.topic.name, request.topic.resource_namespace)
+            queues = await self._ns.query_route(request.topic.name, request.topic.resource_namespace,
+                                                scheme_in_host=needs_scheme_in_host(_language_of(context)))
         except Exception as e:
             return svc.QueryRouteResponse(status=_error_status("QueryRoute", e))
         log.debug("QueryRoute %s: %d queues", request.topic.name, len(queues))

@@ -23,3 +23,12 @@ if [ ! -x .venv/bin/python ]; then
   python3.11 -m venv .venv 2>/dev/null || python3 -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
+if [ "${1:-}" = "--tests" ]; then
+  if command -v npm >/dev/null 2>&1; then
+    echo "installing the official Node.js SDK (tests/sdk_node) ..."
+    (cd tests/sdk_node && npm ci --no-audit --no-fund --silent) \
+      || echo "warning: npm ci failed in tests/sdk_node; the Node.js SDK tests will be skipped"
+  else
+    echo "warning: npm not found (Node.js 18+); the Node.js SDK tests (tests/sdk_node) will be skipped"
+  fi
+fi

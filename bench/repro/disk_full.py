@@ -27,7 +27,7 @@ from broker import config as broker_config
 from devkit.devcluster import DevCluster
 from devkit.diskfault import MiB, fill, mount_tmpfs, unmount, used_percent
 from rocketraft.protocol.errors import RocketraftCode
-from rocketraft.protocol.wire import Code, pb, svc, svc_grpc
+from rocketraft.protocol.wire import Code, address_of, pb, svc, svc_grpc
 
 from .common import (
     acked_ids,
@@ -170,11 +170,11 @@ def _stored_all(cluster: DevCluster, topic: str, acked: list[str]) -> dict[str, 
 
 
 def _writable_addresses(cluster: DevCluster, topic: str) -> set[str]:
-    """Where a route-following client sends writes: the endpoints of brokerId 0 in QueryRoute."""
+    """Where a route-following client sends writes while the master lives: the first address of brokerId 0's
+    endpoints in QueryRoute (the others are the group's other replicas, which forward: docs/architecture.md)."""
     stub = svc_grpc.MessagingServiceStub(cluster.channel(cluster.address_of[cluster.ids[0]]))
     route = stub.QueryRoute(svc.QueryRouteRequest(topic=pb.Resource(name=topic)), timeout=5)
-    return {f"{a.host}:{a.port}" for q in route.message_queues if q.broker.id == 0
-            for a in q.broker.endpoints.addresses}
+    return {address_of(q.broker.endpoints) for q in route.message_queues if q.broker.id == 0}
 
 
 def _reported_percent(message: str) -> float | None:

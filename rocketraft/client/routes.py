@@ -1,6 +1,8 @@
 """Topic routes from the NameServers: cached, refreshed on a timer and at once on any routing error.
 
-A route lists, per broker group, the master's queues (brokerId 0, READ_WRITE) and the followers' (READ).
+A route lists, per broker group, the master's queues (brokerId 0, READ_WRITE) and the followers' (READ). The
+master's Endpoints list every replica of the group, master first (the official SDKs fail over along that list);
+here the first is the master, and every address listed anywhere is a replica (heartbeats, telemetry, pulls).
 Only the master's writable queues are ever written: a group without a master has no writable queue, and a
 writer waits for one (`wait_master`) instead of writing to a follower. NameServers share nothing, so any of
 them can answer; a NameServer that fails is skipped until the others fail too.
@@ -18,7 +20,7 @@ import grpc
 
 from rocketraft.protocol.errors import BrokerUnreachableError, RocketraftError, from_status
 from rocketraft.protocol.routing import MASTER_BROKER_ID, READABLE, WRITABLE
-from rocketraft.protocol.wire import Code, address_of, pb, svc
+from rocketraft.protocol.wire import Code, address_of, addresses_of, pb, svc
 
 from .transport import Transport, rpc_error
 
@@ -58,8 +60,9 @@ def route_of(topic: str, queues: list[pb.MessageQueue]) -> TopicRoute:
     for q in queues:
         group = groups.setdefault(q.broker.name, GroupRoute(q.broker.name))
         address = address_of(q.broker.endpoints)
-        if address not in group.replicas:
-            group.replicas.append(address)
+        for replica in addresses_of(q.broker.endpoints):
+            if replica not in group.replicas:
+                group.replicas.append(replica)
         if q.broker.id == MASTER_BROKER_ID:
             group.master = address
             group.queues.append(q)

@@ -57,6 +57,12 @@ PUSH_LONG_POLLING_MS = 20_000
 # Redelivery backoff of a consumer group's retried messages (RocketMQ's retry levels 1s .. 2h), used by the
 # broker for pop consumers and sent to push consumers in their settings.
 RETRY_BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+# A producer's send retries, sent in its settings when it named no policy of its own (RocketMQ 5 proxy's
+# grpcClientProducer* defaults); the Node.js SDK refuses settings without an exponential backoff.
+PRODUCER_MAX_ATTEMPTS = 3
+PRODUCER_BACKOFF_INITIAL_MS = 10
+PRODUCER_BACKOFF_MAX_MS = 1000
+PRODUCER_BACKOFF_MULTIPLIER = 2
 
 # -- transport ------------------------------------------------------------------------------------------
 # A request is at most one body plus properties (the broker validates the body itself and says so; this is

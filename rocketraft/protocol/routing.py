@@ -30,6 +30,17 @@ def permission_of(perm_bits: int) -> int:
     return pb.Permission.NONE
 
 
+# x-mq-language of the SDKs that build a gRPC target from an Endpoints by joining its "host:port"s with commas and
+# no scheme: rocketmq-client-nodejs 1.0.8 sends "HTTP", and @grpc/grpc-js resolves "a:1,b:2" as one DNS name
+# (ENOTFOUND: every call fails). For them a list carries its scheme in the first host (wire.endpoints).
+SCHEMELESS_TARGET_LANGUAGES = frozenset({"HTTP"})
+
+
+def needs_scheme_in_host(language: str) -> bool:
+    """Whether a client that sent this x-mq-language needs "ipv4:" inside the first host of a list."""
+    return language.upper() in SCHEMELESS_TARGET_LANGUAGES
+
+
 def is_master(queue: pb.MessageQueue) -> bool:
     return queue.broker.id == MASTER_BROKER_ID
 

@@ -56,16 +56,44 @@ def address_argument(value: str) -> str:
     return value
 
 
-def endpoints(address: str) -> pb.Endpoints:
-    """One advertised address as Endpoints (the official SDK wants exactly one address per endpoint)."""
-    host, port = split_address(address)
-    scheme = pb.AddressScheme.IPv4 if host.replace(".", "").isdigit() else pb.AddressScheme.DOMAIN_NAME
-    return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=port)])
+def _scheme_of(host: str) -> int:
+    return pb.AddressScheme.IPv4 if host.replace(".", "").isdigit() else pb.AddressScheme.DOMAIN_NAME
+
+
+SCHEME_IN_HOST_PREFIX = "ipv4:"
+
+
+def endpoints(*addresses: str, scheme_in_host: bool = False) -> pb.Endpoints:
+    """Advertised addresses as one Endpoints, in the order given (the first is where a write should go).
+
+    Several addresses are listed only when they are all IPv4 literals: the official SDKs build a gRPC target
+    such as "ipv4:a:1,b:2" from the list, and the Python SDK refuses several DOMAIN_NAME addresses; with a
+    domain name anywhere only the first address is kept. scheme_in_host writes the first host of a list as
+    "ipv4:a", for SDKs that join the list without a scheme (routing.SCHEMELESS_TARGET_LANGUAGES): their
+    target then reads "ipv4:a:1,b:2" too.
+    """
+    if not addresses:
+        raise ValueError("endpoints need at least one address")
+    split = [split_address(a) for a in addresses]
+    if any(_scheme_of(host) != pb.AddressScheme.IPv4 for host, _ in split):
+        split = split[:1]
+    listed = [pb.Address(host=h, port=p) for h, p in split]
+    if scheme_in_host and len(listed) > 1:
+        listed[0].host = SCHEME_IN_HOST_PREFIX + listed[0].host
+    return pb.Endpoints(scheme=_scheme_of(split[0][0]), addresses=listed)
+
+
+def _host_port(a: pb.Address) -> str:
+    return f"{a.host.removeprefix(SCHEME_IN_HOST_PREFIX)}:{a.port}"
 
 
 def address_of(eps: pb.Endpoints) -> str:
+    """The first address of endpoints: in a route's master entry, the master itself."""
     if not eps.addresses:
         raise ValueError("endpoints without an address")
-    a = eps.addresses[0]
-    return f"{a.host}:{a.port}"
+    return _host_port(eps.addresses[0])
 
+
+def addresses_of(eps: pb.Endpoints) -> list[str]:
+    """Every address of endpoints, in order."""
+    return [_host_port(a) for a in eps.addresses]

@@ -121,16 +121,18 @@ def shape(response: svc.QueryRouteResponse) -> list[tuple]:
 
 # -- routes ------------------------------------------------------------------------------------------------------
 
-def test_route_gives_the_leader_broker_id_0_read_write_and_the_followers_read_only(namesrv):
+def test_route_gives_the_leader_broker_id_0_read_write_and_every_replica_read_only(namesrv):
     namesrv.register(*group_of_three("broker-a", leader="n2"))
     response = namesrv.route("T")
     assert response.status.code == Code.OK
     assert shape(response) == [
         ("broker-a", 0, 0, "READ_WRITE", "127.0.0.12:8081"),
         ("broker-a", 0, 1, "READ", "127.0.0.11:8081"),
+        ("broker-a", 0, 2, "READ", "127.0.0.12:8081"),
         ("broker-a", 0, 3, "READ", "127.0.0.13:8081"),
         ("broker-a", 1, 0, "READ_WRITE", "127.0.0.12:8081"),
         ("broker-a", 1, 1, "READ", "127.0.0.11:8081"),
+        ("broker-a", 1, 2, "READ", "127.0.0.12:8081"),
         ("broker-a", 1, 3, "READ", "127.0.0.13:8081"),
     ]
     q = response.message_queues[0]
@@ -242,7 +244,8 @@ def test_create_topic_fans_out_to_every_master_and_names_each_group_that_failed(
     assert not any(results[g].ok for g in ("broker-b", "broker-c", "broker-d"))
     # Routable at once, before the brokers' next heartbeat reports the topic.
     route = namesrv.route("Orders")
-    assert {(q.broker.name, q.broker.id) for q in route.message_queues} == {("broker-a", 0), ("broker-a", 2)}
+    assert {(q.broker.name, q.broker.id) for q in route.message_queues} == {("broker-a", 0), ("broker-a", 1),
+                                                                            ("broker-a", 2)}
     assert sorted({q.id for q in route.message_queues}) == [0, 1, 2, 3]
 
 

@@ -47,15 +47,19 @@ def shape(queues) -> list[tuple]:
 
 # -- routes ------------------------------------------------------------------------------------------------------
 
-def test_leader_is_broker_id_0_read_write_and_followers_follow_read_only_sorted_by_broker_id():
+def test_leader_is_broker_id_0_read_write_and_every_replica_follows_read_only_sorted_by_broker_id():
+    """The master appears twice per queue: as brokerId 0 (its Endpoints list every replica, master first:
+    test_proxy_routes.py) and, like every replica, as a READ entry of its own address under its stable id."""
     r = RouteRegistry()
     three_replicas(r, leader="n2")
     assert shape(r.route("T")) == [
         ("broker-a", 0, 0, "READ_WRITE", "127.0.0.12:8081"),
         ("broker-a", 0, 1, "READ", "127.0.0.11:8081"),
+        ("broker-a", 0, 2, "READ", "127.0.0.12:8081"),
         ("broker-a", 0, 3, "READ", "127.0.0.13:8081"),
         ("broker-a", 1, 0, "READ_WRITE", "127.0.0.12:8081"),
         ("broker-a", 1, 1, "READ", "127.0.0.11:8081"),
+        ("broker-a", 1, 2, "READ", "127.0.0.12:8081"),
         ("broker-a", 1, 3, "READ", "127.0.0.13:8081"),
     ]
 
@@ -89,7 +93,8 @@ def test_of_two_replicas_claiming_leader_the_higher_term_is_master_and_the_other
     r.register(reg("n1", "LEADER", 5), 0)
     r.register(reg("n2", "LEADER", 3), 10)  # heard from last, but a stale leader
     assert r.master_of("broker-a").replica_id == "n1"
-    assert shape(r.route("T"))[:2] == [("broker-a", 0, 0, "READ_WRITE", "127.0.0.11:8081"),
+    assert shape(r.route("T"))[:3] == [("broker-a", 0, 0, "READ_WRITE", "127.0.0.11:8081"),
+                                       ("broker-a", 0, 1, "READ", "127.0.0.11:8081"),
                                        ("broker-a", 0, 2, "READ", "127.0.0.12:8081")]
 
 
@@ -134,7 +139,7 @@ def test_a_replica_behind_the_master_is_not_believed_about_a_topic_the_master_la
     with pytest.raises(TopicNotFoundError):
         r.route("T")
     r.register(reg("n3", "FOLLOWER", 4, topics=[topic()], applied_index=21), 0)  # ahead of the master's report
-    assert {q.broker.id for q in r.route("T")} == {0, 2, 3}
+    assert {q.broker.id for q in r.route("T")} == {0, 1, 2, 3}
 
 
 def test_groups_come_in_name_order_then_queue_id_then_broker_id():
