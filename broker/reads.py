@@ -81,7 +81,7 @@ def queue_messages(sm: BrokerStateMachine, txn, topic: str, queue: int, offset: 
             if at >= end:
                 break
             cq = t.cq_entry(value)
-            if accept.accepts(cq.tag, lambda cq=cq: sm.user_properties(txn, cq.index, cq.slot)):
+            if accept.takes_all or accept.accepts(cq.tag, lambda cq=cq: sm.user_properties(txn, cq.index, cq.slot)):
                 out.append(message_at(sm, txn, topic, queue, at, cq))
             next_offset = at + 1
     return out, next_offset

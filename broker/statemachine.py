@@ -538,7 +538,7 @@ class BrokerStateMachine:
         scan_end = min(queue_end, next_offset + max(command.scan_offsets_max, command.batch_size))
         while next_offset < scan_end and len(out) < command.batch_size:
             raw_cq = txn.get(t.cq_key(topic, queue, next_offset), db=self.db[t.CQ])
-            if raw_cq is not None and self._accepts(accept, t.cq_entry(raw_cq), txn):
+            if raw_cq is not None and (accept.takes_all or self._accepts(accept, t.cq_entry(raw_cq), txn)):
                 self._deliver(command, queue, next_offset, 1, index, out, txn, raw_cq)
             next_offset += 1
         txn.put(popped_key, t.u64(next_offset), db=self.db[t.POPPED])

@@ -197,6 +197,11 @@ class MessageFilter:
     tags: frozenset[str] | None = None  # TAG: the accepted tags; None with no condition: every message
     condition: sql92.Condition | None = None
 
+    @property
+    def takes_all(self) -> bool:
+        """Every message: callers skip reading the tag at all (the common '*' on the consume path)."""
+        return self.tags is None and self.condition is None
+
     def accepts(self, tag: str, properties: Callable[[], Mapping[str, str]]) -> bool:
         """`properties` is called only when the condition needs them (reading them costs a message decode)."""
         if self.condition is not None:
