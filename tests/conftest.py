@@ -36,15 +36,3 @@ def make_cluster(tmp_path):
     for cluster in reversed(clusters):
         cluster.stop()
 
-
-# The one nftables table and the qdisc on lo (jepsen_tests/netfault.py) are the machine's, not a worker's: a
-# chaos run heals them when it ends, whoever made them. So every test that makes or heals network faults runs
-# in one pytest-xdist group (one worker, one at a time). Replica addresses and listen ports are split between
-# workers (devkit/workerslot.py), so the faults of that group never touch another worker's clusters.
-NETWORK_FAULTS_GROUP = pytest.mark.xdist_group("network-faults")
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.path.parent.name == "jepsen" or "netfaults" in item.fixturenames:
-            item.add_marker(NETWORK_FAULTS_GROUP)
