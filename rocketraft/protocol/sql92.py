@@ -304,26 +304,23 @@ def _maybe_not(evaluate: Evaluate, negated: bool) -> Evaluate:
 
 
 def _all(parts: list[Evaluate]) -> Evaluate:
-    def evaluate(props, tag) -> Truth:
-        unknown = False
-        for part in parts:
-            v = part(props, tag)
-            if v is False:
-                return False
-            unknown = unknown or v is None
-        return None if unknown else True
-
-    return evaluate
+    return _combine(parts, decisive=False)
 
 
 def _any(parts: list[Evaluate]) -> Evaluate:
+    return _combine(parts, decisive=True)
+
+
+def _combine(parts: list[Evaluate], decisive: bool) -> Evaluate:
+    """SQL's AND (decisive=False: one FALSE decides) and OR (decisive=True: one TRUE decides); otherwise unknown
+    if any part is unknown."""
     def evaluate(props, tag) -> Truth:
         unknown = False
         for part in parts:
             v = part(props, tag)
-            if v is True:
-                return True
+            if v is decisive:
+                return decisive
             unknown = unknown or v is None
-        return None if unknown else False
+        return None if unknown else not decisive
 
     return evaluate
