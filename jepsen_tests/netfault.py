@@ -2,19 +2,28 @@
 
 Every replica has its own loopback address (127.0.0.x) and binds its outgoing sockets to it, so
 dropping packets by source/destination address cuts exactly the links we name. Cuts and random packet loss
-are nftables rules in one table of our own (`inet rocketraft_test`); delay is tc netem on `lo`, where the
-kernel has sch_netem (many container kernels do not: `delay_available()` says). `heal()` deletes the table
-and our qdisc, leaving the host as it was. Only addresses in 127.0.0.0/8 are ever named.
+are nftables rules in one table of our own (`inet rocketraft_test`; in test worker N > 0 of a parallel suite,
+`rocketraft_test_N`, so one worker's heal never deletes another's rules); delay is tc netem on `lo`, where the
+kernel has sch_netem (many container kernels do not: `delay_available()` says). The qdisc on `lo` is one per
+host, so a process holds an flock on LO_QDISC_LOCK from its first `delay()` until its `heal()`; another
+process's `delay()` waits for it. `heal()` deletes our table and our qdisc, leaving the host as it was. Only
+addresses in 127.0.0.0/8 are ever named.
 """
 
 from __future__ import annotations
 
+import fcntl
 import ipaddress
+import os
 import shutil
 import subprocess
 from collections.abc import Iterable
 
-TABLE = "rocketraft_test"
+from devkit import workerslot
+
+TABLE = "rocketraft_test" if workerslot.slot()[0] == 0 else f"rocketraft_test_{workerslot.slot()[0]}"
+LO_QDISC_LOCK = "/run/lock/rocketraft-lo-qdisc.lock" if os.path.isdir("/run/lock") else "/tmp/rocketraft-lo-qdisc.lock"
+_lo_lock_fd: int | None = None  # open while this process may own the qdisc on lo
 
 
 class NetFaultUnavailable(RuntimeError):
@@ -47,10 +56,29 @@ def available() -> str | None:
 
 
 def heal() -> None:
-    """Remove every rule and qdisc this module made."""
+    """Remove every rule this process made, and the qdisc on lo unless another process is using it."""
+    global _lo_lock_fd
     subprocess.run(["nft", "delete", "table", "inet", TABLE], capture_output=True)
-    if _our_qdisc_on_lo():
-        subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], capture_output=True)
+    fd = _lo_lock_fd if _lo_lock_fd is not None else _lock_lo(block=False)
+    if fd is None:
+        return  # another process holds the qdisc (its own delay) and will remove it
+    try:
+        if _our_qdisc_on_lo():
+            subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], capture_output=True)
+    finally:
+        os.close(fd)  # releases the flock
+        _lo_lock_fd = None
+
+
+def _lock_lo(block: bool) -> int | None:
+    """An fd holding the exclusive flock on LO_QDISC_LOCK, or None if another process holds it (block=False)."""
+    fd = os.open(LO_QDISC_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def _ensure_table() -> None:
@@ -119,17 +147,28 @@ def delay_available() -> str | None:
         return "tc is not installed: apt-get install -y iproute2"
     if _our_qdisc_on_lo():
         return None
-    probe = subprocess.run(["tc", "qdisc", "add", "dev", "lo", "root", "handle", QDISC_HANDLE, "netem",
-                            "delay", "0ms"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        return f"this kernel cannot add a netem qdisc ({probe.stderr.strip()}): it lacks sch_netem"
-    subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], capture_output=True)
-    return None
+    borrowed = _lo_lock_fd is None
+    fd = _lock_lo(block=False) if borrowed else _lo_lock_fd
+    if fd is None:
+        return None  # another process holds the qdisc: it could add one, so this kernel can
+    try:
+        probe = subprocess.run(["tc", "qdisc", "add", "dev", "lo", "root", "handle", QDISC_HANDLE, "netem",
+                                "delay", "0ms"], capture_output=True, text=True)
+        if probe.returncode != 0:
+            return f"this kernel cannot add a netem qdisc ({probe.stderr.strip()}): it lacks sch_netem"
+        subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], capture_output=True)
+        return None
+    finally:
+        if borrowed:
+            os.close(fd)
 
 
 def delay(ips: Iterable[str], delay_ms: int, jitter_ms: int = 0) -> None:
     """Delay every packet sent from `ips` by delay_ms (± jitter_ms), with tc netem on lo."""
+    global _lo_lock_fd
     ips = _check_loopback(ips)
+    if _lo_lock_fd is None:
+        _lo_lock_fd = _lock_lo(block=True)  # waits while another process's delay is on lo
     if not _our_qdisc_on_lo():
         _tc("qdisc", "add", "dev", "lo", "root", "handle", QDISC_HANDLE, "prio", "bands", "4",
             "priomap", *["0"] + ["1"] * 15)

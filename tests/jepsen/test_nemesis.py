@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import os
 import random
 import socket
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -101,3 +104,21 @@ def test_an_unknown_nemesis_or_partition_is_refused_by_name():
     assert nemesis.parse("lostdisk,replace") == ["lostdisk", "replace"]
     with pytest.raises(ValueError, match="needs 5 or more"):
         nemesis.partition_shape("ring", ["n0", "n1", "n2"], None, random.Random(0))
+
+
+def test_a_parallel_test_workers_heal_leaves_another_workers_cut_in_place(netfaults, tmp_path):
+    """Each pytest-xdist worker has its own nftables table (netfault.TABLE): worker 1 healing its own faults
+    must not delete this worker's rules (seen once in CI when the table was shared)."""
+    cluster = ChaosCluster(str(tmp_path), replicas=2)
+    netfaults.cut([cluster.host_of["n0"]], [cluster.host_of["n1"]])
+    this_slot = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    other = "gw1" if this_slot != "gw1" else "gw0"
+    code = ("from jepsen_tests import netfault; netfault.cut(['127.0.199.11'], ['127.0.199.12']); "
+            "print(netfault.TABLE); netfault.heal()")
+    env = dict(os.environ, PYTEST_XDIST_WORKER=other, PYTEST_XDIST_WORKER_COUNT="2")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() != netfaults.TABLE
+    assert frozenset(("n0", "n1")) not in reachable(cluster.host_of)  # our cut survived their heal
+    netfaults.heal()
+    assert reachable(cluster.host_of) == all_pairs(cluster.ids)
