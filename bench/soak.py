@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import date
 
-from devkit.devcluster import DevCluster
+from devkit.devcluster import DevCluster, metric_value, scrape_metrics
 from rocketraft.protocol.wire import ipb, ipb_grpc
 
 from . import plots
@@ -48,6 +48,8 @@ class Sample:
     acked: int
     consumed: int
     gap_max_s: float  # the longest time without an acknowledgement in this sample's interval
+    first_index: dict[str, float] = field(default_factory=dict)  # lowest Raft log index still stored, per replica
+    retention_deleted: float = 0.0  # messages retention deleted so far (summed over the masters that ran it)
 
 
 @dataclass
@@ -85,9 +87,13 @@ class Soak:
         acks = [t for t, _ in self.record.acks[-int(self.rate * 120) - 10:] if t > since]
         times = [since] + acks + [now]
         gap = max((b - a for a, b in zip(times, times[1:], strict=False)), default=0.0)
+        scraped = {r: scrape(self.cluster, r) for r in self.cluster.ids}
         s = Sample(round(now - self.started, 1), {r: store_mib(self.cluster, r) for r in self.cluster.ids},
                    {r: rss_mib(self.cluster, r) for r in self.cluster.ids}, len(self.record.acks),
-                   len(self.record.consumed), round(gap, 3))
+                   len(self.record.consumed), round(gap, 3),
+                   {r: metric_value(found, "rocketraft_raft_first_index") or 0.0 for r, found in scraped.items()},
+                   sum(metric_value(found, "rocketraft_retention_deleted_messages_total") or 0.0
+                       for found in scraped.values()))
         self.samples.append(s)
         return s
 
@@ -110,6 +116,14 @@ class Soak:
         for replica in order:
             done = restart(self.cluster, replica, settle_s=1.0)
             self.log(f"restarted {replica}{' (master)' if done['was_master'] else ''}: back in {done['back_s']} s")
+
+
+def scrape(cluster: DevCluster, replica: str) -> list:
+    """The replica's metrics now; [] while it is down or restarting."""
+    try:
+        return scrape_metrics(cluster.metrics_address_of[replica], timeout_s=2.0)
+    except OSError:
+        return []
 
 
 def store_mib(cluster: DevCluster, replica: str) -> float:
@@ -253,6 +267,8 @@ def run(soak: Soak, args, rng: random.Random) -> dict:
             "lost": len(lost), "lost_examples": [b[:24].decode(errors="replace") for b in list(lost)[:5]],
             "duplicates": sum(n - 1 for n in soak.record.consumed.values()),
             "gap_max_s": max((s.gap_max_s for s in soak.samples), default=0.0),
+            "retention_deleted": max((s.retention_deleted for s in soak.samples), default=0.0),
+            "first_index_end": soak.samples[-1].first_index if soak.samples else {},
             "flatness": flatness(soak.samples, args.retention_s + 60), "events": soak.events,
             "samples": [s.__dict__ for s in soak.samples], "failure_examples": soak.record.failures[:5],
             "load_avg_end": round(os.getloadavg()[0], 1)}
@@ -263,6 +279,8 @@ def report(result: dict, args) -> None:
           f"acked {result['acked']}, failed sends {result['failed_sends']}, lost {result['lost']}, duplicates "
           f"{result['duplicates']}, longest ack gap {result['gap_max_s']:.3f} s, load average at the end "
           f"{result['load_avg_end']}")
+    print(f"  retention deleted {result['retention_deleted']:.0f} messages (counted by the masters that ran it; a "
+          f"restarted master's count starts again); lowest stored log index at the end {result['first_index_end']}")
     for key, value in result["flatness"].items():
         print(f"  {key}: {value}")
     os.makedirs(args.out, exist_ok=True)
