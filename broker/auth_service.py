@@ -58,8 +58,9 @@ class BrokerAuthService(apb_grpc.BrokerAuthServicer):
         return apb.GetUserResponse(code=Code.OK, message="OK", user=_without_password(user))
 
     async def ListUsers(self, request, context):
-        users = [_without_password(u) for u in self.view.users() if request.filter in u.username][:LIST_MAX]
-        return apb.ListUsersResponse(code=Code.OK, message=f"{len(users)} users", users=users)
+        users = [u for u in self.view.users() if request.filter in u.username]
+        return apb.ListUsersResponse(code=Code.OK, message=_counted(len(users), "users"),
+                                     users=[_without_password(u) for u in users[:LIST_MAX]])
 
     async def CreateAcl(self, request, context):
         return await _change(lambda: self._commit(spb.AuthCommand(
@@ -88,12 +89,18 @@ class BrokerAuthService(apb_grpc.BrokerAuthServicer):
         return apb.GetAclResponse(code=Code.OK, message="OK", acl=acl)
 
     async def ListAcls(self, request, context):
-        acls = [a for a in self.view.acls() if request.filter in a.subject][:LIST_MAX]
-        return apb.ListAclsResponse(code=Code.OK, message=f"{len(acls)} ACLs", acls=acls)
+        acls = [a for a in self.view.acls() if request.filter in a.subject]
+        return apb.ListAclsResponse(code=Code.OK, message=_counted(len(acls), "ACLs"), acls=acls[:LIST_MAX])
 
     async def GetSubject(self, request, context):
         user, acl = self.view.user(request.name), self.view.acl(auth_acl.SUBJECT_PREFIX + request.name)
         return apb.GetSubjectResponse(code=Code.OK, message="OK", user=user, acl=acl)
+
+
+def _counted(found: int, what: str) -> str:
+    if found <= LIST_MAX:
+        return f"{found} {what}"
+    return f"the first {LIST_MAX} of {found} {what} (LIST_MAX); give a filter to see the others"
 
 
 def _without_password(user: apb.User) -> apb.User:

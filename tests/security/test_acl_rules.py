@@ -129,10 +129,35 @@ def test_rocketmqs_mapping_from_rpc_to_permission():
     (apb.PolicyEntry(resource="Topic:a", actions=["Pub"]), "ALLOW or DENY"),
     (apb.PolicyEntry(resource="Topic:a", actions=["Pub"], decision=apb.ALLOW, source_ips=["10.0.0.300"]),
      "not an IP"),
+    (apb.PolicyEntry(resource="Topic:a", actions=["Pub"] * (auth_acl.ACTIONS_MAX + 1), decision=apb.ALLOW),
+     f"give 1-{auth_acl.ACTIONS_MAX} actions"),
+    (apb.PolicyEntry(resource="Topic:a", actions=[], decision=apb.ALLOW), f"give 1-{auth_acl.ACTIONS_MAX} actions"),
+    (apb.PolicyEntry(resource="Topic:a", actions=["Pub"], decision=apb.ALLOW,
+                     source_ips=[f"10.0.0.{i}" for i in range(auth_acl.SOURCE_IPS_MAX + 1)]),
+     f"{auth_acl.SOURCE_IPS_MAX + 1} source IPs; at most {auth_acl.SOURCE_IPS_MAX}"),
 ])
 def test_the_door_refuses_a_bad_policy_entry_by_name(entry, why):
     with pytest.raises(BadRequestError, match=why):
         auth_acl.check_acl(apb.Acl(subject="User:alice", entries=[entry]))
+
+
+def test_entries_at_the_limits_pass_the_door():
+    full = apb.PolicyEntry(resource="Topic:a", actions=["Pub"] * auth_acl.ACTIONS_MAX, decision=apb.ALLOW,
+                           source_ips=[f"10.0.0.{i}" for i in range(auth_acl.SOURCE_IPS_MAX)])
+    [entry] = auth_acl.check_acl(apb.Acl(subject="User:alice", entries=[full])).entries
+    assert list(entry.actions) == ["Pub"] and len(entry.source_ips) == auth_acl.SOURCE_IPS_MAX
+
+
+@pytest.mark.parametrize("password, why", [
+    ("k" * (auth_acl.PASSWORD_CHARS_MAX + 1), f"at most {auth_acl.PASSWORD_CHARS_MAX} printable"),
+    ("secret\nkey", f"at most {auth_acl.PASSWORD_CHARS_MAX} printable"),
+    ("", "a password .* is required"),
+])
+def test_a_password_too_long_unprintable_or_missing_is_refused_by_name(password, why):
+    with pytest.raises(BadRequestError, match=why):
+        auth_acl.check_user(apb.User(username="alice", password=password), creating=True)
+    assert auth_acl.check_user(apb.User(username="alice", password="k" * auth_acl.PASSWORD_CHARS_MAX),
+                               creating=True).status == apb.ENABLE
 
 
 def test_the_door_normalizes_subjects_resources_and_actions_and_fills_user_defaults():
