@@ -12,7 +12,7 @@ import asyncio
 import grpc
 
 from rocketraft import __version__
-from rocketraft.protocol import auth_acl, auth_internal
+from rocketraft.protocol import auth_acl, auth_internal, tls
 from rocketraft.protocol.errors import BrokerUnreachableError, OutcomeUnknownError, RocketraftError
 from rocketraft.protocol.wire import GRPC_OPTIONS, Code, ipb_grpc, svc, svc_grpc
 
@@ -34,8 +34,9 @@ _NOT_SENT_MARKERS = ("failed to connect", "connection refused", "name resolution
 
 class Transport:
     def __init__(self, client_id: str, cluster_secret: str = "", sign_every_call: bool = False,
-                 access_key: str = "", secret_key: str = ""):
+                 access_key: str = "", secret_key: str = "", client_tls: tls.ClientTls = tls.PLAINTEXT):
         self.client_id = client_id
+        self._tls = client_tls
         signers = [auth_internal.cluster_signer(cluster_secret, sign_every_call)] if cluster_secret else []
         if access_key:  # every call: admin calls too, which an ACL 2.0 user may make if its ACL allows
             signers.append(lambda _method: auth_acl.client_metadata(access_key, secret_key))
@@ -52,8 +53,7 @@ class Transport:
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS,
-                                                                                 interceptors=self._interceptors)
+            channel = self._channels[address] = self._tls.aio_channel(address, CHANNEL_OPTIONS, self._interceptors)
         return channel
 
     def messaging(self, address: str) -> svc_grpc.MessagingServiceStub:
