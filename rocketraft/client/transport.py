@@ -27,6 +27,13 @@ CHANNEL_OPTIONS = (
     ("grpc.enable_retries", 0),  # retries are the client's decision (and must keep the message id)
 )
 
+# Connection failures that a TLS mismatch also causes: a plaintext client on a TLS-only port ("Socket closed"), a
+# client that does not trust the server's CA, or a server that requires a client certificate.
+_TLS_MARKERS = ("socket closed", "handshake", "ssl", "certificate", "connection reset")
+TLS_HINT = ("; if the server enforces TLS, connect over TLS (ClientConfig(tls=True, tls_ca_file=...); the commands' "
+            "--tls --ca-file), trusting the CA that signed its certificate (and, with tlsClientAuth require, present a "
+            "client certificate)")
+
 # gRPC failures after which the request certainly never reached a server.
 _NOT_SENT_MARKERS = ("failed to connect", "connection refused", "name resolution", "dns resolution",
                      "no route to host", "connect failed")
@@ -99,7 +106,8 @@ def rpc_error(exc: grpc.aio.AioRpcError, address: str, what: str) -> RocketraftE
     """A failed RPC as a typed error that says whether the request may have been delivered."""
     code, details = exc.code(), exc.details() or ""
     if code == grpc.StatusCode.UNAVAILABLE and any(m in details.lower() for m in _NOT_SENT_MARKERS):
-        return BrokerUnreachableError(f"{what}: cannot reach {address} ({details})", address, sent=False)
+        hint = TLS_HINT if any(m in details.lower() for m in _TLS_MARKERS) else ""
+        return BrokerUnreachableError(f"{what}: cannot reach {address} ({details}){hint}", address, sent=False)
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED,
                 grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL):
         return OutcomeUnknownError(f"{what}: {address} did not answer ({code.name}: {details}); "

@@ -29,6 +29,7 @@ CHUNK_BYTES = 256 * 1024  # one read of a splice
 BACKLOG = 1024
 STOP_TIMEOUT_S = 5.0
 TLS_RECORD_HANDSHAKE = 0x16
+TLS_RECORD_ALERT = 0x15
 HTTP2_PREFACE_FIRST = ord("P")
 BAD_LOG_INTERVAL_S = 10.0  # bad first bytes: one line per peer IP per interval, at most BAD_LOG_LINES_MAX lines
 BAD_LOG_LINES_MAX = 10
@@ -48,7 +49,8 @@ def grpc_peer(sockname) -> str:
 
 
 class BadHandshakeLog:
-    """Connections that are neither TLS nor HTTP/2: the first from each IP in an interval is logged, at most
+    """Connections that are neither TLS nor HTTP/2, or whose TLS handshake failed: the first from each caller in an
+    interval is logged, at most
     BAD_LOG_LINES_MAX lines per interval; the rest are counted into the next line."""
 
     def __init__(self, clock=time.monotonic):
@@ -57,7 +59,8 @@ class BadHandshakeLog:
         self._seen: set[str] = set()
         self._suppressed = 0
 
-    def refused(self, ip: str, what: str) -> bool:
+    def refused(self, ip: str, what: str, tls: bool = False) -> bool:
+        ip = ip.rsplit(":", 1)[0]  # "ipv4:10.0.0.7:51234" -> one line per caller IP, whatever its port
         now = self._clock()
         if now - self._start >= BAD_LOG_INTERVAL_S:
             self._start, self._seen = now, set()
@@ -66,7 +69,7 @@ class BadHandshakeLog:
             return False
         self._seen.add(ip)
         more, self._suppressed = self._suppressed, 0
-        log.warning("closed a connection from %s: %s, neither TLS nor gRPC (HTTP/2)%s", ip, what,
+        log.warning("closed a connection from %s: %s%s%s", ip, what, "" if tls else ", neither TLS nor gRPC (HTTP/2)",
                     f"; {more} more such connections since the last line" if more else "")
         return True
 
@@ -141,13 +144,15 @@ class Splicer:
         if first[0] not in (TLS_RECORD_HANDSHAKE, HTTP2_PREFACE_FIRST):
             self._bad.refused(caller, f"first byte 0x{first[0]:02x}")
             return
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._backends[first[0] ==
-                                                                                        TLS_RECORD_HANDSHAKE])
+        is_tls = first[0] == TLS_RECORD_HANDSHAKE
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._backends[is_tls])
         inner = grpc_peer(up_writer.get_extra_info("sockname"))
         _real_peers[inner] = caller
         try:
             up_writer.write(first)
-            pumps = [asyncio.ensure_future(_pump(reader, up_writer)), asyncio.ensure_future(_pump(up_reader, writer))]
+            first_reply = self._check_tls_reply(caller) if is_tls else None
+            pumps = [asyncio.ensure_future(_pump(reader, up_writer)),
+                     asyncio.ensure_future(_pump(up_reader, writer, first_reply))]
             try:
                 await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -159,10 +164,26 @@ class Splicer:
             up_writer.close()
 
 
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _check_tls_reply(self, caller: str):
+        """The server's first bytes to a TLS caller: an alert record (0x15), or none at all, is a failed handshake
+        (grpc does not tell us, and its own line per failed handshake is off: GRPC_VERBOSITY, docs/security.md)."""
+        def check(data: bytes) -> None:
+            if not data or data[0] == TLS_RECORD_ALERT:
+                self._bad.refused(caller, "a TLS handshake that did not complete (a bad ClientHello or version, "
+                                          "or the caller left)", tls=True)
+        return check
+
+
+async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, on_first=None) -> None:
     try:
         while data := await reader.read(CHUNK_BYTES):
+            if on_first is not None:
+                on_first(data)
+                on_first = None
             writer.write(data)
             await writer.drain()
     except OSError:
         pass
+    finally:
+        if on_first is not None:
+            on_first(b"")
