@@ -216,3 +216,18 @@ def test_tls_settings_that_cannot_work_are_refused_by_name(tmp_path):
             broker_config.load(None, settings, environ={}).validate()
     ok = broker_config.load(None, dict(tlsMode="enforcing", clusterSecret=SECRET, **files), environ={}).validate()
     assert ok.raft_password and ok.raft_password != SECRET, "the Raft password is derived from the cluster secret"
+
+
+def test_rocketraft_dev_tls_makes_a_ca_and_0600_keys_serves_permissive_and_prints_how_to_connect(tmp_path):
+    from devkit.devcluster import free_port
+
+    data = tmp_path / "dev"
+    out = subprocess.run([sys.executable, "-m", "rocketraft.cli", "dev", "--tls", "--fresh", "--data-dir", str(data),
+                          "--namesrv-port", str(free_port()), "--broker-port", str(free_port()), "--seconds", "0.5",
+                          "--no-view", "--dashboard-port", "0"], capture_output=True, text=True, timeout=90)
+    assert out.returncode == 0, out.stderr[-3000:]
+    ca = data / "tls" / "ca.pem"
+    assert "TLS permissive" in out.stdout and f"--ca-file {ca}" in out.stdout, out.stdout
+    for key in ("server-key.pem", "client-key.pem"):
+        assert (data / "tls" / key).stat().st_mode & 0o777 == 0o600, key
+    assert "master is n" in out.stdout, "the cluster served with tlsMode permissive"
