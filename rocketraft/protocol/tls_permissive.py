@@ -106,6 +106,11 @@ class Splicer:
     async def _serve(self, sock: socket.socket) -> None:
         self._server = await asyncio.start_server(self._accept, sock=sock, limit=CHUNK_BYTES)
 
+    @property
+    def connections(self) -> int:
+        """Callers spliced (or being read) right now."""
+        return len(self._conns)
+
     def close(self) -> None:
         if self._thread is None:
             return

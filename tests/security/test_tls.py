@@ -161,20 +161,24 @@ def test_garbage_and_half_open_handshakes_on_every_port_leave_every_server_servi
     assert b"after-abuse" in asyncio.run(send_and_receive(cluster, topic, group, b"after-abuse", cfg))
 
 
-def test_the_permissive_splice_shows_the_server_the_callers_real_address():
+async def _echo_server(certs: dev_certs.DevCerts, seen: list, connection_idle_ms: int = 120_000):
+    server = serving.new_server(connection_idle_ms=connection_idle_ms)
+
+    async def echo(request: bytes, context) -> bytes:
+        seen.append((context.peer(), serving.client_peer(context)))
+        return request
+
+    handler = grpc.method_handlers_generic_handler("t.T", {"Echo": grpc.unary_unary_rpc_method_handler(echo)})
+    server.add_generic_rpc_handlers((handler,))
+    bound = tls.bind(server, "127.0.0.1:0", tls.ServerTls(tls.PERMISSIVE, certs.cert_file, certs.key_file))
+    await server.start()
+    return server, bound
+
+
+def test_the_permissive_splice_shows_the_server_the_callers_real_address(tmp_path):
     async def run() -> tuple[str, str, int]:
-        server = serving.new_server()
         seen: list[tuple[str, str]] = []
-
-        async def echo(request: bytes, context) -> bytes:
-            seen.append((context.peer(), serving.client_peer(context)))
-            return request
-
-        handler = grpc.method_handlers_generic_handler("t.T", {"Echo": grpc.unary_unary_rpc_method_handler(echo)})
-        server.add_generic_rpc_handlers((handler,))
-        certs = dev_certs.make(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tls-peer-{os.getpid()}"))
-        bound = tls.bind(server, "127.0.0.1:0", tls.ServerTls(tls.PERMISSIVE, certs.cert_file, certs.key_file))
-        await server.start()
+        server, bound = await _echo_server(dev_certs.make(str(tmp_path / "c")), seen)
         try:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{bound.port}") as channel:
                 assert await channel.unary_unary("/t.T/Echo")(b"hi", timeout=5) == b"hi"
@@ -186,6 +190,25 @@ def test_the_permissive_splice_shows_the_server_the_callers_real_address():
     inner, real, public_port = asyncio.run(run())
     assert inner != real, "the server's own view is the loopback side of the splice"
     assert real.startswith("ipv4:127.0.0.1:") and int(real.rsplit(":", 1)[1]) != public_port
+
+
+def test_an_idle_connection_through_the_splice_is_closed_by_the_servers_idle_bound(tmp_path):
+    async def run() -> None:
+        server, bound = await _echo_server(dev_certs.make(str(tmp_path / "c")), [], connection_idle_ms=300)
+        try:
+            credentials = grpc.ssl_channel_credentials((tmp_path / "c" / "ca.pem").read_bytes())
+            async with grpc.aio.secure_channel(f"127.0.0.1:{bound.port}", credentials) as channel:
+                assert await channel.unary_unary("/t.T/Echo")(b"hi", timeout=5) == b"hi"
+                assert bound.splicer.connections == 1
+                deadline = time.monotonic() + 10
+                while bound.splicer.connections and time.monotonic() < deadline:
+                    await asyncio.sleep(0.05)
+                assert bound.splicer.connections == 0, "connectionIdleMillis closed the loopback side and the caller's"
+        finally:
+            await server.stop(None)
+            bound.close()
+
+    asyncio.run(run())
 
 
 def test_bad_first_bytes_are_logged_once_per_peer_and_at_most_a_few_lines_per_interval(caplog):
