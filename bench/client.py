@@ -42,6 +42,7 @@ import time
 from datetime import date
 
 from devkit.devcluster import DevCluster
+from rocketraft.client.config import ClientConfig
 from rocketraft.client.message import Message
 from rocketraft.client.producer import Producer
 
@@ -102,11 +103,13 @@ async def produce(namesrv: str, size: int, messages: int, batch: int, window: in
                 "per_second": [per_second.get(i, 0) for i in range(max(per_second, default=-1) + 1)]}
 
 
-def publish(cluster: DevCluster, size: int, producers: int, messages: int, batch: int, window: int) -> dict:
+def publish(cluster: DevCluster, size: int, producers: int, messages: int, batch: int, window: int,
+            env: dict | None = None) -> dict:
+    """env: the producer processes' environment (default cluster.env; bench/tls_cost.py adds the client's TLS)."""
     start_at = time.time() + 3.0  # every producer process connected and warmed up by then
     procs = [subprocess.Popen([sys.executable, "-m", "bench.client", "_produce", cluster.namesrv_address, str(size),
                                str(messages // producers), str(batch), str(window), str(start_at)],
-                              stdout=subprocess.PIPE, text=True, env=cluster.env) for _ in range(producers)]
+                              stdout=subprocess.PIPE, text=True, env=env or cluster.env) for _ in range(producers)]
     outcomes = [json.loads(p.communicate(timeout=600)[0]) for p in procs]
     acked = sum(o["acked"] for o in outcomes)
     elapsed = max(o["ended"] for o in outcomes) - min(o["started"] for o in outcomes)
@@ -119,9 +122,9 @@ def publish(cluster: DevCluster, size: int, producers: int, messages: int, batch
 
 
 # -- latency -------------------------------------------------------------------------------------------------
-async def latency(namesrv: str, messages: int) -> dict:
+async def latency(namesrv: str, messages: int, config: ClientConfig | None = None) -> dict:
     body = b"x" * 1024
-    async with Producer(namesrv, topics=[TOPIC]) as producer:
+    async with Producer(namesrv, topics=[TOPIC], config=config) as producer:
         for _ in range(200):
             await producer.send(Message(TOPIC, body))
         samples = []

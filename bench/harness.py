@@ -11,6 +11,7 @@
     python -m bench scale log --messages 10000000
     python -m bench dledger [throughput latency election scale ...]     (bench/dledger.py's own options)
     python -m bench metrics --messages 100000 --rounds 3               (publish, metrics off vs on: metrics_cost.py)
+    python -m bench tls --messages 50000 --latency 1000 --rounds 2     (publish + latency, TLS modes: tls_cost.py)
     python -m bench repro disk-full | slave-write | busy               (bench/repro/README.md)
     python -m bench rolling-restart [--clients rocketraft,sdk]         (SIGTERM each replica under load: rolling.py)
     python -m bench soak --minutes 30 --retention-s 60                 (disk, memory, gaps, loss over time: soak.py)
@@ -44,7 +45,7 @@ from .scale import log_scale, producers_scale, topics_scale
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
 SCENARIOS = ("publish", "latency", "consume", "e2e", "failover", "rpc", "scale", "dledger", "repro", "metrics",
-             "rolling-restart", "soak")
+             "rolling-restart", "soak", "tls")
 KILLS_REPLICAS = ("failover", "scale-log")
 REPROS = {"disk-full": "bench.repro.disk_full", "slave-write": "bench.repro.slave_write", "busy": "bench.repro.busy"}
 
@@ -89,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["metrics"]:
         from . import metrics_cost
         return metrics_cost.main(argv[1:])
+    if argv[:1] == ["tls"]:
+        from . import tls_cost
+        return tls_cost.main(argv[1:])
     if argv[:1] == ["rolling-restart"]:
         from . import rolling
         return rolling.main(argv[1:])

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
+import hmac
 import os
 import re
 import tomllib
 from dataclasses import dataclass, field, fields
 
 import dledger
-from rocketraft.protocol import auth_acl, auth_guard, auth_internal, limits
+from rocketraft.protocol import auth_acl, auth_guard, auth_internal, limits, tls
 from rocketraft.protocol.limits import DELAY_LEVELS
 
 from .tables import QUEUE_IDS_MAX
@@ -28,6 +30,7 @@ SHUTDOWN_TRANSFER_MILLIS_MAX = 60_000
 METRICS_PORT_DEFAULT = 5557  # RocketMQ 5's metricsPromExporterPort
 PORT_MAX = 65_535
 FILE_RESERVED_HOURS_MAX = 24 * 365 * 100
+RAFT_PASSWORD_LABEL = b"rocketraft dledger password v1"  # HMAC(cluster secret, label) = the default Raft password
 
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -147,6 +150,14 @@ class BrokerConfig:
     authorizationEnabled: bool = False
     authenticationWindowMillis: int = auth_acl.AUTH_WINDOW_MS_DEFAULT  # a signed x-mq-date-time this old is refused
     authenticationAnyTimezone: bool = False  # accept the SDKs' local time "Z" from any timezone, not only UTC/ours
+    # TLS on listenAddress (docs/security.md, "TLS"): disabled | permissive (TLS and plaintext on one port) |
+    # enforcing; certificate chain and key (PEM); the CA that verifies the servers this broker calls (and, with
+    # tlsClientAuth require, its callers)
+    tlsMode: str = tls.DISABLED
+    tlsCertFile: str = ""
+    tlsKeyFile: str = ""
+    tlsCaFile: str = ""
+    tlsClientAuth: str = tls.CLIENT_AUTH_NONE  # or require: every caller presents a certificate (mTLS)
     logLevel: str = "INFO"
 
     # -- derived ------------------------------------------------------------------------------------
@@ -198,7 +209,7 @@ class BrokerConfig:
             group_id=self.brokerName, self_id=self.dLegerSelfId, peers=self.peers,
             data_dir=os.path.join(self.data_dir, "dledger"),
             flush_policy=dledger.FlushPolicy[self.flushDiskType], map_size_bytes=self.storeMapSizeBytes,
-            async_flush_interval_ms=self.flushIntervalCommitLog, password=self.dLegerPassword or None,
+            async_flush_interval_ms=self.flushIntervalCommitLog, password=self.raft_password,
             heartbeat_interval_ms=self.dLegerHeartBeatTimeIntervalMs,
             election_timeout_min_ms=self.dLegerElectionTimeoutMinMs,
             election_timeout_max_ms=self.dLegerElectionTimeoutMaxMs,
@@ -270,11 +281,34 @@ class BrokerConfig:
         """The cluster secret from clusterSecret or clusterSecretFile ("" = none)."""
         return auth_internal.load_secret(self.clusterSecret, self.clusterSecretFile, environ={})
 
+    @property
+    def server_tls(self) -> tls.ServerTls:
+        return tls.ServerTls(self.tlsMode, self.tlsCertFile, self.tlsKeyFile, self.tlsCaFile, self.tlsClientAuth)
+
+    @property
+    def raft_password(self) -> str | None:
+        """dLegerPassword, else one derived from the cluster secret (so a cluster with a secret never has an
+        unauthenticated Raft port), else None."""
+        secret = self.cluster_secret
+        if self.dLegerPassword or not secret:
+            return self.dLegerPassword or None
+        return hmac.new(secret.encode(), RAFT_PASSWORD_LABEL, hashlib.sha256).hexdigest()
+
+    def _validate_tls(self) -> None:
+        try:
+            self.server_tls.validate()
+        except tls.TlsError as exc:
+            raise ValueError(str(exc)) from None
+        if self.server_tls.on and self.raft_password is None:
+            raise ValueError(f"tlsMode {self.tlsMode}: the Raft port would still take unauthenticated peers; set "
+                             "clusterSecret (the Raft password is then derived from it) or dLegerPassword")
+
     def _validate_auth(self) -> None:
         try:
             self.cluster_secret  # noqa: B018 - reads the file, checks the length
         except auth_internal.SecretError as exc:
             raise ValueError(f"clusterSecret: {exc}") from None
+        self._validate_tls()
         if self.clusterAuthWindowMillis < 1:
             raise ValueError(f"clusterAuthWindowMillis {self.clusterAuthWindowMillis}: use at least 1 (ms)")
         auth_guard.check_config(self.guard_config, self.cluster_secret)

@@ -22,7 +22,7 @@ import grpc
 from dledger import DledgerError
 from rocketraft import parentwatch
 from rocketraft.proto import auth_pb2 as apb
-from rocketraft.protocol import auth_internal
+from rocketraft.protocol import auth_internal, tls
 from rocketraft.protocol.auth_guard import Guard, admin_paths, guarded, guarded_admin
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.metrics import MetricsServer
@@ -52,10 +52,9 @@ ROUTE_TIMEOUT_S = 2.0
 class NameServers:
     """Channels to every NameServer: registration and route lookups."""
 
-    def __init__(self, addresses: list[str], cluster_secret: str = ""):
+    def __init__(self, addresses: list[str], cluster_secret: str = "", caller_tls: tls.ClientTls = tls.PLAINTEXT):
         self.addresses = addresses
-        self._channels = {a: grpc.aio.insecure_channel(a, options=GRPC_OPTIONS,
-                                                       interceptors=auth_internal.aio_interceptors(cluster_secret))
+        self._channels = {a: caller_tls.aio_channel(a, GRPC_OPTIONS, auth_internal.aio_interceptors(cluster_secret))
                           for a in addresses}
         self._failing: dict[str, str] = {}
 
@@ -148,12 +147,13 @@ class BrokerServer:
         self.traffic = Traffic() if config.metrics_address else None  # nothing is counted while metrics are off
         self.writes.traffic = self.consume.traffic = self.traffic
         self._metrics: MetricsServer | None = None
-        self.namesrvs = NameServers(config.namesrv_addresses, config.cluster_secret)
+        self.namesrvs = NameServers(config.namesrv_addresses, config.cluster_secret, config.server_tls.caller())
         self.broker.replica_addresses = lambda: self.namesrvs.replica_addresses(config.brokerClusterName,
                                                                                 config.brokerName)
         self._register_now = asyncio.Event()
         self._stopping = asyncio.Event()
         self._server: grpc.aio.Server | None = None
+        self._bound: tls.Bound | None = None
         self._tasks: list[asyncio.Task] = []
         self._check_counts: dict[str, tuple[int, float]] = {}
 
@@ -187,10 +187,10 @@ class BrokerServer:
                                    self.broker.transfer_leader)
         add_service(server, guarded_admin(admin, admin_descriptor, guard, cfg.brokerClusterName), admin_descriptor)
         try:  # bind before the replica starts: a broker that cannot serve must not join its Raft group
-            bound = server.add_insecure_port(self.config.listenAddress)
+            self._bound = tls.bind(server, self.config.listenAddress, cfg.server_tls)
         except RuntimeError:
-            bound = 0
-        if not bound:
+            self._bound = tls.Bound(0)
+        if not self._bound.port:
             raise OSError(f"cannot listen on {self.config.listenAddress}: the port is in use or the address is not "
                           f"this host's; set listenAddress to a free local host:port")
         if self.traffic is not None:
@@ -249,6 +249,8 @@ class BrokerServer:
             task.cancel()
         if self._server is not None:
             await self._server.stop(grace=1.0)
+        if self._bound is not None:
+            self._bound.close()
         if self._metrics is not None:
             await asyncio.to_thread(self._metrics.close)
         await self.broker.stop()

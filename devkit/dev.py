@@ -41,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="make a random cluster secret (in DATA_DIR/cluster-secret) that internal calls must "
                              "prove; admin tools then need ROCKETRAFT_CLUSTER_SECRET_FILE=DATA_DIR/cluster-secret "
                              "(docs/security.md). Default: off, internal traffic unauthenticated")
+    parser.add_argument("--tls", action="store_true",
+                        help="make a local CA and certificates (in DATA_DIR/tls) and serve every port in permissive "
+                             "TLS mode: TLS and plaintext clients both connect (docs/security.md, \"TLS\")")
     parser.add_argument("--dashboard-allow-changes", action="store_true",
                         help="let the dashboard create/delete topics and groups, resend and recall (default read-only)")
 
@@ -56,6 +59,13 @@ def start_dashboard(cluster: DevCluster, port: int, allow_changes: bool) -> tupl
     except RuntimeError as exc:
         return None, f"dashboard not started ({str(exc).splitlines()[-1]}); try --dashboard-port"
     return proc, f"dashboard: http://127.0.0.1:{port}" + ("" if allow_changes else " (read-only)")
+
+
+def tls_help(cluster: DevCluster) -> str:
+    ca = cluster.certs.ca_file
+    return (f"TLS permissive (TLS and plaintext on every port); CA {ca}: `rocketraft send --ca-file {ca} ...`, or "
+            f"export ROCKETRAFT_TLS_CA_FILE={ca}; official Python SDK: tls_enable=True with "
+            f"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH={ca}")
 
 
 def render(cluster: DevCluster, events: list[str], started: float, dashboard: str = "") -> str:
@@ -92,9 +102,11 @@ def run(args: argparse.Namespace) -> int:
     ports = (args.broker_port, args.broker_port + 1, args.broker_port + 2)
     secret = _cluster_secret(args.data_dir) if args.cluster_secret else ""
     cluster = DevCluster(args.data_dir, flush=args.flush, namesrv_port=args.namesrv_port, broker_ports=ports,
-                         cluster_secret=secret)
+                         cluster_secret=secret, tls_mode="permissive" if args.tls else "")
     events: list[str] = [f"cluster secret on: export ROCKETRAFT_CLUSTER_SECRET_FILE={args.data_dir}/cluster-secret "
                          f"before `rocketraft admin`"] if secret else []
+    if cluster.certs is not None:
+        events.append(tls_help(cluster))
     started = time.monotonic()
     # SIGTERM (kill, a service manager, a CI timeout) stops the cluster like Ctrl-C: its processes run in their own
     # sessions and would otherwise outlive this one.

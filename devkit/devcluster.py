@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import secrets
 import select
 import signal
 import subprocess
@@ -31,10 +32,11 @@ from prometheus_client.samples import Sample
 
 from broker import config as broker_config
 from rocketraft import parentwatch
-from rocketraft.protocol import auth_internal
+from rocketraft.protocol import auth_internal, tls
 from rocketraft.protocol.routing import MASTER_BROKER_ID
 from rocketraft.protocol.wire import GRPC_OPTIONS, ipb, ipb_grpc, pb, svc, svc_grpc
 
+from . import certs as dev_certs
 from .localcluster import free_port as dledger_free_port
 from .logtail import log_tail
 from .pause import pause
@@ -152,9 +154,17 @@ class DevCluster:
     # and every call of this kit's channels is signed with it (docs/security.md)
     cluster_secret: str = field(default="", repr=False)
     namesrv_args: tuple[str, ...] = ()  # extra `python -m namesrv` flags (e.g. --authentication-enabled)
+    # TLS on every NameServer and broker port ("" = off): permissive or enforcing, with a CA and certificates made
+    # in base_dir/tls (devkit.certs); the kit's own channels verify the servers with that CA (and with
+    # tls_client_auth "require" present the client certificate). The Raft port gets a random dLegerPassword when
+    # there is no cluster secret (a TLS broker refuses an unauthenticated Raft port)
+    tls_mode: str = ""
+    tls_client_auth: str = tls.CLIENT_AUTH_NONE
 
     def __post_init__(self) -> None:
         self.base_dir = os.path.abspath(self.base_dir)
+        self.certs = dev_certs.make(os.path.join(self.base_dir, "tls")) if self.tls_mode else None
+        self._raft_password = secrets.token_hex(16) if self.tls_mode and not self.cluster_secret else ""
         os.makedirs(os.path.join(self.base_dir, "logs"), exist_ok=True)
         os.makedirs(os.path.join(self.base_dir, "conf"), exist_ok=True)
         self.ids = [f"n{i}" for i in range(self.replicas)]
@@ -180,8 +190,24 @@ class DevCluster:
     def _namesrv_proc(self, i: int, address: str) -> Proc:
         name = "namesrv" if i == 0 else f"namesrv-{i}"
         metrics = ["--metrics-listen", self.namesrv_metrics_addresses[i]] if self.namesrv_metrics_addresses else []
-        return Proc(name, [sys.executable, "-m", "namesrv", "--listen", address, *metrics, *self.namesrv_args],
+        return Proc(name, [sys.executable, "-m", "namesrv", "--listen", address, *metrics, *self._namesrv_tls_args(),
+                           *self.namesrv_args],
                     os.path.join(self.base_dir, "logs", f"{name}.log"))
+
+    def _namesrv_tls_args(self) -> list[str]:
+        if self.certs is None:
+            return []
+        return ["--tls-mode", self.tls_mode, "--tls-cert-file", self.certs.cert_file, "--tls-key-file",
+                self.certs.key_file, "--tls-ca-file", self.certs.ca_file, "--tls-client-auth", self.tls_client_auth]
+
+    @property
+    def client_tls(self) -> tls.ClientTls:
+        """How a client of this cluster connects (plaintext without tls_mode)."""
+        if self.certs is None:
+            return tls.PLAINTEXT
+        if self.tls_client_auth == tls.CLIENT_AUTH_REQUIRE:
+            return tls.ClientTls(True, self.certs.ca_file, self.certs.client_cert_file, self.certs.client_key_file)
+        return tls.ClientTls(True, self.certs.ca_file)
 
     def _own_namesrv_addresses(self) -> list[str]:
         if self.namesrvs < 1:
@@ -199,6 +225,11 @@ class DevCluster:
         if self.metrics:
             host, _, port = self.metrics_address_of[replica_id].rpartition(":")
             settings.update(metricsPort=int(port), metricsListenHost=host)
+        if self.certs is not None:
+            settings.update(tlsMode=self.tls_mode, tlsCertFile=self.certs.cert_file, tlsKeyFile=self.certs.key_file,
+                            tlsCaFile=self.certs.ca_file, tlsClientAuth=self.tls_client_auth)
+        if self._raft_password:
+            settings.update(dLegerPassword=self._raft_password)
         settings.update(self.broker_settings)
         settings.setdefault("clusterSecret", self.cluster_secret)  # checked here; the processes get it from env
         return broker_config.load(None, settings, environ={})
@@ -216,6 +247,9 @@ class DevCluster:
         env[parentwatch.ENV] = str(os.getpid())  # the servers stop if this process dies, even by SIGKILL
         env.pop(auth_internal.SECRET_FILE_ENV, None)  # the kit decides: its own secret, or none
         env.pop(auth_internal.SECRET_ENV, None)
+        for name in (tls.MODE_ENV, tls.CERT_FILE_ENV, tls.KEY_FILE_ENV, tls.CA_FILE_ENV, tls.CLIENT_AUTH_ENV,
+                     tls.CLIENT_TLS_ENV):  # the kit decides TLS too
+            env.pop(name, None)
         if self.cluster_secret:
             env[auth_internal.SECRET_ENV] = self.cluster_secret
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -259,7 +293,7 @@ class DevCluster:
     def channel(self, address: str) -> grpc.Channel:
         if address not in self._channels:
             self._channels[address] = auth_internal.signed_channel(
-                grpc.insecure_channel(address, options=GRPC_OPTIONS), self.cluster_secret)
+                self.client_tls.channel(address, GRPC_OPTIONS), self.cluster_secret)
         return self._channels[address]
 
     def replica_status(self, replica_id: str, timeout_s: float = 1.0) -> ipb.BrokerRegistration | None:

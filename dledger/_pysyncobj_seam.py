@@ -29,6 +29,7 @@ And what the engine plugs into a SyncObj:
 
 from __future__ import annotations
 
+import base64
 import collections
 import errno
 import logging
@@ -137,6 +138,7 @@ _pso_tcp.socket = _SourceBoundSocketModule()
 # bytearray buffers (append and front-deletion are amortised O(1) in CPython).
 _Conn = _pso_tcp.TcpConnection
 _FRAME = struct.Struct("i")  # pysyncobj's length prefix: native int
+_FERNET_TIMESTAMP = struct.Struct(">Q")
 
 
 def _conn_send(self, message):
@@ -191,6 +193,11 @@ def _conn_process_read(self):
     return True
 
 
+def _fernet_timestamp(token: bytes) -> int:
+    """The timestamp of a Fernet token (version byte, then 8 bytes big-endian: the first 12 base64 characters)."""
+    return _FERNET_TIMESTAMP.unpack_from(base64.urlsafe_b64decode(token[:12]), 1)[0]
+
+
 def _conn_parse_message(self):
     buf = self._TcpConnection__readBuffer
     if len(buf) < 4:
@@ -206,11 +213,12 @@ def _conn_parse_message(self):
     data = bytes(buf[4:4 + length])
     try:
         if self.encryptor:
-            timestamp = self.encryptor.extract_timestamp(data)
+            plain = self.encryptor.decrypt(data)  # verifies the token's HMAC, which covers its timestamp
+            timestamp = _fernet_timestamp(data)  # read once authentic (extract_timestamp would verify it again)
             if timestamp < self.recvLastTimestamp:
                 raise ValueError("replayed or reordered encrypted message")
             self.recvLastTimestamp = timestamp
-            data = self.encryptor.decrypt(data)
+            data = plain
         message = plainpickle.loads(data)
         if self.recvRandKey:
             rand_key, message = message

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import grpc
 
 from rocketraft import parentwatch
-from rocketraft.protocol import auth_internal
+from rocketraft.protocol import auth_internal, tls
 from rocketraft.protocol.auth_acl import AUTH_WINDOW_MS_DEFAULT
 from rocketraft.protocol.auth_guard import Guard, GuardConfig, admin_paths, check_config, guarded, guarded_admin
 from rocketraft.protocol.configs import check_group_config, check_topic_config
@@ -85,9 +85,13 @@ class NameServer:
                  create_topic_timeout_ms: int = CREATE_TOPIC_TIMEOUT_MS, recall_timeout_ms: int = RECALL_TIMEOUT_MS,
                  clock_ms: Callable[[], int] = monotonic_ms, cluster_secret: str = "",
                  cluster_auth_window_ms: int = auth_internal.WINDOW_MS_DEFAULT,
-                 guard_config: GuardConfig = AUTH_OFF, auth_cache_ms: int = CACHE_MS_DEFAULT):
+                 guard_config: GuardConfig = AUTH_OFF, auth_cache_ms: int = CACHE_MS_DEFAULT,
+                 server_tls: tls.ServerTls = tls.TLS_OFF):
         split_address(listen)  # fail early on a malformed address
         self.listen = listen
+        self.server_tls = server_tls.validate()
+        self._caller_tls = server_tls.caller()
+        self._bound: tls.Bound | None = None
         self.cluster_secret = auth_internal.check_secret(cluster_secret)
         self.cluster_auth_window_ms = cluster_auth_window_ms
         check_config(guard_config, self.cluster_secret)
@@ -122,10 +126,13 @@ class NameServer:
         add_service(server, guarded_admin(NameServerService(self), internal, guard, ""), internal)
         host, _ = split_address(self.listen)
         try:
-            port = server.add_insecure_port(self.listen)
+            self._bound = tls.bind(server, self.listen, self.server_tls)
         except RuntimeError as e:
             raise OSError(f"cannot listen on {self.listen}: the port is in use or the address is not local "
                           f"({e})") from None
+        port = self._bound.port
+        if not port:
+            raise OSError(f"cannot listen on {self.listen}: the port is in use or the address is not local")
         await server.start()
         self._server = server
         self.address = f"{host}:{port}"
@@ -140,6 +147,9 @@ class NameServer:
         if self._server is not None:
             await self._server.stop(grace_ms / 1000)
             self._server = None
+        if self._bound is not None:
+            self._bound.close()
+            self._bound = None
         channels, self._channels = list(self._channels.values()), {}
         for channel in channels:
             await channel.close()
@@ -216,8 +226,8 @@ class NameServer:
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS,
-                                                interceptors=auth_internal.aio_interceptors(self.cluster_secret))
+            channel = self._caller_tls.aio_channel(address, GRPC_OPTIONS,
+                                                   auth_internal.aio_interceptors(self.cluster_secret))
             self._channels[address] = channel
         return channel
 
@@ -592,6 +602,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="accept the SDKs' local time labelled Z from any timezone (default: UTC or ours)")
     parser.add_argument("--auth-cache-ms", type=int, default=CACHE_MS_DEFAULT, metavar="MS",
                         help=f"how long a user looked up from a broker is kept (default {CACHE_MS_DEFAULT})")
+    env_tls = tls.server_from_env()
+    parser.add_argument("--tls-mode", choices=tls.MODES, default=env_tls.mode,
+                        help=f"disabled | permissive (TLS and plaintext on the one port) | enforcing (TLS only) "
+                             f"(default: ${tls.MODE_ENV} or disabled; docs/security.md, \"TLS\")")
+    parser.add_argument("--tls-cert-file", default=env_tls.cert_file, metavar="PATH",
+                        help=f"this server's certificate chain, PEM (default ${tls.CERT_FILE_ENV})")
+    parser.add_argument("--tls-key-file", default=env_tls.key_file, metavar="PATH",
+                        help=f"its private key, PEM (default ${tls.KEY_FILE_ENV})")
+    parser.add_argument("--tls-ca-file", default=env_tls.ca_file, metavar="PATH",
+                        help=f"CA that verifies the brokers this NameServer calls and, with --tls-client-auth require, "
+                             f"its callers (default ${tls.CA_FILE_ENV}; empty: the system's roots)")
+    parser.add_argument("--tls-client-auth", choices=tls.CLIENT_AUTHS, default=env_tls.client_auth,
+                        help=f"require: every caller presents a certificate signed by --tls-ca-file (mTLS; needs "
+                             f"enforcing) (default ${tls.CLIENT_AUTH_ENV} or none)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         help="namesrv log level (default INFO; DEBUG also logs every heartbeat)")
 
@@ -610,12 +634,14 @@ def run(args: argparse.Namespace) -> int:
         guard = GuardConfig(args.authentication_enabled, args.authorization_enabled, args.authentication_window_ms,
                             args.authentication_any_timezone)
         check_config(guard, secret)
+        server_tls = tls.ServerTls(args.tls_mode, args.tls_cert_file, args.tls_key_file, args.tls_ca_file,
+                                   args.tls_client_auth).validate()
     except ValueError as e:
         log.error("bad configuration: %s", e)
         return 2
     try:
         return asyncio.run(_serve_until_signal(args.listen, args.metrics_listen, secret, args.cluster_auth_window_ms,
-                                               guard, args.auth_cache_ms))
+                                               guard, args.auth_cache_ms, server_tls))
     except OSError as e:
         log.error("%s", e)
         return 1
@@ -625,9 +651,10 @@ def run(args: argparse.Namespace) -> int:
 
 async def _serve_until_signal(listen: str, metrics_listen: str | None = None, cluster_secret: str = "",
                               cluster_auth_window_ms: int = auth_internal.WINDOW_MS_DEFAULT,
-                              guard: GuardConfig = AUTH_OFF, auth_cache_ms: int = CACHE_MS_DEFAULT) -> int:
+                              guard: GuardConfig = AUTH_OFF, auth_cache_ms: int = CACHE_MS_DEFAULT,
+                              server_tls: tls.ServerTls = tls.TLS_OFF) -> int:
     ns = NameServer(listen, cluster_secret=cluster_secret, cluster_auth_window_ms=cluster_auth_window_ms,
-                    guard_config=guard, auth_cache_ms=auth_cache_ms)
+                    guard_config=guard, auth_cache_ms=auth_cache_ms, server_tls=server_tls)
     address = await ns.start()
     exporter = None
     if metrics_listen:

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+
+# grpc core writes one line per failed TLS handshake (INFO): anyone could flood the log. Only its errors, unless
+# the operator sets GRPC_VERBOSITY; set before grpc is imported (docs/security.md, "TLS")
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 from broker import server as broker_server
 from namesrv import server as namesrv_server

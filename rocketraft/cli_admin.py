@@ -28,7 +28,7 @@ from rich.table import Table
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.wire import MessageType
 
-from . import cli_auth
+from . import cli_auth, cli_tls
 from .client.admin import Admin, plain
 from .client.message import ReceivedMessage
 
@@ -60,6 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "brokerId, or its client or Raft address (default: the most up-to-date replica)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     cli_auth.add_arguments(parser)
+    cli_tls.add_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -100,7 +101,7 @@ def _required(args) -> str | None:
 
 
 async def _call(args):
-    async with Admin(args.namesrvAddr) as admin:
+    async with Admin(config=cli_tls.client_config(args)) as admin:
         verb = args.verb
         if verb in cli_auth.VERBS:
             return await cli_auth.call(admin, args)

@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from rocketraft.protocol.errors import RocketraftError
 
+from . import cli_tls
 from .client.message import Message
 from .client.producer import Producer
 
@@ -37,6 +38,7 @@ def add_send_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=int, default=256, help="sends in flight at once")
     parser.add_argument("--linger-ms", type=float, default=0.0)
     parser.add_argument("--retries", type=int, default=2)
+    cli_tls.add_arguments(parser)
 
 
 def add_consume_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +50,7 @@ def add_consume_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--idle-timeout", type=float, default=0.0,
                         help="stop after this many seconds without a message (0 = never)")
     parser.add_argument("--print", action="store_true", help="print each message")
+    cli_tls.add_arguments(parser)
 
 
 def run_send(args: argparse.Namespace) -> int:
@@ -67,8 +70,8 @@ async def _send(args, console: Console) -> int:
     keys = [k for k in args.keys.split(",") if k]
     latencies: list[float] = []
     failures: list[str] = []
-    async with Producer(args.namesrvAddr, topics=[args.topic], retries=args.retries,
-                        linger_ms=args.linger_ms) as producer:
+    async with Producer(topics=[args.topic], retries=args.retries, linger_ms=args.linger_ms,
+                        config=cli_tls.client_config(args)) as producer:
         slots = asyncio.Semaphore(args.concurrency)
         with _progress(console, args.count, "sent") as progress:
             task = progress.add_task("send", total=args.count)
@@ -131,8 +134,8 @@ async def _consume(args, console: Console) -> int:
 
     received = 0
     last_at = time.monotonic()
-    async with SimpleConsumer(args.namesrvAddr, group=args.consumerGroup, subscriptions={args.topic: args.tag},
-                              await_duration_s=5.0) as consumer:
+    async with SimpleConsumer(group=args.consumerGroup, subscriptions={args.topic: args.tag},
+                              await_duration_s=5.0, config=cli_tls.client_config(args)) as consumer:
         with _progress(console, args.count or PROGRESS_MIN_COUNT, "received") as progress:
             task = progress.add_task("consume", total=args.count or None)
             while not args.count or received < args.count:

@@ -37,6 +37,9 @@ RAFT_PORT = 40911
 DATA_DIR = "/data"
 ADVERTISED_HOST_DEFAULT = "localhost"  # what the official SDK on the docker host connects to
 LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "::1"}
+SECRET_NAME = "cluster-secret"
+SECRET_IN_CONTAINER = f"/run/secrets/{SECRET_NAME}"  # where Compose mounts the secret file
+TEST_SECRET = "compose-test-cluster-secret-0123456789"
 
 
 # -- compose file ------------------------------------------------------------------------------------------------
@@ -173,8 +176,10 @@ print(json.dumps(out))
 """
 
 
-def parse_with_cli(commands: dict[str, list[str]]) -> dict[str, dict]:
-    """Service name -> {"args": namesrv arguments} or {"config": BrokerConfig fields + peers, namesrv_addresses}."""
+def parse_with_cli(commands: dict[str, list[str]], secret_file: str) -> dict[str, dict]:
+    """Service name -> {"args": namesrv arguments} or {"config": BrokerConfig fields + peers, namesrv_addresses}.
+    The secret's path in the container is read as `secret_file` here (the broker reads the file to validate it)."""
+    commands = {name: [secret_file if a == SECRET_IN_CONTAINER else a for a in argv] for name, argv in commands.items()}
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROCKETRAFT_")}  # the containers set none
     proc = subprocess.run([sys.executable, "-c", _PARSE_SCRIPT], input=json.dumps(commands), cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60)
@@ -206,7 +211,7 @@ def variants() -> dict[str, dict[str, dict]]:
 
 
 @pytest.fixture(scope="module")
-def parsed_variants(variants) -> dict[str, tuple[SimpleNamespace, dict[str, SimpleNamespace]]]:
+def parsed_variants(variants, tmp_path_factory) -> dict[str, tuple[SimpleNamespace, dict[str, SimpleNamespace]]]:
     """Per variant: (namesrv arguments, broker service -> its BrokerConfig), from one run of the CLI."""
     commands = {}
     for variant, services in variants.items():
@@ -216,7 +221,9 @@ def parsed_variants(variants) -> dict[str, tuple[SimpleNamespace, dict[str, Simp
             expected = "namesrv" if name == NAMESRV else "broker"
             assert command[0] == expected, f"service {name}: command must start with `{expected}`, not {command[0]!r}"
             commands[f"{name} ({variant} variables)"] = command
-    results = parse_with_cli(commands)
+    secret_file = tmp_path_factory.mktemp("secret") / SECRET_NAME
+    secret_file.write_text(TEST_SECRET)
+    results = parse_with_cli(commands, str(secret_file))
     return {variant: (SimpleNamespace(**results[f"{NAMESRV} ({variant} variables)"]["args"]),
                       {n: SimpleNamespace(**results[f"{n} ({variant} variables)"]["config"]) for n in BROKERS})
             for variant in variants}
@@ -388,6 +395,29 @@ def test_variables_change_the_advertised_host_and_the_subnet(variants, parsed_va
             if (attached or {}).get("ipv4_address"):
                 assert attached["ipv4_address"].startswith(f"{prefix}."), (
                     f"service {name}: {attached['ipv4_address']} ignores ROCKETRAFT_SUBNET_PREFIX={prefix}")
+
+
+def test_ports_are_published_on_127_0_0_1_only(services):
+    for name, service in services.items():
+        for entry in service.get("ports") or []:
+            host_ip = entry.get("host_ip", "") if isinstance(entry, dict) else \
+                (str(entry).split("/")[0].rsplit(":", 2)[0] if str(entry).count(":") == 2 else "")
+            assert host_ip == "127.0.0.1", (f"service {name}: port {entry!r} is published on every host interface; "
+                                            f"publish it on 127.0.0.1 only (\"127.0.0.1:HOST:CONTAINER\")")
+
+
+def test_acl_2_is_on_everywhere_with_the_cluster_secret_from_a_compose_secret(compose, services, configs,
+                                                                             namesrv_args):
+    declared = (compose.get("secrets") or {}).get(SECRET_NAME) or {}
+    assert declared.get("file"), f"{COMPOSE_FILE.name}: declare the secret {SECRET_NAME!r} with a file"
+    for name in (NAMESRV, *BROKERS):
+        assert SECRET_NAME in (services[name].get("secrets") or []), f"service {name}: mount the {SECRET_NAME} secret"
+    for name, cfg in configs.items():
+        assert cfg.authenticationEnabled and cfg.authorizationEnabled, f"service {name}: turn ACL 2.0 on"
+        assert cfg.clusterSecretFile.endswith(SECRET_NAME) and not cfg.clusterSecret, (
+            f"service {name}: read the cluster secret from {SECRET_IN_CONTAINER}, never from the command line")
+    assert namesrv_args.authentication_enabled and namesrv_args.authorization_enabled, "namesrv: turn ACL 2.0 on"
+    assert namesrv_args.cluster_secret_file.endswith(SECRET_NAME), f"namesrv: read {SECRET_IN_CONTAINER}"
 
 
 # -- Dockerfile --------------------------------------------------------------------------------------------------

@@ -37,7 +37,8 @@ class AsyncClient:
         self.config = config
         self.group = group
         self.transport = Transport(config.client_id, config.cluster_secret, sign_every_call=self.signs_every_call,
-                                   access_key=config.access_key, secret_key=config.secret_key)
+                                   access_key=config.access_key, secret_key=config.secret_key,
+                                   client_tls=config.client_tls)
         self.routes = Routes(self.transport, config.namesrv, config.request_timeout_s,
                              config.route_refresh_interval_s)
         self.routes.listeners.append(self._on_route)

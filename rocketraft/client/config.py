@@ -8,6 +8,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from rocketraft.protocol import auth_internal
+from rocketraft.protocol import tls as tls_mod
 from rocketraft.protocol.errors import BadRequestError
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
@@ -47,6 +48,13 @@ class ClientConfig:
     # signed with them when access_key is set (docs/security.md); default $ROCKETRAFT_ACCESS_KEY/_SECRET_KEY
     access_key: str = field(default_factory=lambda: os.environ.get(ACCESS_KEY_ENV, ""))
     secret_key: str = field(default_factory=lambda: os.environ.get(SECRET_KEY_ENV, ""), repr=False)
+    # TLS to NameServers and brokers (docs/security.md, "TLS"): the server's certificate is always verified, with
+    # tls_ca_file's CA (the system's roots if empty); tls_cert_file/tls_key_file present a client certificate (for
+    # servers with tlsClientAuth require). Default: $ROCKETRAFT_TLS=true, or $ROCKETRAFT_TLS_CA_FILE set
+    tls: bool = field(default_factory=lambda: tls_mod.client_from_env().enabled)
+    tls_ca_file: str = field(default_factory=lambda: tls_mod.client_from_env().ca_file)
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
 
     def __post_init__(self) -> None:
         self.namesrv = parse_namesrv(self.namesrv)
@@ -54,3 +62,12 @@ class ClientConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or value <= 0:
                 raise BadRequestError(f"{name} must be a positive number of seconds, not {value!r}")
+        try:
+            self.client_tls.validate()
+        except tls_mod.TlsError as exc:
+            raise BadRequestError(str(exc)) from None
+
+    @property
+    def client_tls(self) -> tls_mod.ClientTls:
+        return tls_mod.ClientTls(self.tls or bool(self.tls_ca_file), self.tls_ca_file, self.tls_cert_file,
+                             self.tls_key_file)

@@ -12,7 +12,7 @@ import asyncio
 import grpc
 
 from rocketraft import __version__
-from rocketraft.protocol import auth_acl, auth_internal
+from rocketraft.protocol import auth_acl, auth_internal, tls
 from rocketraft.protocol.errors import BrokerUnreachableError, OutcomeUnknownError, RocketraftError
 from rocketraft.protocol.wire import GRPC_OPTIONS, Code, ipb_grpc, svc, svc_grpc
 
@@ -27,6 +27,13 @@ CHANNEL_OPTIONS = (
     ("grpc.enable_retries", 0),  # retries are the client's decision (and must keep the message id)
 )
 
+# Connection failures that a TLS mismatch also causes: a plaintext client on a TLS-only port ("Socket closed"), a
+# client that does not trust the server's CA, or a server that requires a client certificate.
+_TLS_MARKERS = ("socket closed", "handshake", "ssl", "certificate", "connection reset")
+TLS_HINT = ("; if the server enforces TLS, connect over TLS (ClientConfig(tls=True, tls_ca_file=...); the commands' "
+            "--tls --ca-file), trusting the CA that signed its certificate (and, with tlsClientAuth require, present a "
+            "client certificate)")
+
 # gRPC failures after which the request certainly never reached a server.
 _NOT_SENT_MARKERS = ("failed to connect", "connection refused", "name resolution", "dns resolution",
                      "no route to host", "connect failed")
@@ -34,8 +41,9 @@ _NOT_SENT_MARKERS = ("failed to connect", "connection refused", "name resolution
 
 class Transport:
     def __init__(self, client_id: str, cluster_secret: str = "", sign_every_call: bool = False,
-                 access_key: str = "", secret_key: str = ""):
+                 access_key: str = "", secret_key: str = "", client_tls: tls.ClientTls = tls.PLAINTEXT):
         self.client_id = client_id
+        self._tls = client_tls
         signers = [auth_internal.cluster_signer(cluster_secret, sign_every_call)] if cluster_secret else []
         if access_key:  # every call: admin calls too, which an ACL 2.0 user may make if its ACL allows
             signers.append(lambda _method: auth_acl.client_metadata(access_key, secret_key))
@@ -52,8 +60,7 @@ class Transport:
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS,
-                                                                                 interceptors=self._interceptors)
+            channel = self._channels[address] = self._tls.aio_channel(address, CHANNEL_OPTIONS, self._interceptors)
         return channel
 
     def messaging(self, address: str) -> svc_grpc.MessagingServiceStub:
@@ -99,7 +106,8 @@ def rpc_error(exc: grpc.aio.AioRpcError, address: str, what: str) -> RocketraftE
     """A failed RPC as a typed error that says whether the request may have been delivered."""
     code, details = exc.code(), exc.details() or ""
     if code == grpc.StatusCode.UNAVAILABLE and any(m in details.lower() for m in _NOT_SENT_MARKERS):
-        return BrokerUnreachableError(f"{what}: cannot reach {address} ({details})", address, sent=False)
+        hint = TLS_HINT if any(m in details.lower() for m in _TLS_MARKERS) else ""
+        return BrokerUnreachableError(f"{what}: cannot reach {address} ({details}){hint}", address, sent=False)
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED,
                 grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL):
         return OutcomeUnknownError(f"{what}: {address} did not answer ({code.name}: {details}); "

@@ -22,7 +22,7 @@ from google.protobuf.message_factory import GetMessageClass
 
 from rocketraft.proto import auth_pb2 as apb
 
-from . import auth_acl, auth_internal
+from . import auth_acl, auth_internal, serving
 from .auth_acl import AuthenticationError, AuthorizationError
 from .errors import RocketraftError
 
@@ -80,7 +80,7 @@ class Guard:
         """Who is calling `path` ("/package.Service/Method"): a server or admin proven by the cluster secret, or an
         ACL 2.0 user (AuthenticationError if neither can be established)."""
         metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
-        source_ip = auth_acl.peer_ip(context.peer() or "")
+        source_ip = auth_acl.peer_ip(serving.client_peer(context))
         proof_refused = None
         if self._internal is not None and auth_internal.HEADER_SIGNATURE in metadata:
             proof_refused = self._internal.refusal(path, metadata.items())

@@ -20,7 +20,7 @@ from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
 from google.protobuf.message import DecodeError
 from google.protobuf.message_factory import GetMessageClass
 
-from . import limits
+from . import limits, tls_permissive
 from .wire import GRPC_OPTIONS, Code, pb
 
 log = logging.getLogger(__name__)
@@ -33,6 +33,12 @@ def new_server(rpcs_in_flight_max: int = limits.RPCS_IN_FLIGHT_MAX,
     connection_idle_ms closed by the server (GOAWAY; the client reconnects on its next call)."""
     options = (*GRPC_OPTIONS, ("grpc.max_connection_idle_ms", connection_idle_ms))
     return grpc.aio.server(options=options, maximum_concurrent_rpcs=rpcs_in_flight_max, **kwargs)
+
+
+def client_peer(context) -> str:
+    """The caller of an RPC as a gRPC peer string ("ipv4:10.0.0.7:51234"): the real caller also when a permissive
+    TLS port spliced the connection through loopback (tls_permissive)."""
+    return tls_permissive.real_peer(context.peer() or "")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,123 @@
+"""What TLS costs the publish path, and what permissive mode's splice adds (docs/security.md, "TLS").
+
+    python -m bench tls --messages 50000 --latency 1000 --rounds 2      (also: python -m bench.tls_cost ...)
+
+Each round starts four clusters in turn (a NameServer + a 3-replica group, DevCluster, ASYNC_FLUSH unless --flush)
+and runs, against each, bench.client's publish (one producer process, send_batch of --batch 1 KiB messages,
+--window calls in flight) and latency (--latency sync sends one at a time):
+    raft-no-password  tlsMode disabled and no Raft password: what a TLS cluster may not be (its Raft port must
+                      authenticate: Fernet with dLegerPassword or one derived from the cluster secret)
+    disabled          tlsMode disabled, plaintext client, Raft password set (the baseline of the TLS sides)
+    permissive-plain  tlsMode permissive, plaintext client: the splice alone
+    permissive-tls    the same cluster, TLS client: the splice and TLS
+    enforcing-tls     tlsMode enforcing, TLS client: TLS alone (grpc's own, no splice)
+The order of the clusters alternates between rounds so a machine that slows down during the run favours no side.
+Every side but raft-no-password has the same dLegerPassword. Printed: each run's msgs/s and p50/p99 send latency,
+and the medians of each side against disabled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from datetime import date
+
+from devkit.devcluster import DevCluster
+from rocketraft.client.config import ClientConfig
+from rocketraft.protocol import tls
+
+from . import client as cb
+
+RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
+CLUSTERS = {"raft-no-password": ("", ("plain",)), "disabled": ("", ("plain",)),
+            "permissive": ("permissive", ("plain", "tls")), "enforcing": ("enforcing", ("tls",))}
+RAFT_PASSWORD = "bench-tls-raft-password"  # every cluster but raft-no-password: TLS requires an authenticated Raft port
+
+
+def one_side(cluster: DevCluster, client: str, args) -> dict:
+    env, config = cluster.env, ClientConfig(namesrv=cluster.namesrv_address, cluster_secret="")
+    if client == "tls":
+        env = {**env, tls.CA_FILE_ENV: cluster.certs.ca_file}
+        config = ClientConfig(namesrv=cluster.namesrv_address, cluster_secret="", tls=True,
+                              tls_ca_file=cluster.certs.ca_file)
+    published = cb.publish(cluster, args.size, 1, args.messages, args.batch, args.window, env=env)
+    latency = asyncio.run(cb.latency(cluster.namesrv_address, args.latency, config))
+    return {"msgs_per_s": published["msgs_per_s"], "failed": published["failed"], "p50_ms": latency["p50_ms"],
+            "p99_ms": latency["p99_ms"]}
+
+
+def one_cluster(base: str, name: str, args) -> list[dict]:
+    mode, clients = CLUSTERS[name]
+    settings = {} if name == "raft-no-password" else {"dLegerPassword": RAFT_PASSWORD}
+    cluster = DevCluster(base, flush=args.flush, log_level="WARNING", metrics=False, tls_mode=mode,
+                         broker_settings=settings)
+    cluster.start()
+    try:
+        cluster.wait_master()
+        cluster.create_topic(cb.TOPIC)
+        return [{"side": f"{name}-{client}" if mode else name, **one_side(cluster, client, args)} for client in clients]
+    finally:
+        cluster.stop()
+
+
+def run(args) -> dict:
+    base = args.dir or tempfile.mkdtemp(prefix="bench-tls-")
+    runs = []
+    for round_no in range(args.rounds):
+        order = list(CLUSTERS) if round_no % 2 == 0 else list(reversed(CLUSTERS))
+        for name in order:
+            for result in one_cluster(os.path.join(base, f"round{round_no}-{name}"), name, args):
+                result["round"] = round_no
+                runs.append(result)
+                print(json.dumps(result), flush=True)
+    sides = sorted({r["side"] for r in runs}, key=[r["side"] for r in runs].index)
+    medians = {side: {key: round(statistics.median(r[key] for r in runs if r["side"] == side), 3)
+                      for key in ("msgs_per_s", "p50_ms", "p99_ms")} for side in sides}
+    base_side = medians["disabled"]
+    for side in medians.values():
+        side["msgs_over_disabled"] = round(side["msgs_per_s"] / base_side["msgs_per_s"], 3)
+        side["p50_over_disabled"] = round(side["p50_ms"] / base_side["p50_ms"], 3)
+    return {"messages": args.messages, "latency_sends": args.latency, "size": args.size, "batch": args.batch,
+            "window": args.window, "rounds": args.rounds, "flush": args.flush, "medians": medians, "runs": runs}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench tls", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--messages", type=int, default=50_000, help="messages per publish run")
+    p.add_argument("--latency", type=int, default=1000, help="sync sends per latency run")
+    p.add_argument("--rounds", type=int, default=2, help="rounds of the three clusters")
+    p.add_argument("--size", type=int, default=1024, help="body bytes")
+    p.add_argument("--batch", type=int, default=256, help="messages per send_batch call")
+    p.add_argument("--window", type=int, default=8, help="send_batch calls in flight")
+    p.add_argument("--flush", default="ASYNC_FLUSH", choices=["ASYNC_FLUSH", "SYNC_FLUSH"])
+    p.add_argument("--dir", help="where the clusters keep their data and logs (default: a temp dir)")
+    p.add_argument("--out", default=RESULTS_DIR, help="results directory (default bench/results)")
+    p.add_argument("--quick", action="store_true", help="a smoke run: 1 round of 3,000 messages, 100 sends")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.quick:
+        args.rounds, args.messages, args.latency = 1, 3_000, 100
+    result = run(args)
+    out = os.path.join(args.out, f"tls-{time.strftime('%Y%m%d-%H%M%S')}")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "result.json"), "w") as f:
+        json.dump({"scenario": "tls", "date": str(date.today()), "result": result}, f, indent=1)
+    for side, m in result["medians"].items():
+        print(f"{side:18} median {m['msgs_per_s']:>8,} msgs/s ({m['msgs_over_disabled']:.3f} of disabled), send p50 "
+              f"{m['p50_ms']} ms ({m['p50_over_disabled']:.3f}), p99 {m['p99_ms']} ms")
+    print(f"results: {out}/result.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
