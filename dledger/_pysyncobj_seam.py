@@ -12,6 +12,8 @@ Applied once, when this module is first imported (each change pinned by tests/dl
   through dledger.plainpickle: plain data, or refused before anything in it is called. A frame longer than
   allow_frames_up_to allows, a first message that is not an address, and a message whose shape
   dledger.peermessages refuses close that connection with a log line instead of stopping the replica.
+- Encryption: with a password, frames are sealed with AES-256-GCM (`RaftSealer`) instead of pysyncobj's
+  Fernet (AES-CBC + HMAC-SHA256 + base64), which cost about 40 % of publish throughput on 2 cores.
 - Outgoing peer sockets bind to the replica's own address (bind_outgoing_sockets, per thread), so a
   peer is one IP on the wire and a firewall rule can cut exactly one replica off (tests use 127.0.0.11-13).
 
@@ -29,10 +31,11 @@ And what the engine plugs into a SyncObj:
 
 from __future__ import annotations
 
-import base64
 import collections
 import errno
+import itertools
 import logging
+import os
 import pickle
 import queue
 import socket as _socket
@@ -43,6 +46,9 @@ from collections.abc import Callable
 import pysyncobj.pickle as _pso_pickle
 import pysyncobj.syncobj as _pso_syncobj
 import pysyncobj.tcp_connection as _pso_tcp
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.pipe_notifier import PipeNotifier
 from pysyncobj.poller import POLL_EVENT_TYPE
@@ -138,7 +144,52 @@ _pso_tcp.socket = _SourceBoundSocketModule()
 # bytearray buffers (append and front-deletion are amortised O(1) in CPython).
 _Conn = _pso_tcp.TcpConnection
 _FRAME = struct.Struct("i")  # pysyncobj's length prefix: native int
-_FERNET_TIMESTAMP = struct.Struct(">Q")
+
+
+class RaftSealer:
+    """Authenticated encryption of Raft frames under the group's password (pysyncobj's `encryptor` slot).
+
+    A sealed frame is: the sender's timestamp (8 bytes, big-endian, in the clear but authenticated), a 12-byte
+    nonce, then AES-256-GCM's ciphertext and 16-byte tag. The key is PBKDF2-HMAC-SHA256 of the password (100,000
+    iterations, a fixed salt of ours), once per process. Nonces never repeat under a key: each sealer draws a
+    random 8-byte prefix and counts the 4-byte rest; after 2^32 frames it draws a new prefix (two sealers sharing a
+    prefix: ~k^2 / 2^65 for k sealers ever made). Fernet, which pysyncobj uses, costs AES-CBC, HMAC-SHA256 and
+    base64 both ways (a frame grows by a third): about 40 % of publish throughput on this 2-core host."""
+
+    SALT = b"rocketraft raft frames v1"
+    HEADER = struct.Struct(">Q8sI")  # timestamp, nonce prefix, nonce counter
+    TAG_BYTES = 16
+
+    def __init__(self, password: str | bytes):
+        secret = password if isinstance(password, bytes) else password.encode()
+        key = PBKDF2HMAC(algorithm=hashes.SHA256(), length=32, salt=self.SALT, iterations=100_000).derive(secret)
+        self._aead = AESGCM(key)
+        self._lock = threading.Lock()
+        self._new_prefix()
+
+    def _new_prefix(self) -> None:
+        self._prefix = os.urandom(8)
+        self._counter = itertools.count()
+
+    def encrypt_at_time(self, data: bytes, timestamp: int) -> bytes:
+        with self._lock:
+            n = next(self._counter)
+            if n >= 1 << 32:
+                self._new_prefix()
+                n = next(self._counter)
+            header = self.HEADER.pack(timestamp, self._prefix, n)
+        return header + self._aead.encrypt(header[8:], data, header[:8])
+
+    def open(self, frame: bytes) -> tuple[int, bytes]:
+        """(the sender's timestamp, the plaintext); raises InvalidTag or ValueError unless the frame is authentic."""
+        if len(frame) < self.HEADER.size + self.TAG_BYTES:
+            raise ValueError(f"a sealed frame of {len(frame)} bytes is shorter than its header and tag")
+        header = frame[:self.HEADER.size]
+        plain = self._aead.decrypt(header[8:], frame[self.HEADER.size:], header[:8])
+        return self.HEADER.unpack(header)[0], plain
+
+
+_pso_syncobj.getEncryptor = RaftSealer  # SyncObj builds its encryptor from conf.password with this name
 
 
 def _conn_send(self, message):
@@ -193,11 +244,6 @@ def _conn_process_read(self):
     return True
 
 
-def _fernet_timestamp(token: bytes) -> int:
-    """The timestamp of a Fernet token (version byte, then 8 bytes big-endian: the first 12 base64 characters)."""
-    return _FERNET_TIMESTAMP.unpack_from(base64.urlsafe_b64decode(token[:12]), 1)[0]
-
-
 def _conn_parse_message(self):
     buf = self._TcpConnection__readBuffer
     if len(buf) < 4:
@@ -213,8 +259,7 @@ def _conn_parse_message(self):
     data = bytes(buf[4:4 + length])
     try:
         if self.encryptor:
-            plain = self.encryptor.decrypt(data)  # verifies the token's HMAC, which covers its timestamp
-            timestamp = _fernet_timestamp(data)  # read once authentic (extract_timestamp would verify it again)
+            timestamp, plain = self.encryptor.open(data)  # verifies the tag, which covers the timestamp
             if timestamp < self.recvLastTimestamp:
                 raise ValueError("replayed or reordered encrypted message")
             self.recvLastTimestamp = timestamp

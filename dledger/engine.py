@@ -98,7 +98,7 @@ class EngineView:
 def frame_bytes_max(c: ReplicaConfig) -> int:
     """The largest Raft frame a replica with this configuration accepts. The largest it sends: an append_entries
     batch (pysyncobj fills it to appendEntriesBatchSizeBytes and may add one more entry: two entries' worth) or a
-    snapshot chunk, plus pickle framing; a password's encryption (Fernet: base64) adds a third. Twice that."""
+    snapshot chunk, plus pickle framing; the password's sealing adds 36 bytes. Twice that."""
     return 2 * (2 * (c.entry_bytes_max + 64 * 1024) + c.snapshot_chunk_bytes + 256 * 1024)
 
 

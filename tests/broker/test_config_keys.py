@@ -117,7 +117,7 @@ def test_a_group_with_a_raft_password_forms_and_a_replica_with_another_password_
         f.write(text.replace('dLegerPassword = "s3cret-raft"', 'dLegerPassword = "wrong"'))
     cluster.start_replica(wrong)
     logs = [cluster.brokers[i].log_path for i in cluster.ids]  # whichever side receives logs the failure
-    wait_until(lambda: any("InvalidToken" in open(log).read() for log in logs), 10,
+    wait_until(lambda: any("InvalidTag" in open(log).read() for log in logs), 10,
                "a replica to fail to decrypt what the one with the other password sent (or the reverse)")
     cluster.brokers[other].signal(signal.SIGSTOP)  # a quorum now needs the replica with the wrong password
     try:

@@ -182,3 +182,34 @@ def test_snapshot_chunks_pass_unchanged(tmp_path):
     journal = journal_with_terms(tmp_path, [1, 2, 2])
     chunk = dict(append_entries(1, 1, []), transmission="process", data=b"x")
     assert rewrite_append_entries(chunk, journal) is chunk
+
+
+def test_password_frames_are_sealed_with_aes_gcm_and_any_change_or_other_password_is_refused():
+    assert pso_syncobj.getEncryptor is seam.RaftSealer  # what SyncObj builds from conf.password
+    sealer = seam.RaftSealer("s3cret-raft")
+    frame = sealer.encrypt_at_time(b"append_entries", 1234)
+    assert b"append_entries" not in frame and len(frame) == len(b"append_entries") + 36
+    assert seam.RaftSealer("s3cret-raft").open(frame) == (1234, b"append_entries")  # another process, same key
+    from cryptography.exceptions import InvalidTag
+    for changed in (bytes([frame[0] ^ 1]) + frame[1:],  # the timestamp is authenticated
+                    frame[:-1] + bytes([frame[-1] ^ 1]),  # the tag
+                    frame[:20] + bytes([frame[20] ^ 1]) + frame[21:]):  # the ciphertext
+        with pytest.raises(InvalidTag):
+            sealer.open(changed)
+    with pytest.raises(InvalidTag):
+        seam.RaftSealer("wrong").open(frame)
+    with pytest.raises(ValueError, match="shorter than its header"):
+        sealer.open(frame[:30])
+
+
+def test_sealed_frames_never_reuse_a_nonce_even_past_the_counter_limit():
+    import itertools
+
+    sealer = seam.RaftSealer("s3cret-raft")
+    nonces = {sealer.encrypt_at_time(b"x", 1)[8:20] for _ in range(10_000)}
+    assert len(nonces) == 10_000
+    first_prefix = sealer._prefix
+    sealer._counter = itertools.count(1 << 32)  # as after 2^32 frames
+    after = sealer.encrypt_at_time(b"x", 1)
+    assert after[8:16] != first_prefix and after[16:20] == b"\0\0\0\0"
+    assert sealer.open(after) == (1, b"x")
