@@ -153,7 +153,7 @@ class Broker:
         by_raft = {addr: pid for pid, addr in peers.items()}
         if to in by_raft:
             return by_raft[to]
-        if to.isdigit() and 1 <= int(to) <= len(peers):
+        if to.isascii() and to.isdigit() and 1 <= int(to) <= len(peers):
             return sorted(peers)[int(to) - 1]
         if self.replica_addresses is not None:
             try:

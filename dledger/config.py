@@ -109,7 +109,7 @@ class ReplicaConfig:
             problems.append("two peers share one Raft address")
         for pid, addr in self.peers.items():
             host, _, port = addr.rpartition(":")
-            if not host or not port.isdigit():
+            if not host or not (port.isascii() and port.isdigit()):
                 problems.append(f"peer {pid!r} address {addr!r} is not host:port")
         if self.heartbeat_interval_ms * 3 >= self.election_timeout_min_ms:
             problems.append("election_timeout_min_ms must exceed 3 x heartbeat_interval_ms")

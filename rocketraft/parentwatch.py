@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 def start(stop: asyncio.Event) -> asyncio.Task | None:
     """Watch the parent named by ROCKETRAFT_PARENT_PID (none named: no watch); sets `stop` when it is gone."""
     raw = os.environ.get(ENV, "")
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit()):
         return None
     return asyncio.get_running_loop().create_task(_watch(int(raw), stop))
 

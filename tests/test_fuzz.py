@@ -45,3 +45,15 @@ def test_a_named_refusal_and_a_success_are_not_defects():
     assert judge_response(svc.QueryRouteResponse(status=pb.Status(code=Code.OK, message="OK"))).kind == "ok"
     assert judge_response(ipb.GetClusterInfoResponse()).kind == "ok"
     assert judge_status(grpc.StatusCode.INVALID_ARGUMENT, "not a valid request", 0.0).kind == "refused"
+
+
+def test_a_traceback_counts_where_it_begins_a_line_or_a_log_record_never_echoed_inside_a_message():
+    from devkit.fuzz.run import TRACEBACK_AT
+
+    assert TRACEBACK_AT.search("2026-11-23 23:40:10,895 ERROR broker-a/n0 broker.errors: unexpected error\n"
+                               "Traceback (most recent call last):\n  File ...")
+    assert TRACEBACK_AT.search("2026-11-23 23:40:10,895 ERROR grpc._server: Exception calling application: x")
+    assert TRACEBACK_AT.search("2026-11-23 23:40:10,895 ERROR broker-a/n0 grpc._cython: Exception iterating x")
+    # a fuzzed group name echoed in a refusal (seen in a 10,000-per-RPC run): not a traceback
+    assert not TRACEBACK_AT.search("2026-11-23 23:30:08,954 WARNING namesrv: refused registration of replica '' of "
+                                   "group 'Exception iterating': cluster, group and replica_id must all be set")

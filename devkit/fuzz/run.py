@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TextIO
@@ -29,6 +30,12 @@ BROKER_ADMIN = ipb.DESCRIPTOR.services_by_name["BrokerAdmin"]
 NAME_SERVER = ipb.DESCRIPTOR.services_by_name["NameServer"]
 BROKER_AUTH = apb.DESCRIPTOR.services_by_name["BrokerAuth"]
 TRACEBACK_MARKS = ("Traceback (most recent call last)", "Exception calling application", "Exception iterating")
+# A mark counts where a traceback or grpc's log record of one begins: at the start of a line, or as the whole
+# message of a log record ("<date> <time> <LEVEL> [<node>] <logger>: <mark>"), never inside a message, where a
+# fuzzed name that happens to read "Exception iterating" is only echoed (hypothesis draws strings from constants
+# in the source, this list included).
+TRACEBACK_AT = re.compile(r"(?m)^(?:\d{4}-\d\d-\d\d [\d:,.]+ [A-Z]+ (?:\S+ )*?\S+: )?(?:"
+                          + "|".join(re.escape(mark) for mark in TRACEBACK_MARKS) + ")")
 EXAMPLES_KEPT = 3
 SETUP_TIMEOUT_S = 30.0
 HEADERS = (("x-mq-client-id", "fuzz-client-1"), ("x-mq-language", "PYTHON"), ("x-mq-protocol", "v2"))
@@ -157,11 +164,10 @@ class Fuzzer:
             if not proc.alive:
                 result.defect(f"{proc.name} exited", f"after {result.rpc}; its log: {proc.log_path}")
         for path, text in self._logs_since_last_look().items():
-            for mark in TRACEBACK_MARKS:
-                if mark in text:
-                    at = text.index(mark)
-                    result.defect(f"a traceback in {os.path.basename(path)}", text[max(0, at - 300):at + 700])
-                    break
+            found = TRACEBACK_AT.search(text)
+            if found:
+                at = found.start()
+                result.defect(f"a traceback in {os.path.basename(path)}", text[max(0, at - 300):at + 1000])
 
     def _logs_since_last_look(self) -> dict[str, str]:
         new = {}

@@ -24,7 +24,7 @@ def parse_namesrv(value: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
         raise BadRequestError("no NameServer address given: pass namesrv='host:9876' (or 'a:9876;b:9876')")
     for address in addresses:
         host, sep, port = address.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
             raise BadRequestError(f"NameServer address {address!r} is not host:port")
     return addresses
 

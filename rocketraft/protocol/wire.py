@@ -42,7 +42,7 @@ def ok() -> pb.Status:
 
 def split_address(address: str) -> tuple[str, int]:
     host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
+    if not sep or not host or not (port.isascii() and port.isdigit()):
         raise ValueError(f"address {address!r} is not host:port")
     return host, int(port)
 

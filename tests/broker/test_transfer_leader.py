@@ -43,6 +43,10 @@ def test_transfer_leader_moves_the_master_to_the_named_replica_then_the_best_and
         with pytest.raises(RocketraftError, match="'n9' is not a peer") as refused:
             admin.transfer_leader(cluster.group, "n9")
         assert refused.value.code == Code.PRECONDITION_FAILED
+        for odd in ("\u00b9", "\u0663"):  # digits to str.isdigit, not to int(): found by python -m devkit.fuzz
+            with pytest.raises(RocketraftError, match="is not a peer") as refused:
+                admin.transfer_leader(cluster.group, odd)
+            assert refused.value.code == Code.PRECONDITION_FAILED
     assert cluster.master() == moved.new_master, "a refused transfer moved the master"
 
 
