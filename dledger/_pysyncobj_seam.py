@@ -461,6 +461,9 @@ class BudgetedQueue:
     def reset_budget(self) -> None:
         self._taken_bytes = 0
 
+    def __len__(self) -> int:
+        return len(self._queue)
+
 
 class EngineSyncObj(SyncObj):
     """A SyncObj driven by a dledger engine: its one replicated method hands each batch to the engine."""

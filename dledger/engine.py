@@ -389,7 +389,7 @@ class RaftEngine:
         if transfer.sent_at is not None:
             return
         match = so._SyncObj__raftMatchIndex.get(node, 0)
-        if raftrules.timeout_now_due(match, self.journal.last_index, so.raftCommitIndex):
+        if raftrules.timeout_now_due(match, self.journal.last_index, so.raftCommitIndex, len(self._commands)):
             so._SyncObj__transport.send(node, {"type": "timeout_now", "term": so.raftCurrentTerm})
             transfer.sent_at = time.monotonic()
             log.info("replica %s/%s: %s holds the whole log (index %d): timeout_now sent", c.group_id, c.self_id,

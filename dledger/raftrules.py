@@ -119,10 +119,13 @@ def _transfer_problem(rid: str, peer: TransferCandidate, last_index: int, lag_en
     return None
 
 
-def timeout_now_due(target_match_index: int, last_index: int, commit_index: int) -> bool:
+def timeout_now_due(target_match_index: int, last_index: int, commit_index: int, queued: int = 0) -> bool:
     """The leader (taking no new appends) sends timeout_now once the target holds its whole log, so the target
-    wins the election, and everything is committed, so no append in flight ends with an unknown outcome."""
-    return target_match_index >= last_index and commit_index >= last_index
+    wins the election, and everything is committed, so no append in flight ends with an unknown outcome. Appends
+    queued before the transfer began (`queued`, still to enter the log) go first: taken after timeout_now, they
+    would make the leader's log longer than the target's, the leader would refuse the target its vote and win the
+    next election itself (seen in a soak: a transfer right after a rolling restart timed out)."""
+    return queued == 0 and target_match_index >= last_index and commit_index >= last_index
 
 
 def election_needs_prevote(pre_vote_enabled: bool, told_to_time_out: bool) -> bool:

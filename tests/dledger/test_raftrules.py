@@ -388,6 +388,12 @@ def test_timeout_now_waits_until_everything_the_leader_took_is_committed():
     assert not timeout_now_due(target_match_index=100, last_index=100, commit_index=98)
 
 
+def test_timeout_now_waits_until_appends_queued_before_the_transfer_are_in_the_log_and_committed():
+    """Taken after timeout_now they would make the leader's log longer than the target's: the leader would refuse
+    the target its vote and win the next election itself."""
+    assert not timeout_now_due(target_match_index=100, last_index=100, commit_index=100, queued=3)
+
+
 def test_timeout_now_is_sent_once_the_target_holds_everything_and_all_is_committed():
     assert timeout_now_due(target_match_index=100, last_index=100, commit_index=100)
 
