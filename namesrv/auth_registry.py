@@ -56,9 +56,9 @@ def check_identity(reg: ipb.BrokerRegistration, others: Iterable[ipb.BrokerRegis
             continue  # a membership change in flight: replicas learn it one after the other (or `other` was removed)
         if same_life:
             raise ForeignReplicaError(
-                f"{who} is not a member of the group as live replica {other.replica_id!r} knows it "
-                f"([{', '.join(theirs) or 'none'}]): it was removed (stop it), or it is being added and that replica "
-                f"has not stored the change yet (it registers on its next heartbeat)")
+                f"{who} names the Raft peers [{', '.join(peers) or 'none'}] but live replica {other.replica_id!r} of "
+                f"the group names [{', '.join(theirs) or 'none'}], without it: it was removed (stop it), or it is "
+                f"being added and that replica has not stored the change yet (it registers on its next heartbeat)")
         raise ForeignReplicaError(
             f"{who} names the Raft peers [{', '.join(peers) or 'none'}] but live replica "
             f"{other.replica_id!r} of the group names [{', '.join(theirs) or 'none'}]; refused, so no "
