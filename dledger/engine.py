@@ -181,7 +181,7 @@ class RaftEngine:
         self.peers: dict[str, str] = journal.members  # the group's members now (membership.py), self included
         self._members_version = journal.membership_version
         self._joining: set[str] = set()  # added by a change this replica saw; non-voters until a hello says voter
-        self._removed = config.self_id not in self.peers  # the group's log says this replica is not a member
+        self._removed = False  # the group's log (or a member) says this replica is not a member any more
         self._not_member_told: set[str] = set()
         self._removed_by_notice = False  # _removed because a member said so (not our own log)
         self._membership_requests: collections.deque = collections.deque()  # (Change, Future)
@@ -465,6 +465,7 @@ class RaftEngine:
     # -- membership (membership.py) ---------------------------------------------------------------------------
     def _log_membership_at_open(self) -> None:
         c = self.config
+        self._removed = self._removed_from(self.peers)
         if self.peers != dict(c.peers):
             log.warning("replica %s/%s: the group's membership stored in its log (%s; changed online at index %d) "
                         "differs from the configured peers (%s): the stored one is used. Update the configuration "
@@ -547,11 +548,16 @@ class RaftEngine:
             self._peer_hellos.pop(pid, None)
         log.warning("replica %s/%s: group %s members are now %s (were %s)", c.group_id, c.self_id, c.group_id,
                     membership.describe(now), membership.describe(before))
-        removed = c.self_id not in now
+        removed = self._removed_from(now)
         if removed and not self._removed:
             log.error("replica %s/%s was REMOVED from group %s (members: %s): it takes no part in elections from now "
                       "on; stop it and delete its store", c.group_id, c.self_id, c.group_id, membership.describe(now))
         self._removed = removed
+
+    def _removed_from(self, members: dict[str, str]) -> bool:
+        """A voter missing from the members was removed. A replica still catching up on a new store may not be in
+        them yet: a snapshot made before the change that adds it does not name it; the change follows in the log."""
+        return self.config.self_id not in members and self.identity.voter
 
     def on_not_member(self, node, message: dict) -> None:
         """A member of the group refused this replica's connection: its address is not a member there."""

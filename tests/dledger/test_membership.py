@@ -12,6 +12,7 @@ from devkit.localcluster import free_port
 from devkit.waiting import wait_until
 from dledger import Replica, ReplicaConfig, Role
 from dledger.errors import (
+    MembershipChangePendingError,
     MembershipRefusedError,
     NotLeaderError,
     OutcomeUnknownError,
@@ -111,8 +112,9 @@ def test_a_fourth_replica_joins_under_load_as_a_non_voter_that_does_not_hold_com
             r.close()
 
 
-def test_membership_changes_are_refused_by_name_and_the_peer_set_survives_a_restart(tmp_path, caplog):
-    replicas = open_group(tmp_path, GROUP, ["127.0.0.1"] * 3)
+def test_membership_changes_are_refused_by_name_a_non_voter_is_outside_the_quorum_and_one_change_at_a_time(
+        tmp_path):
+    replicas = open_group(tmp_path, GROUP, ["127.0.0.1"] * 3, leader_fallback_timeout_ms=5000)
     try:
         leader = leader_of(replicas)
         follower = next(r for r in replicas.values() if r is not leader)
@@ -132,6 +134,19 @@ def test_membership_changes_are_refused_by_name_and_the_peer_set_survives_a_rest
         with pytest.raises(MembershipRefusedError) as refused:
             leader.add_peer("m9", "no-port")
         assert refused.value.reason == "BAD_REPLICA"
+        # quorum: a 4th member that never ran is a non-voter; with one of the 3 voters down, 2 of 3 voters commit
+        # (counting every member, pysyncobj alone would wait for 3 of 4)
+        followers = [r for r in replicas.values() if r is not leader]
+        followers[0].close()
+        leader.add_peer("m8", f"127.0.0.1:{free_port('127.0.0.1')}")
+        leader.append([b"2 of 3 voters"]).result(timeout=5)
+        assert leader.status().member_voters["m8"] is False
+        # one change at a time: with the last follower down the next change cannot commit, and a second is refused
+        followers[1].close()
+        with pytest.raises(OutcomeUnknownError):
+            leader.remove_peer("m8", timeout_s=0.3)
+        with pytest.raises(MembershipChangePendingError):
+            leader.add_peer("m9", "127.0.0.1:3")
     finally:
         for r in replicas.values():
             r.close()
@@ -208,6 +223,38 @@ def test_a_dead_replica_is_replaced_by_a_new_one_at_a_new_address_then_another_o
             replica = replicas[rid]
             wait_until(lambda r=replica: r.status().applied_index >= leader.status().commit_index, 10, "applied")
             assert not set(load.acked) - payloads_of(replica), f"{rid} lacks acknowledged payloads"
+    finally:
+        for r in replicas.values():
+            r.close()
+
+
+def test_a_replica_added_after_compaction_catches_up_from_a_snapshot_that_carries_the_membership(tmp_path):
+    replicas = open_group(tmp_path, GROUP, ["127.0.0.1"] * 3, compaction_min_entries=50,
+                          compaction_min_interval_ms=0)
+    try:
+        leader = leader_of(replicas)
+        gone = next(rid for rid in replicas if replicas[rid] is not leader)
+        leader.remove_peer(gone)  # a change whose entry the compaction below deletes from the log
+        replicas.pop(gone).close()
+        last = 0
+        for i in range(200):
+            last = leader.append([f"c{i}".encode()]).result(timeout=5).index
+        for replica in replicas.values():
+            wait_until(lambda r=replica: r.status().applied_index >= last, 10, "applied")
+            replica.set_retention_floor(last - 10)
+        wait_until(lambda: leader.status().first_index > last - 50, 20, "the leader to compact its log")
+        members = dict(leader.status().members)
+        assert gone not in members
+        fresh, address = new_replica(tmp_path, "m5", members)
+        replicas["m5"] = fresh
+        leader.add_peer("m5", address)
+        wait_until(lambda: caught_up_voter(fresh), 20, "the new replica to install a snapshot and vote")
+        assert fresh.stats["snapshots_installed"] >= 1, fresh.stats
+        wait_until(lambda: fresh.status().members == dict(members, m5=address), 10,
+                   "the new replica to hold the membership (the snapshot's, then the log's change)")
+        after = leader.append([b"after"]).result(timeout=5).index
+        wait_until(lambda: fresh.status().applied_index >= after, 10, "the new replica to apply new entries")
+        assert fresh.read(after, 1)[0].payloads == [b"after"]
     finally:
         for r in replicas.values():
             r.close()
