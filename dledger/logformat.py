@@ -56,6 +56,12 @@ U64 = struct.Struct(">Q")
 TERM_BYTES = U64.size  # the value's term prefix
 REGULAR_COMMAND = b"\x00"  # pysyncobj's _COMMAND_TYPE.REGULAR: a call of a @replicated method
 NO_OP_COMMAND = b"\x01"  # pysyncobj's whole no-op entry (_COMMAND_TYPE.NO_OP): a leader's first entry of its term
+MEMBERSHIP_COMMAND = membership.MEMBERSHIP_COMMAND  # a membership change (dledger.membership): no payloads
+
+
+def is_raft_entry(command) -> bool:
+    """A stored command that is Raft's own (a no-op or a membership change: no payloads), by its type byte."""
+    return bytes(command[:1]) in (NO_OP_COMMAND, MEMBERSHIP_COMMAND)
 
 Entry = tuple  # pysyncobj's journal entry: (command: bytes, index: int, term: int)
 

@@ -188,7 +188,7 @@ def test_a_removed_replica_is_told_and_when_it_comes_back_it_disturbs_nobody_and
             wait_until(lambda: came_back.status().removed, 10, "the returning replica to be told")
             assert "NOT A MEMBER" in caplog.text
             # several of its election timeouts: the members' term and leader do not move
-            threading.Event().wait(3 * came_back.config.election_timeout_max_ms / 1000)
+            threading.Event().wait(2 * came_back.config.election_timeout_max_ms / 1000)
         assert leader.status().term == term and leader.status().role is Role.LEADER
         assert came_back.status().role is Role.FOLLOWER
     finally:
