@@ -32,6 +32,7 @@ from dledger.logformat import (
     NO_OP_COMMAND,
     TERM_BYTES,
     index_key,
+    is_raft_entry,
     key_index,
     payload_blob,
     value_command,
@@ -210,6 +211,8 @@ def _payload_count(value: bytes) -> tuple[str, int]:
         if command == NO_OP_COMMAND:
             return "noop", 0
         verify_command(command)
+        if is_raft_entry(command):  # a membership change (verified above)
+            return "noop", 0
         return "data", verify_batch(payload_blob(value))
     except Exception:  # noqa: BLE001 - a damaged entry is a finding of the audit (check e), not a crash of it
         return "corrupt", 0
@@ -219,6 +222,9 @@ def _payloads(value: bytes) -> tuple[str, list[bytes]]:
     """(kind, payloads) of one stored log value: data, noop or corrupt (its payloads are never used)."""
     try:
         if memoryview(value)[TERM_BYTES:] == NO_OP_COMMAND:
+            return "noop", []
+        if is_raft_entry(memoryview(value)[TERM_BYTES:]):
+            verify_command(memoryview(value)[TERM_BYTES:])
             return "noop", []
         blob = payload_blob(value)
         if blob is None:

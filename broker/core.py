@@ -144,10 +144,42 @@ class Broker:
                                  f"the master is {leader or 'not known right now'}"
                                  f"{' at ' + address if address else ''}: ask it", address) from None
 
+    # -- membership change (dledger.membership; docs/operations.md "Add, remove and replace a replica") -------------
+    async def add_replica(self, spec: str, timeout_s: float | None = None) -> int:
+        """Add the replica `spec` ("id-host:raftport") to this group; master only. Returns the Raft index of the
+        committed change. Raises NotMasterError, RocketraftError BAD_REQUEST (a bad spec, already a member, the
+        master itself), PRECONDITION_FAILED (another change is not committed yet) or PROXY_TIMEOUT (unknown)."""
+        replica_id, _, address = spec.partition("-")
+        if not replica_id or not address:
+            raise RocketraftError(f"replica {spec!r}: give it as id-host:raftport, its dLegerSelfId and its "
+                                  "dLegerPeers entry (e.g. n3-10.0.0.4:40911)", Code.BAD_REQUEST)
+        return await self._membership(self.replica.add_peer, replica_id, address, timeout_s)
+
+    async def remove_replica(self, to: str, timeout_s: float | None = None) -> int:
+        """Remove member `to` (replica id, brokerId or Raft address) from this group; master only. Removing the
+        master itself is refused: transferLeader first."""
+        return await self._membership(self.replica.remove_peer, await self._replica_id_of(to), timeout_s)
+
+    async def _membership(self, call, *args) -> int:
+        try:
+            return await asyncio.to_thread(call, *args)
+        except dledger.MembershipRefusedError as exc:
+            raise RocketraftError(f"membership unchanged: {exc.message}", Code.BAD_REQUEST) from None
+        except dledger.MembershipChangePendingError as exc:
+            raise RocketraftError(f"membership unchanged: {exc.message}", Code.PRECONDITION_FAILED) from None
+        except dledger.OutcomeUnknownError as exc:
+            raise RocketraftError(exc.message, Code.PROXY_TIMEOUT) from None
+        except dledger.NotLeaderError as exc:
+            leader = exc.leader_id
+            address = await self._client_address_of(leader) if leader else None
+            raise NotMasterError(f"replica {self.config.dLegerSelfId} is not the master of {self.config.brokerName}; "
+                                 f"the master is {leader or 'not known right now'}"
+                                 f"{' at ' + address if address else ''}: ask it", address) from None
+
     async def _replica_id_of(self, to: str) -> str:
         """A replica id from what an operator may give: the id, a brokerId (1.. as slaves are numbered), a Raft
         address, or a client address the NameServers know. Anything else is passed on and refused by name."""
-        peers = self.config.peers
+        peers = self.replica.status().members or self.config.peers
         if to in peers:
             return to
         by_raft = {addr: pid for pid, addr in peers.items()}

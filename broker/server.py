@@ -166,7 +166,14 @@ class BrokerServer:
             applied_index=st.applied_index, commit_index=st.commit_index,
             heartbeat_timeout_ms=cfg.heartbeatTimeoutMillis, default_queue_nums=cfg.defaultTopicQueueNums,
             leader_address=st.leader_address or "", history_id=st.history_id,
-            raft_peers=sorted(f"{i}-{a}" for i, a in cfg.peers.items()))
+            raft_peers=sorted(f"{i}-{a}" for i, a in (st.members or cfg.peers).items()),
+            non_voter=not st.voter, catch_up_index=st.catch_up_index)
+
+    async def _change_membership(self, kind: str, replica: str, timeout_s: float | None) -> int:
+        change = self.broker.add_replica if kind == "add" else self.broker.remove_replica
+        index = await change(replica, timeout_s)
+        self._register_now.set()  # the NameServers hear the new members at once
+        return index
 
     async def start(self) -> None:
         cfg = self.config
@@ -184,7 +191,7 @@ class BrokerServer:
         add_service(server, guarded(messaging, messaging_descriptor, guard), messaging_descriptor)
         add_service(server, auth, apb.DESCRIPTOR.services_by_name["BrokerAuth"])
         admin = BrokerAdminService(self.topics, self.queries, self.registration, self.clients,
-                                   self.broker.transfer_leader)
+                                   self.broker.transfer_leader, self._change_membership)
         add_service(server, guarded_admin(admin, admin_descriptor, guard, cfg.brokerClusterName), admin_descriptor)
         try:  # bind before the replica starts: a broker that cannot serve must not join its Raft group
             self._bound = tls.bind(server, self.config.listenAddress, cfg.server_tls)

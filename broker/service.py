@@ -359,9 +359,11 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
 
 class BrokerAdminService(ipb_grpc.BrokerAdminServicer):
     def __init__(self, topics: Topics, queries: Queries, registration: Callable[[], ipb.BrokerRegistration],
-                 clients: ClientRegistry, transfer_leader: Callable[[str, float | None], Awaitable[str]]):
+                 clients: ClientRegistry, transfer_leader: Callable[[str, float | None], Awaitable[str]],
+                 membership: Callable[[str, str, float | None], Awaitable[int]] | None = None):
         self.topics = topics
         self._transfer_leader = transfer_leader
+        self._membership = membership  # (kind "add"/"remove", replica, timeout_s) -> committed index
         self.queries = queries
         self._registration = registration
         self.clients = clients
@@ -415,6 +417,28 @@ class BrokerAdminService(ipb_grpc.BrokerAdminServicer):
             return ipb.TransferLeaderResponse(code=status.code, message=status.message, old_master=old)
         return ipb.TransferLeaderResponse(code=Code.OK, message=f"leadership moved from {old} to {new}",
                                           new_master=new, old_master=old)
+
+
+    async def AddReplica(self, request, context):
+        return await self._membership_call("add", request)
+
+    async def RemoveReplica(self, request, context):
+        return await self._membership_call("remove", request)
+
+    async def _membership_call(self, kind: str, request) -> ipb.MembershipChangeResponse:
+        master = self._registration().replica_id
+        timeout_s = request.timeout_ms / 1000 if request.timeout_ms > 0 else None
+        try:
+            if self._membership is None:
+                raise RocketraftError("this broker does not change memberships", Code.UNSUPPORTED)
+            index = await self._membership(kind, request.replica, timeout_s)
+        except Exception as exc:  # noqa: BLE001 - every failure is answered with a code
+            status = _status_of(exc)
+            return ipb.MembershipChangeResponse(code=status.code, message=status.message, master=master)
+        members = list(self._registration().raft_peers)
+        verb = "added" if kind == "add" else "removed"
+        return ipb.MembershipChangeResponse(code=Code.OK, message=f"{request.replica} {verb} at index {index}",
+                                            index=index, members=members, master=master)
 
 
 def _group_assignments(route: list[pb.MessageQueue]) -> list[pb.Assignment]:

@@ -168,6 +168,7 @@ class DevCluster:
         os.makedirs(os.path.join(self.base_dir, "logs"), exist_ok=True)
         os.makedirs(os.path.join(self.base_dir, "conf"), exist_ok=True)
         self.ids = [f"n{i}" for i in range(self.replicas)]
+        self.peers_of: dict[str, list[str]] = {}  # dLegerPeers of replicas added later (new_replica)
         hosts = self.hosts or ("127.0.0.1",) * self.replicas
         self.host_of = dict(zip(self.ids, hosts, strict=True))
         self.namesrv_addresses = list(self.external_namesrv) or self._own_namesrv_addresses()
@@ -218,7 +219,7 @@ class DevCluster:
     def config_of(self, replica_id: str) -> broker_config.BrokerConfig:
         settings = dict(
             brokerClusterName=self.cluster, brokerName=self.group, dLegerSelfId=replica_id,
-            dLegerPeers=";".join(f"{i}-{self.raft_of[i]}" for i in self.ids),
+            dLegerPeers=";".join(f"{i}-{self.raft_of[i]}" for i in self.peers_of.get(replica_id, self.ids)),
             namesrvAddr=";".join(self.namesrv_addresses),
             listenAddress=self.address_of[replica_id], storePathRootDir=os.path.join(self.base_dir, "store"),
             flushDiskType=self.flush, autoCreateTopicEnable=True, logLevel=self.log_level, metricsPort=0)
@@ -267,6 +268,22 @@ class DevCluster:
 
     def kill(self, replica_id: str) -> None:
         self.brokers[replica_id].kill()
+
+    def new_replica(self, replica_id: str, members: list[str], host: str = "127.0.0.1") -> str:
+        """Configure (not start) one more replica of the group on an empty store at new addresses, its dLegerPeers
+        the given members and itself (docs/operations.md, "Add, remove and replace a replica"). Returns its
+        "id-host:raftport", what `rocketraft admin addReplica --replica` takes."""
+        self.ids.append(replica_id)
+        self.host_of[replica_id] = host
+        self.address_of[replica_id] = f"{host}:{free_port(host)}"
+        self.raft_of[replica_id] = f"{host}:{free_port(host)}"
+        if self.metrics:
+            self.metrics_address_of[replica_id] = f"{host}:{free_port(host)}"
+        self.peers_of[replica_id] = [*members, replica_id]
+        self.brokers[replica_id] = Proc(replica_id, [sys.executable, "-m", "broker", "--config",
+                                                     self._write_config(replica_id)],
+                                        os.path.join(self.base_dir, "logs", f"{self.group}-{replica_id}.log"))
+        return f"{replica_id}-{self.raft_of[replica_id]}"
 
     def kill_namesrv(self, i: int) -> None:
         """kill -9 this cluster's i-th NameServer (it forgets everything; brokers re-register on restart)."""

@@ -350,6 +350,10 @@ class Transport(TCPTransport):
         else:
             refusal = None if isinstance(message, str) else f"a peer names itself by its address, not a " \
                                                             f"{type(message).__name__}"
+        if refusal is None and isinstance(message, str) and message not in self._nodeAddrToNode:
+            # a replica that is not a member (removed, or not added yet): tell it why before closing
+            conn.send(self._syncObj.dl_engine.not_member_notice())
+            refusal = f"{message[:100]} is not a member of the group"
         if refusal:
             log.warning("refused a connection on the Raft port: %s", refusal)
             conn.disconnect()
@@ -359,6 +363,16 @@ class Transport(TCPTransport):
 
     def send_now(self, node, message):
         return super().send(node, message)
+
+    def dropNode(self, node):  # noqa: N802 (pysyncobj's name)
+        # a membership change removed this peer: tell it before the connection closes (its own log may never
+        # hear of the removal: the leader stops sending to it the moment the change is in its log)
+        # (closing the transport drops every node too: those are still members)
+        conn = self._connections.get(node)
+        removed = node not in self._syncObj._SyncObj__otherNodes
+        if removed and conn is not None and conn.state == _pso_tcp.CONNECTION_STATE.CONNECTED:
+            conn.send(self._syncObj.dl_engine.not_member_notice())
+        super().dropNode(node)
 
     def _onMessageReceived(self, node, message):  # noqa: N802
         refusal = peermessages.problem(message)
@@ -372,6 +386,9 @@ class Transport(TCPTransport):
         kind = message.get("type") if isinstance(message, dict) else None
         if kind == "dl_hello":
             engine.on_hello(node, message)
+            return
+        if kind == "dl_not_member":
+            engine.on_not_member(node, message)
             return
         if not engine.accepts(node):
             return  # no accepted hello on this connection (another group or history), or no history yet

@@ -54,12 +54,15 @@ from dataclasses import dataclass
 
 from . import _pysyncobj_seam as seam
 from . import identity as identity_rules
-from . import logformat, raftrules
+from . import logformat, membership, raftrules
 from ._pysyncobj_seam import FAIL_REASON, REFUSED, RaftState
 from .codec import decode_batch
 from .config import FlushPolicy, ReplicaConfig
 from .errors import (
     EntryCorruptError,
+    MembershipChangePendingError,
+    MembershipRefusedError,
+    NoLeaderError,
     NotLeaderError,
     StoreUntrustedError,
     TransferRefusedError,
@@ -93,6 +96,9 @@ class EngineView:
     match_index: dict
     connected_peers: tuple
     identity: identity_rules.Identity
+    members: dict = dataclasses.field(default_factory=dict)  # replica id -> Raft address (membership.py)
+    voters: dict = dataclasses.field(default_factory=dict)  # replica id -> counts as a voter (this replica's view)
+    removed: bool = False  # the group's log says this replica is not a member
 
 
 def frame_bytes_max(c: ReplicaConfig) -> int:
@@ -171,6 +177,15 @@ class RaftEngine:
         # forwarded it answers its client only once it learns of the commit (and applies it).
         self._forwarded_arrived = False
         self._forwarded_index = 0
+        journal.config_peers = dict(config.peers)
+        self.peers: dict[str, str] = journal.members  # the group's members now (membership.py), self included
+        self._members_version = journal.membership_version
+        self._joining: set[str] = set()  # added by a change this replica saw; non-voters until a hello says voter
+        self._removed = False  # the group's log (or a member) says this replica is not a member any more
+        self._not_member_told: set[str] = set()
+        self._removed_by_notice = False  # _removed because a member said so (not our own log)
+        self._membership_requests: collections.deque = collections.deque()  # (Change, Future)
+        self._commit_before_tick = 0
         self.stats = {"acks_sent": 0, "acks_beyond_durable": 0, "commits_checked": 0,
                       "commits_beyond_durable": 0, "prevote_rounds": 0, "elections_started": 0,
                       "snapshots_installed": 0, "sends_held_back": 0, "corrupt_refused": 0}
@@ -189,8 +204,9 @@ class RaftEngine:
         self._maybe_recover_whole_group()  # a group of one hears no hello: it decides now
         self._journal_token = f"dledger-journal:{config.group_id}:{config.self_id}:{id(self)}"
         seam.register_journal(self._journal_token, journal)
-        self._address_to_id = {addr: pid for pid, addr in config.peers.items()}
-        others = [addr for pid, addr in sorted(config.peers.items()) if pid != config.self_id]
+        self._address_to_id = {addr: pid for pid, addr in self.peers.items()}
+        self._log_membership_at_open()
+        others = [addr for pid, addr in sorted(self.peers.items()) if pid != config.self_id]
         self.so = seam.EngineSyncObj(self, config.self_address, others, self._pysyncobj_conf())
         seam.check_internals(self.so, journal)
         # Never re-apply what LMDB says is applied; never load pysyncobj's dump file at start.
@@ -243,7 +259,7 @@ class RaftEngine:
             deserializer=snapshot.deserialize if snapshot else None,
             serializeChecker=snapshot.check if snapshot else None,
             useFork=False,
-            dynamicMembershipChange=False,
+            dynamicMembershipChange=True,  # changes are asked only through request_membership_change
         )
         return conf
 
@@ -431,7 +447,7 @@ class RaftEngine:
         transport = so._SyncObj__transport
         match = so._SyncObj__raftMatchIndex
         out = {}
-        for pid, addr in self.config.peers.items():
+        for pid, addr in self.peers.items():
             if pid == self.config.self_id:
                 continue
             node = self._node_of(pid)
@@ -443,8 +459,153 @@ class RaftEngine:
         return out
 
     def _node_of(self, replica_id: str):
-        address = self.config.peers.get(replica_id)
+        address = self.peers.get(replica_id)
         return next((n for n in self.so.otherNodes if n.address == address), None)
+
+    # -- membership (membership.py) ---------------------------------------------------------------------------
+    def _log_membership_at_open(self) -> None:
+        c = self.config
+        self._removed = self._removed_from(self.peers)
+        if self.peers != dict(c.peers):
+            log.warning("replica %s/%s: the group's membership stored in its log (%s; changed online at index %d) "
+                        "differs from the configured peers (%s): the stored one is used. Update the configuration "
+                        "file to match", c.group_id, c.self_id, membership.describe(self.peers),
+                        self.journal.membership_records[-1][0], membership.describe(dict(c.peers)))
+        if self._removed:
+            log.error("replica %s/%s is NOT A MEMBER of group %s: its log says it was removed (members: %s). It "
+                      "takes no part in elections and the group does not talk to it: stop it and delete its store, "
+                      "or add it back with addReplica", c.group_id, c.self_id, c.group_id,
+                      membership.describe(self.peers))
+
+    def request_membership_change(self, change: membership.Change) -> Future:
+        """Ask the tick thread (leader only) to add or remove one replica. The future gets the index of the change
+        once it is committed, or NotLeaderError / NoLeaderError / MembershipChangePendingError /
+        MembershipRefusedError (nothing changed)."""
+        future: Future = Future()
+        self._membership_requests.append((change, future))
+        self.wake()
+        return future
+
+    def _membership_tick(self) -> None:
+        while self._membership_requests:
+            change, future = self._membership_requests.popleft()
+            try:
+                self._start_membership_change(change, future)
+            except Exception as exc:  # noqa: BLE001 - handed to the caller; the tick goes on
+                future.set_exception(exc)
+
+    def _start_membership_change(self, change: membership.Change, future: Future) -> None:
+        so, c = self.so, self.config
+        if not self.view.leader_ready:
+            leader = self.peer_id(self.view.leader_address)
+            error = NotLeaderError if leader else NoLeaderError
+            raise error(f"replica {c.self_id} is not the master of {c.group_id}, so it cannot change its membership; "
+                        f"ask the master ({leader or 'none right now: wait for an election'})", leader,
+                        self.view.leader_address)
+        pending = [index for index, _peers in self.journal.membership_records if index > so.raftCommitIndex]
+        if pending:
+            raise MembershipChangePendingError(
+                f"the membership change at index {pending[-1]} is not committed yet: one change at a time; wait for "
+                "it (status shows the members) and ask again")
+        if self._transfer is not None:
+            raise MembershipChangePendingError("a leadership transfer is in progress; ask again once it is over")
+        refused = membership.refusal(self.peers, change, c.self_id)
+        if refused is not None:
+            raise MembershipRefusedError(f"{change.describe()} refused: {refused[1]}", refused[0])
+
+        def on_result(_result, reason) -> None:
+            if reason == FAIL_REASON.SUCCESS:
+                index = next((i for i, _p in reversed(self.journal.membership_records)), 0)
+                log.info("replica %s/%s: membership change committed (%s): members %s", c.group_id, c.self_id,
+                         change.describe(), membership.describe(self.peers))
+                future.set_result(index)
+            elif reason == FAIL_REASON.NOT_LEADER or reason == FAIL_REASON.DISCARDED:
+                future.set_exception(NoLeaderError(f"{change.describe()}: leadership was lost before the change "
+                                                   "committed; check the members (status) and ask again"))
+            else:
+                future.set_exception(MembershipRefusedError(f"{change.describe()} refused by Raft (reason {reason})",
+                                                            "RAFT_REFUSED"))
+
+        def deferred(result, reason) -> None:
+            self.defer(on_result, result, reason)
+
+        if change.kind == membership.ADD:
+            self._joining.add(change.replica_id)  # a non-voter until its hello says it caught up
+        log.info("replica %s/%s: membership change asked: %s", c.group_id, c.self_id, change.describe())
+        so._applyCommand(membership.encode_change(change), deferred, ord(membership.MEMBERSHIP_COMMAND))
+
+    def _follow_membership(self) -> None:
+        """The log's membership changed (a change stored, a cut log, an installed snapshot): follow it."""
+        c = self.config
+        self._members_version = self.journal.membership_version
+        before, now = self.peers, self.journal.members
+        if now == before:
+            return
+        self.peers = now
+        self._address_to_id.update({addr: pid for pid, addr in now.items()})
+        self._joining |= set(now) - set(before) - {pid for pid, h in self._peer_hellos.items() if h.get("voter")}
+        for pid in set(before) - set(now):
+            self._peer_hellos.pop(pid, None)
+        log.warning("replica %s/%s: group %s members are now %s (were %s)", c.group_id, c.self_id, c.group_id,
+                    membership.describe(now), membership.describe(before))
+        removed = self._removed_from(now)
+        if removed and not self._removed:
+            log.error("replica %s/%s was REMOVED from group %s (members: %s): it takes no part in elections from now "
+                      "on; stop it and delete its store", c.group_id, c.self_id, c.group_id, membership.describe(now))
+        self._removed = removed
+
+    def _removed_from(self, members: dict[str, str]) -> bool:
+        """A voter missing from the members was removed. A replica still catching up on a new store may not be in
+        them yet: a snapshot made before the change that adds it does not name it; the change follows in the log."""
+        return self.config.self_id not in members and self.identity.voter
+
+    def on_not_member(self, node, message: dict) -> None:
+        """A member of the group refused this replica's connection: its address is not a member there."""
+        c = self.config
+        if self.identity.voter and not self._removed:
+            # a store of this group's history that members no longer talk to: removed (a new store being added
+            # is not a voter yet, and only logs it). A leader's append later (added back) undoes this.
+            self._removed = self._removed_by_notice = True
+        if node.address in self._not_member_told:
+            return
+        self._not_member_told.add(node.address)
+        log.error("replica %s/%s: %s says %s is NOT A MEMBER of group %s (its members: %s). If it was removed, stop "
+                  "it and delete its store; if it is being added, run addReplica on the master", c.group_id,
+                  c.self_id, self.peer_id(node.address) or node.address, c.self_address, c.group_id,
+                  message.get("members", "?"))
+
+    def not_member_notice(self) -> dict:
+        return {"type": "dl_not_member", "group": self.config.group_id, "members": membership.describe(self.peers)}
+
+    def voters(self) -> dict[str, bool]:
+        """replica id -> whether it counts as a voter (for the commit quorum), as this replica knows."""
+        out = {}
+        for pid in self.peers:
+            if pid == self.config.self_id:
+                out[pid] = self.identity.voter
+                continue
+            hello = self._peer_hellos.get(pid)
+            out[pid] = bool(hello.get("voter")) if hello is not None else pid not in self._joining
+        return out
+
+    def _commit_by_voters(self) -> None:
+        """Leader: the commit index counts voters only (membership.quorum_commit_index), never below the one the
+        tick started with. pysyncobj counts every member, so a replica catching up would make commits wait."""
+        so = self.so
+        match = so._SyncObj__raftMatchIndex
+        voters = self.voters()
+        matches = []
+        for pid, voter in voters.items():
+            if voter and pid != self.config.self_id:
+                node = self._node_of(pid)
+                matches.append(match.get(node, 0) if node is not None else 0)
+        commit = membership.quorum_commit_index(
+            self.journal.last_index, matches, sum(voters.values()) + (0 if voters.get(self.config.self_id) else 1),
+            lambda idx: self.journal.entry(idx)[2], so.raftCurrentTerm, self._commit_before_tick)
+        if commit != so.raftCommitIndex:
+            so._SyncObj__raftCommitIndex = commit
+            so._SyncObj__leaderCommitIndex = commit
+            self.journal.setRaftCommitIndex(commit)
 
     # -- apply -----------------------------------------------------------------------------------------
     def apply_blob(self, blob: bytes):
@@ -484,7 +645,7 @@ class RaftEngine:
             log.warning("replica %s/%s starts on a new store (incarnation %s): it takes no part in elections until "
                         "it knows its group's history, and if the group already has one, until it has caught up",
                         self.config.group_id, self.config.self_id, made.incarnation)
-        made = identity_rules.maybe_genesis(made, self.config.self_id, {}, frozenset(self.config.peers))
+        made = identity_rules.maybe_genesis(made, self.config.self_id, {}, frozenset(self.peers))
         self._save_identity(made)
         return made
 
@@ -531,12 +692,14 @@ class RaftEngine:
 
     def grants_vote(self, candidate_last: tuple[int, int]) -> bool:
         """A vote is given only by a voter, and during a whole-group recovery only to the most complete log."""
-        return self.identity.voter and (self._vote_floor is None or tuple(candidate_last) >= self._vote_floor)
+        if self._removed or not self.identity.voter:
+            return False
+        return self._vote_floor is None or tuple(candidate_last) >= self._vote_floor
 
     def on_hello(self, node, message: dict) -> None:
         before = self.identity
         verdict = identity_rules.on_hello(before, self.config.self_id, message, self._fresh_nonces,
-                                          frozenset(self.config.peers), self.config.join_as_voter)
+                                          frozenset(self.peers), self.config.join_as_voter)
         if not verdict.accept:
             self._accepted_peers.discard(node.address)
             if node.address not in self._refused_logged:
@@ -547,6 +710,8 @@ class RaftEngine:
         self._accepted_peers.add(node.address)
         self._refused_logged.discard(node.address)
         self._peer_hellos[message.get("replica", node.address)] = message
+        if message.get("voter"):
+            self._joining.discard(message.get("replica"))
         if verdict.identity != before:
             self._save_identity(verdict.identity)
             now = verdict.identity
@@ -563,7 +728,7 @@ class RaftEngine:
 
     def _maybe_recover_whole_group(self) -> None:
         floor = identity_rules.recovery_floor(self.identity, self.config.self_id, self._last(), self._peer_hellos,
-                                              frozenset(self.config.peers))
+                                              frozenset(self.peers))
         if floor is None:
             return
         self._vote_floor = floor
@@ -592,7 +757,7 @@ class RaftEngine:
         """A non-voter fixes its catch-up target once it heard a leader and enough voters (identity.py)."""
         if self.identity.catch_up_index != identity_rules.CATCH_UP_PENDING or not self._leader_commit_heard:
             return
-        target = identity_rules.catch_up_target(self.config.self_id, self._peer_hellos, frozenset(self.config.peers),
+        target = identity_rules.catch_up_target(self.config.self_id, self._peer_hellos, frozenset(self.peers),
                                                 self._leader_commit_heard)
         if target is None:
             return
@@ -609,6 +774,10 @@ class RaftEngine:
             log.warning("replica %s/%s caught up to index %d: it votes again", self.config.group_id,
                         self.config.self_id, so.raftCommitIndex)
             return
+        self._stay_out_of_elections()
+
+    def _stay_out_of_elections(self) -> None:
+        so = self.so
         # never a candidate: push the election timer on (and forget a timeout_now: pysyncobj would otherwise stop
         # resetting the timer on heartbeats and, once this replica votes, start an election without a pre-vote)
         so._SyncObj__raftElectionDeadline = time.monotonic() + self.config.election_timeout_max_ms / 1000
@@ -632,6 +801,11 @@ class RaftEngine:
             raise self._failed
         if self._leaving:
             self._leaving_tick()
+            return
+        self._commit_before_tick = self.so.raftCommitIndex
+        self._membership_tick()
+        if self._removed:
+            self._stay_out_of_elections()
             return
         if not self.identity.voter:
             self._non_voter_tick()
@@ -672,7 +846,7 @@ class RaftEngine:
         self._maybe_prevote_won()
 
     def _maybe_prevote_won(self) -> None:
-        if self._prevote and raftrules.prevote_won(len(self._prevote["votes"]), len(self.config.peers)):
+        if self._prevote and raftrules.prevote_won(len(self._prevote["votes"]), len(self.peers)):
             self._prevote_granted_term = self._prevote["term"] - 1
             self._prevote = None
             self.so._SyncObj__raftElectionDeadline = 0
@@ -710,6 +884,9 @@ class RaftEngine:
             self._prevote_granted_term = -1
             self._lost_leader = None
             self._vote_floor = None  # a leader exists: the whole-group recovery (if any) is over
+            if self._removed_by_notice:  # a leader replicates to us: we are a member (again)
+                self._removed = self._removed_by_notice = False
+                self._not_member_told.clear()
 
     def trim_known_entries(self, message: dict) -> dict:
         """An incoming append_entries, rewritten so pysyncobj never truncates entries that do not conflict."""
@@ -735,7 +912,7 @@ class RaftEngine:
     def _schedule_prevote(self, lost_leader: str) -> float:
         """Survivors go one after the other, in replica-id order, so two of them rarely become candidates
         at once (a split vote costs a whole election timeout)."""
-        survivors = [pid for pid, addr in self.config.peers.items() if addr != lost_leader]
+        survivors = [pid for pid, addr in self.peers.items() if addr != lost_leader]
         step_s = self.config.heartbeat_interval_ms / 1000
         rank = raftrules.prevote_delay_rank(survivors, self.config.self_id)
         delay_s = rank * step_s + random.uniform(0, step_s / 2)
@@ -853,6 +1030,8 @@ class RaftEngine:
         so = self.so
         if self._async_durable_index > self.journal.durable_index:
             self.journal.durable_index = min(self._async_durable_index, self.journal.last_index)
+        if self.journal.membership_version != self._members_version:
+            self._follow_membership()
         if so.raftLastApplied > self._recorded_applied:  # no-op entries advance it too
             self._record_applied(so.raftLastApplied, self.store.write_txn())
             self._recorded_applied = so.raftLastApplied
@@ -898,6 +1077,9 @@ class RaftEngine:
             match_index={n.address: i for n, i in match.items()},
             connected_peers=tuple(sorted(n.address for n in so.otherNodes if so.isNodeConnected(n))),
             identity=self.identity,
+            members=dict(self.peers),
+            voters=self.voters(),
+            removed=self._removed,
         )
 
     def peer_id(self, address: str | None) -> str | None:
@@ -938,6 +1120,8 @@ class RaftEngine:
         """pysyncobj's apply loop, never past an entry of our store that failed its check: apply waits there until
         the entry is repaired. If every peer said it has no good copy, the replica stops (naming the entry)."""
         so = self.so
+        if so._SyncObj__raftState == RaftState.LEADER:
+            self._commit_by_voters()
         corrupt = self.journal.corrupt
         for _ in range(len(corrupt) + 2):  # each retry has found one more corrupt entry below the last hold
             commit = so._SyncObj__raftCommitIndex
@@ -1023,7 +1207,7 @@ class RaftEngine:
         return [node for node in so.otherNodes if so.isNodeConnected(node) and node.address in self._accepted_peers]
 
     def other_peer_addresses(self) -> set[str]:
-        return {addr for pid, addr in self.config.peers.items() if pid != self.config.self_id}
+        return {addr for pid, addr in self.peers.items() if pid != self.config.self_id}
 
     def send_to_peer(self, node, message: dict) -> None:
         self.so._SyncObj__transport.send(node, message)

@@ -71,6 +71,24 @@ class TransferTimeoutError(DledgerError):
     code = "TRANSFER_TIMEOUT"
 
 
+class MembershipChangePendingError(DledgerError):
+    """Nothing changed: another membership change (or a leadership transfer) is not finished yet. Wait, then ask
+    again: a group changes its membership one replica at a time."""
+
+    code = "MEMBERSHIP_CHANGE_PENDING"
+
+
+class MembershipRefusedError(DledgerError):
+    """Nothing changed: the membership change makes no sense for this group (`reason`: MEMBER_EXISTS, NOT_A_MEMBER,
+    REMOVING_LEADER, LAST_MEMBER, BAD_REPLICA). The message says what is wrong and what to do."""
+
+    code = "MEMBERSHIP_REFUSED"
+
+    def __init__(self, message: str, reason: str = ""):
+        super().__init__(message)
+        self.reason = reason
+
+
 class ReplicaClosedError(DledgerError):
     """The replica is closed, or stopped after an error: `cause` is that error (None when it was closed)."""
 

@@ -23,9 +23,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator
 
+from . import membership
 from .errors import AppliedEntryConflictError, EntryCorruptError
 from .logformat import (
     META_COMMIT_INDEX,
+    META_MEMBERSHIP,
     META_TERM,
     META_VOTED_FOR,
     Entry,
@@ -61,6 +63,11 @@ class LmdbJournal:
         self.method_id: int | None = None  # the engine's data-command method id: what a verified command calls
         self.corrupt: dict[int, int] = {}  # index -> term of stored entries that failed their check, not repaired
         self.on_corrupt = lambda index, term: None  # told of each entry a bulk read found corrupt
+        # Membership (dledger.membership): the configured peers count until a change is stored; each change stored
+        # here records (index, membership after it) in META_MEMBERSHIP in the same transaction.
+        self.config_peers: dict[str, str] = {}
+        self.membership_records: list[tuple[int, dict[str, str]]] = []
+        self.membership_version = 0  # bumped on every change of membership_records (the engine follows it)
         self.reload()
 
     # -- state loaded from LMDB ----------------------------------------------------------------------
@@ -74,7 +81,8 @@ class LmdbJournal:
             cur = txn.cursor(db=self._store.log_db)
             first = key_index(cur.key()) if cur.first() else 0
             last = key_index(cur.key()) if cur.last() else 0
-            meta = {k: txn.get(k, db=self._store.meta_db) for k in (META_TERM, META_VOTED_FOR, META_COMMIT_INDEX)}
+            meta = {k: txn.get(k, db=self._store.meta_db)
+                    for k in (META_TERM, META_VOTED_FOR, META_COMMIT_INDEX, META_MEMBERSHIP)}
             return first, last, meta
 
         self._first, self._last, meta = self._store.read(bounds)
@@ -83,6 +91,18 @@ class LmdbJournal:
         self._voted_for = voted.decode() if voted else None
         self._commit_index = decode_u64(meta[META_COMMIT_INDEX]) if meta[META_COMMIT_INDEX] else 1
         self.durable_index = self._last
+        self.membership_records = membership.decode_records(meta[META_MEMBERSHIP])
+        self.membership_version += 1
+
+    @property
+    def members(self) -> dict[str, str]:
+        """The membership this replica uses now (the newest change in its log, else the configured peers)."""
+        return membership.current(self.config_peers, self.membership_records)
+
+    def _record_membership(self, records: list[tuple[int, dict[str, str]]]) -> None:
+        self.membership_records = records
+        self.membership_version += 1
+        self._store.write_txn().put(META_MEMBERSHIP, membership.encode_records(records), db=self._store.meta_db)
 
     @property
     def first_index(self) -> int:
@@ -104,6 +124,9 @@ class LmdbJournal:
             self._first = idx
         self._last = idx
         self._cache_put((command, idx, term))
+        change = membership.decode_change(command)
+        if change is not None:
+            self._record_membership([*self.membership_records, (idx, membership.apply_change(self.members, change))])
 
     def clear(self) -> None:
         if self._absorb is not None:
@@ -136,6 +159,8 @@ class LmdbJournal:
             self._cache_drop(idx)
         for idx in [i for i in self.corrupt if i >= start]:
             del self.corrupt[idx]
+        if any(index >= start for index, _peers in self.membership_records):
+            self._record_membership([(index, peers) for index, peers in self.membership_records if index < start])
 
     def deleteEntriesTo(self, entryTo: int) -> None:  # noqa: N802
         wanted_first = self._first + entryTo

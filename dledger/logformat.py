@@ -7,12 +7,14 @@ One LMDB environment per replica (opened with at most MAX_DBS named databases):
     META_DB b"raft_meta"  META_TERM, META_COMMIT_INDEX, META_APPLIED_INDEX -> u64 big-endian (encode_u64)
                           META_IDENTITY -> JSON (dledger.identity: group, history, incarnation, voter state)
                           META_VOTED_FOR -> utf-8 replica address ("" before any vote)
+                          META_MEMBERSHIP -> JSON [[index, {replica id: address}], ...] (dledger.membership)
 
 A stored command is pysyncobj's: one command-type byte, then its body. dledger's data entries are
 REGULAR_COMMAND + pickle((method id, (batch,))) where batch is `dledger.codec`'s encoding of the
 payloads (encode_call builds the pickle; pysyncobj adds the type byte). Every other command is
-pysyncobj's own: a leader's first entry of its term is the single byte 0x01 (NO_OP_COMMAND), and dledger
-never makes membership or version commands. decode_command returns None for all of those.
+pysyncobj's own: a leader's first entry of its term is the single byte 0x01 (NO_OP_COMMAND); a membership
+change is MEMBERSHIP_COMMAND (0x02) + pickle([kind, address, address, replica id]) (dledger.membership); dledger
+never makes version commands. decode_command returns None for all of those.
 
 Checksums: a batch of version 2 carries the CRC-32C of its lengths and bodies, computed by the leader that
 built it (dledger.codec). verify_command / verify_value check a stored command without copying its payloads:
@@ -32,7 +34,7 @@ import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from . import plainpickle
+from . import membership, plainpickle
 from .codec import decode_batch, verify_batch
 from .errors import EntryCorruptError
 
@@ -48,11 +50,18 @@ META_VOTED_FOR = b"voted_for"
 META_COMMIT_INDEX = b"commit_index"
 META_APPLIED_INDEX = b"applied_index"  # written in the transaction that applies the entry
 META_IDENTITY = b"identity"  # JSON of dledger.identity.Identity: group, history, incarnation, voter state
+META_MEMBERSHIP = b"membership"  # JSON of the membership changes in the log (dledger.membership records)
 
 U64 = struct.Struct(">Q")
 TERM_BYTES = U64.size  # the value's term prefix
 REGULAR_COMMAND = b"\x00"  # pysyncobj's _COMMAND_TYPE.REGULAR: a call of a @replicated method
 NO_OP_COMMAND = b"\x01"  # pysyncobj's whole no-op entry (_COMMAND_TYPE.NO_OP): a leader's first entry of its term
+MEMBERSHIP_COMMAND = membership.MEMBERSHIP_COMMAND  # a membership change (dledger.membership): no payloads
+
+
+def is_raft_entry(command) -> bool:
+    """A stored command that is Raft's own (a no-op or a membership change: no payloads), by its type byte."""
+    return bytes(command[:1]) in (NO_OP_COMMAND, MEMBERSHIP_COMMAND)
 
 Entry = tuple  # pysyncobj's journal entry: (command: bytes, index: int, term: int)
 
@@ -140,7 +149,7 @@ def entry_payloads(index: int, value: bytes, path: str | None = None) -> list[by
         raise corrupt_entry(index, None, path, f"a stored value of {len(value)} bytes holds no command")
     command = value[TERM_BYTES:]
     try:
-        if command == NO_OP_COMMAND:
+        if command == NO_OP_COMMAND or membership.decode_change(command) is not None:
             return None
         if command[:1] != REGULAR_COMMAND:
             raise EntryCorruptError(f"unknown command type 0x{bytes(command[:1]).hex()} ({len(command)} bytes)")
@@ -226,6 +235,12 @@ def verify_command(command, method_id: int | None = None) -> None:
     `method_id` (any, if None) whose batch verifies. Copies no payload."""
     if command[:1] != REGULAR_COMMAND:
         if command == NO_OP_COMMAND:
+            return
+        if bytes(command[:1]) == membership.MEMBERSHIP_COMMAND:
+            try:
+                membership.decode_change(command)
+            except Exception as exc:  # noqa: BLE001 - pickle raises many types for damaged input
+                raise EntryCorruptError(f"undecodable membership change ({exc!r})") from None
             return
         raise EntryCorruptError(f"unknown command type 0x{bytes(command[:1]).hex()} ({len(command)} bytes)")
     located = _call_blob(command)

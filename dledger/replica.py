@@ -29,6 +29,7 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from . import membership
 from .codec import decode_batch, encode_batch, encoded_size, verify_batch
 from .config import FlushPolicy, ReplicaConfig
 from .engine import FAIL_REASON, REFUSED, EngineView, RaftEngine, RaftState
@@ -39,6 +40,7 @@ from .errors import (
     EntryCorruptError,
     EntryTooLargeError,
     ListenError,
+    MembershipRefusedError,
     NoLeaderError,
     NotLeaderError,
     OutcomeUnknownError,
@@ -105,6 +107,9 @@ class ReplicaStatus:
     voter: bool = True  # False while the store is new: no history known yet, or catching up (identity.py)
     history_id: str = ""
     catch_up_index: int = 0  # a non-voter votes again once it holds this index (-1: not known yet)
+    members: dict = field(default_factory=dict)  # replica id -> Raft address: the group as its log says now
+    member_voters: dict = field(default_factory=dict)  # replica id -> counts toward quorums (this replica's view)
+    removed: bool = False  # the group's log says this replica is not a member: it takes no part
 
 
 class StateMachine(Protocol):
@@ -230,7 +235,7 @@ class Replica:
             if handing_to is not None:
                 future.set_exception(NotLeaderError(
                     f"not appended: leadership is being handed to {handing_to}; retry on the new leader",
-                    handing_to, self.config.peers.get(handing_to)))
+                    handing_to, self._status.members.get(handing_to)))
                 return future
             if len(self._pending) >= self.config.append_queue_max:
                 future.set_exception(AppendQueueFullError(
@@ -323,6 +328,37 @@ class Replica:
             f"{target} (this replica is now {st.role.value}, leader {st.leader_id or 'unknown'}); "
             + ("it leads on and takes appends again" if st.role is Role.LEADER else "an election is under way"))
 
+    # -- membership (membership.py) ------------------------------------------------------------------------
+    def add_peer(self, replica_id: str, address: str, timeout_s: float | None = None) -> int:
+        """Add replica `replica_id` at Raft address `address` (host:port) to the group; leader only. Returns the
+        index of the change once it is committed. The new replica (started on an empty store with this group's
+        name) joins as a non-voter: the commit quorum stays that of the voters until it has caught up (snapshot +
+        log) and votes. Raises NotLeaderError / NoLeaderError, MembershipChangePendingError (one change at a
+        time), MembershipRefusedError (already a member, a bad address), OutcomeUnknownError (no answer in time)."""
+        return self._change_membership(membership.Change(membership.ADD, replica_id, address), timeout_s)
+
+    def remove_peer(self, replica_id: str, timeout_s: float | None = None) -> int:
+        """Remove replica `replica_id` (an id or Raft address) from the group; leader only. Returns the index of
+        the change once committed. The leader itself cannot be removed: transfer leadership first. Raises as
+        add_peer, and MembershipRefusedError for an unknown replica or the last one."""
+        members = self._status.members
+        wanted = self._peer_id_of(replica_id)
+        return self._change_membership(membership.Change(membership.REMOVE, wanted, members.get(wanted, "?")),
+                                       timeout_s)
+
+    def _change_membership(self, change: membership.Change, timeout_s: float | None) -> int:
+        if self._closed:
+            raise ReplicaClosedError("replica is closed; open it again to change the group's membership")
+        problem = membership.bad_replica(change)
+        if problem:
+            raise MembershipRefusedError(problem, "BAD_REPLICA")
+        timeout_s = self.config.append_timeout_ms / 1000 if timeout_s is None else timeout_s
+        try:
+            return self._engine.request_membership_change(change).result(timeout=timeout_s)
+        except FutureTimeoutError:
+            raise OutcomeUnknownError(f"{change.describe()}: not committed within {timeout_s:.1f} s; it may still "
+                                      "commit: check the members (status) before asking again") from None
+
     def prepare_to_stop(self) -> None:
         """This replica is about to stop (a graceful shutdown): it starts no election from now on, ignores a
         leader's timeout_now, and tells its peers, so a leader never hands leadership to it. It still replicates
@@ -332,9 +368,10 @@ class Replica:
     def _peer_id_of(self, to: str | None) -> str | None:
         """A replica id from a replica id or a Raft address; unknown names go on as they are and are refused
         (TransferRefusedError names the peers)."""
-        if to is None or to in self.config.peers:
+        members = self._status.members or self.config.peers
+        if to is None or to in members:
             return to
-        return next((pid for pid, addr in self.config.peers.items() if addr == to), to)
+        return next((pid for pid, addr in members.items() if addr == to), to)
 
     # -- reads -----------------------------------------------------------------------------------------
     def read(self, from_index: int, max_entries: int = 1000, max_bytes: int = 16 * 1024 * 1024,
@@ -506,7 +543,7 @@ class Replica:
         failure = self._engine.failure
         return ReplicaStatus(
             group_id=self.config.group_id, self_id=self.config.self_id, role=role, term=view.term,
-            leader_id=leader_id, leader_address=self.config.peers.get(leader_id) if leader_id else None,
+            leader_id=leader_id, leader_address=view.members.get(leader_id) if leader_id else None,
             commit_index=view.commit_index, applied_index=view.applied_index, first_index=view.first_index,
             last_index=view.last_index, durable_index=view.durable_index,
             peer_match_index={self._engine.peer_id(a): i for a, i in view.match_index.items()},
@@ -514,6 +551,7 @@ class Replica:
             failure=repr(failure) if failure else None,
             voter=view.identity.voter, history_id=view.identity.history_id,
             catch_up_index=view.identity.catch_up_index,
+            members=dict(view.members), member_voters=dict(view.voters), removed=view.removed,
         )
 
     def _on_engine_failure(self, exc: BaseException) -> None:

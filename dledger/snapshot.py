@@ -137,7 +137,10 @@ class SnapshotHooks:
             if replica.state_machine is not None:
                 replica.state_machine.attach(replica.store)
             log.info("installed snapshot at applied index %d", applied)
-            return (last, before, None)
+            # the membership the copy carries (pysyncobj follows it: its dynamic membership reads this element)
+            me = replica.config.self_address
+            cluster = [addr for addr in replica.journal.members.values() if addr != me]
+            return (last, before, cluster)
         except BaseException as exc:
             self._engine.fail(exc)  # pysyncobj would swallow it; the replica must stop instead
             raise

@@ -22,7 +22,7 @@ MATRIX = [  # (nemesis, extra flags): every fault family alone, then combined
     ("kill,pause,partition,netem,disk", ["--combine"]),
     # what operators do to a live group (nemesis.OPERATIONS): leadership transfers, rolling restarts, and the two
     # taking turns with kill -9
-    ("transfer", []), ("rolling", []), ("transfer,rolling,kill", []),
+    ("transfer", []), ("rolling", []), ("transfer,rolling,kill", []), ("membership", []),
     # storage faults (nemesis.STORAGE), each alone; the whole-group crash under both flush modes
     ("lostdisk", []), ("bitflip", []), ("torn", []), ("garbage", []), ("crash", ["--flush", "ASYNC_FLUSH"]),
     ("crash", ["--flush", "SYNC_FLUSH"]), ("replace", []),

@@ -120,6 +120,24 @@ class ChaosCluster:
         raise RuntimeError(f"replica {replica} did not restart after {RESTART_ATTEMPTS} attempts; see "
                            f"{self.dev.base_dir}/logs")
 
+    def add_replica(self) -> tuple[str, str]:
+        """Configure and start one more replica of the group on an empty store at a new loopback address, its
+        dLegerPeers the current members and itself; (replica id, "id-host:raftport" for AddReplica). It is not a
+        member until the master adds it (docs/operations.md, "Add, remove and replace a replica")."""
+        made = len(self.dev.brokers)
+        replica = f"n{made}"
+        spec = self.dev.new_replica(replica, [r for r in self.ids if r != replica],
+                                    host=loopback_host(FIRST_HOST + made))
+        self.restart(replica)
+        return replica, spec
+
+    def retire(self, replica: str) -> None:
+        """A replica removed from the group: stopped cleanly and no longer one of `ids` (its store stays for the
+        audit: a prefix of the group's log)."""
+        self.dev.brokers[replica].stop()
+        if replica in self.ids:
+            self.ids.remove(replica)
+
     def stop_replica(self, replica: str) -> None:
         """A clean stop (SIGTERM; the store is closed)."""
         self.dev.brokers[replica].stop()

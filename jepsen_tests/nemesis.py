@@ -15,6 +15,9 @@ when a run ends early. Families:
              `rocketraft admin transferLeader --to` does); nothing to heal
   rolling    a rolling restart: a clean stop (SIGTERM) of each replica in turn, followers first and the master
              last (its stop hands leadership over), each restarted and caught up before the next one stops
+  membership replace an old follower with a fresh replica: start one on an empty store at a new address, add it
+             (BrokerAdmin.AddReplica, what `rocketraft admin addReplica` does), wait until it votes, remove the old
+             follower (RemoveReplica) and stop it; every cycle replaces one more
 
 Storage families (not in 'all': two of them at once can take a majority of the group's disks, which the group
 rightly refuses to recover from without an operator; see jepsen_tests/README.md):
@@ -51,7 +54,7 @@ import lmdb
 
 from devkit import storefault
 from dledger import logformat
-from rocketraft.protocol.wire import ipb, ipb_grpc
+from rocketraft.protocol.wire import Code, ipb, ipb_grpc
 
 from . import netfault
 from .cluster import ChaosCluster
@@ -59,7 +62,7 @@ from .cluster import ChaosCluster
 log = logging.getLogger(__name__)
 
 BASIC = ("kill", "pause", "partition", "netem", "disk")  # 'all'
-OPERATIONS = ("transfer", "rolling")  # what operators do to a live group
+OPERATIONS = ("transfer", "rolling", "membership")  # what operators do to a live group
 STORAGE = ("lostdisk", "bitflip", "torn", "garbage", "crash", "replace")
 FAMILIES = BASIC + OPERATIONS + STORAGE
 DISK_FILL_PERCENT = 97.0
@@ -420,9 +423,51 @@ def caught_up(cluster: ChaosCluster, replica: str, timeout_s: float = CATCH_UP_S
     log.warning("%s did not catch up within %.0f s; the rolling restart goes on", replica, timeout_s)
 
 
+MEMBERSHIP_TIMEOUT_MS = 10_000
+
+
+class Membership:
+    family = "membership"
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> ActiveFault:
+        master = cluster.master_id()
+        olds = [r for r in cluster.ids if r != master and cluster.alive(r)]
+        if master is None or not olds:
+            return ActiveFault(self.family, "no master or no live follower: no membership change", [])
+        gone = rng.choice(olds)
+        new, spec = cluster.add_replica()
+        ok, added = _membership_call(cluster, master, "AddReplica", spec)
+        if not ok:
+            return ActiveFault(self.family, f"add {spec}: {added}", [new])
+        pending = _wait_voters(cluster)
+        if new in pending:
+            return ActiveFault(self.family, f"added {new} ({added}); it did not vote within {VOTER_WAIT_S:.0f} s: "
+                               f"{gone} stays", [new])
+        master = cluster.master_id() or master
+        if master == gone:
+            return ActiveFault(self.family, f"added {new} ({added}); {gone} became master: it stays", [new])
+        ok, removed = _membership_call(cluster, master, "RemoveReplica", gone)
+        if ok:
+            cluster.retire(gone)
+        return ActiveFault(self.family, f"replace {gone} with {new}: added ({added}), voting, "
+                           f"{'removed and stopped' if ok else 'not removed'} ({removed})", [new, gone])
+
+
+def _membership_call(cluster: ChaosCluster, master: str, rpc: str, replica: str) -> tuple[bool, str]:
+    stub = ipb_grpc.BrokerAdminStub(cluster.dev.channel(cluster.dev.address_of[master]))
+    request = (ipb.AddReplicaRequest if rpc == "AddReplica" else ipb.RemoveReplicaRequest)(
+        replica=replica, timeout_ms=MEMBERSHIP_TIMEOUT_MS)
+    try:
+        answer = getattr(stub, rpc)(request, timeout=MEMBERSHIP_TIMEOUT_MS / 1000 + 5)
+    except grpc.RpcError as exc:
+        return False, f"{exc.code().name}: {exc.details()}"
+    return answer.code == Code.OK, answer.message or "OK"
+
+
 CLASSES = {"kill": Kill, "pause": Pause, "partition": Partition, "netem": Netem, "disk": DiskFull,
            "lostdisk": LostDisk, "bitflip": BitFlip, "torn": Torn, "garbage": Garbage, "crash": Crash,
-           "replace": Replace, "transfer": Transfer, "rolling": Rolling}
+           "replace": Replace, "transfer": Transfer, "rolling": Rolling,
+           "membership": Membership}
 
 
 def parse(spec: str) -> list[str]:

@@ -12,6 +12,10 @@ misconfigured replica (wrong dLegerPeers, a store copied from another cluster).
 
 During a change of dLegerPeers the replicas restarted with the new set are refused until the last replica with
 the old set has stopped heartbeating (heartbeatTimeoutMillis): restart every replica of the group.
+An online membership change (AddReplica / RemoveReplica) is different: the replicas share one Raft history and
+learn the new members one after the other, so a replica of the same history may name another peer set as long as
+every live replica names it among its members. A removed replica is named by none: its registrations are refused
+and its last one expires within heartbeatTimeoutMillis.
 """
 
 from __future__ import annotations
@@ -33,21 +37,34 @@ def check_identity(reg: ipb.BrokerRegistration, others: Iterable[ipb.BrokerRegis
     """Raise ForeignReplicaError unless `reg` agrees with the group's other live registrations."""
     who = f"replica {reg.replica_id!r} of group {reg.group!r} at {reg.address}"
     peers = sorted(reg.raft_peers)
-    if peers and not any(p.partition("-")[0] == reg.replica_id for p in peers):
+    if peers and not _named_in(reg.replica_id, peers):
         raise ForeignReplicaError(f"{who} is not among the Raft peers it names ({', '.join(peers)}); refused: "
                                   f"check dLegerSelfId and dLegerPeers")
     for other in others:
         if other.replica_id == reg.replica_id and other.cluster == reg.cluster:
             continue
-        theirs = sorted(other.raft_peers)
-        if theirs != peers:
-            raise ForeignReplicaError(
-                f"{who} names the Raft peers [{', '.join(peers) or 'none'}] but live replica "
-                f"{other.replica_id!r} of the group names [{', '.join(theirs) or 'none'}]; refused, so no "
-                f"replica outside the group is routed. Give every replica the same dLegerPeers (after a change, "
-                f"the old replicas' registrations expire within heartbeatTimeoutMillis)")
         if reg.history_id and other.history_id and reg.history_id != other.history_id:
             raise ForeignReplicaError(
                 f"{who} has a store of Raft history {reg.history_id[:12]} but live replica {other.replica_id!r} "
                 f"of the group has history {other.history_id[:12]}; refused: the store belongs to another life "
                 f"of the group (docs/operations.md, replacing a replica's disk)")
+        theirs = sorted(other.raft_peers)
+        if theirs == peers:
+            continue
+        same_life = bool(reg.history_id) and reg.history_id == other.history_id
+        if same_life and _named_in(reg.replica_id, theirs):
+            continue  # a membership change in flight: replicas learn it one after the other (or `other` was removed)
+        if same_life:
+            raise ForeignReplicaError(
+                f"{who} names the Raft peers [{', '.join(peers) or 'none'}] but live replica {other.replica_id!r} of "
+                f"the group names [{', '.join(theirs) or 'none'}], without it: it was removed (stop it), or it is "
+                f"being added and that replica has not stored the change yet (it registers on its next heartbeat)")
+        raise ForeignReplicaError(
+            f"{who} names the Raft peers [{', '.join(peers) or 'none'}] but live replica "
+            f"{other.replica_id!r} of the group names [{', '.join(theirs) or 'none'}]; refused, so no "
+            f"replica outside the group is routed. Give every replica the same dLegerPeers (after a change, "
+            f"the old replicas' registrations expire within heartbeatTimeoutMillis)")
+
+
+def _named_in(replica_id: str, peers: list[str]) -> bool:
+    return any(p.partition("-")[0] == replica_id for p in peers)

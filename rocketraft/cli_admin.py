@@ -9,6 +9,8 @@
     rocketraft admin createUser | updateUser | deleteUser | getUser | listUser       (ACL 2.0: rocketraft/cli_auth.py)
     rocketraft admin createAcl | updateAcl | deleteAcl | getAcl | listAcl
     rocketraft admin transferLeader --group broker-a [--to n1]
+    rocketraft admin addReplica --group broker-a --replica n3-10.0.0.4:40911
+    rocketraft admin removeReplica --group broker-a --replica n2
 
 Every verb takes --json for machine-readable output. Exit status 0 on success, 1 on an error (printed as
 the broker's code and message), 2 on bad arguments.
@@ -33,7 +35,8 @@ from .client.admin import Admin, plain
 from .client.message import ReceivedMessage
 
 VERBS = ("clusterList", "topicList", "topicRoute", "updateTopic", "deleteTopic", "updateSubGroup",
-         "queryMsgByKey", "queryMsgById", "consumerProgress", "transferLeader", *cli_auth.VERBS)
+         "queryMsgByKey", "queryMsgById", "consumerProgress", "transferLeader", "addReplica", "removeReplica",
+         *cli_auth.VERBS)
 MESSAGE_TYPES = {"NORMAL": MessageType.NORMAL, "FIFO": MessageType.FIFO, "DELAY": MessageType.DELAY,
                  "TRANSACTION": MessageType.TRANSACTION}
 
@@ -55,9 +58,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-i", "--msgId", help="queryMsgById: the message id")
     parser.add_argument("--max", type=int, default=32, help="queryMsgByKey: at most this many messages")
     parser.add_argument("--group", "-b", "--brokerName", dest="brokerGroup",
-                        help="transferLeader: the broker group (brokerName)")
+                        help="transferLeader, addReplica, removeReplica: the broker group (brokerName)")
     parser.add_argument("--to", default="", help="transferLeader: the new master: replica id (dLegerSelfId), "
                         "brokerId, or its client or Raft address (default: the most up-to-date replica)")
+    parser.add_argument("--replica", default="", help="addReplica: the new replica as id-host:raftport (its "
+                        "dLegerSelfId and dLegerPeers entry); removeReplica: a member's replica id, brokerId or Raft "
+                        "address")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     cli_auth.add_arguments(parser)
     cli_tls.add_arguments(parser)
@@ -87,8 +93,10 @@ def _required(args) -> str | None:
     need = {"topicRoute": ["topic"], "updateTopic": ["topic"], "deleteTopic": ["topic"],
             "updateSubGroup": ["consumerGroup"], "queryMsgByKey": ["topic", "msgKey"],
             "queryMsgById": ["topic", "msgId"], "consumerProgress": ["consumerGroup", "topic"],
-            "transferLeader": ["brokerGroup"]}
-    flags = {"topic": "-t", "consumerGroup": "-g", "msgKey": "-k", "msgId": "-i", "brokerGroup": "--group"}
+            "transferLeader": ["brokerGroup"], "addReplica": ["brokerGroup", "replica"],
+            "removeReplica": ["brokerGroup", "replica"]}
+    flags = {"topic": "-t", "consumerGroup": "-g", "msgKey": "-k", "msgId": "-i", "brokerGroup": "--group",
+             "replica": "--replica"}
     missing = [flags[n] for n in need.get(args.verb, []) if not getattr(args, n)]
     if missing:
         return f"{args.verb} needs {' and '.join(missing)}"
@@ -126,6 +134,10 @@ async def _call(args):
             return await admin.query_message_by_id(args.topic, args.msgId)
         if verb == "transferLeader":
             return await admin.transfer_leader(args.brokerGroup, args.to, args.clusterName)
+        if verb == "addReplica":
+            return await admin.add_replica(args.brokerGroup, args.replica, args.clusterName)
+        if verb == "removeReplica":
+            return await admin.remove_replica(args.brokerGroup, args.replica, args.clusterName)
         return await admin.consumer_progress(args.consumerGroup, args.topic)
 
 
@@ -138,11 +150,12 @@ def _show(console: Console, verb: str, result) -> None:
     if verb in cli_auth.VERBS:
         cli_auth.show(console, verb, result)
     elif verb == "clusterList":
-        table = _table("cluster", "group", "replica", "brokerId", "role", "term", "address", "applied", "commit")
+        table = _table("cluster", "group", "replica", "brokerId", "role", "term", "address", "applied", "commit",
+                       "vote")
         for g in result:
             for r in g.replicas:
                 table.add_row(g.cluster, g.group, r.replica_id, str(r.broker_id), r.role, str(r.term), r.address,
-                              str(r.applied_index), str(r.commit_index))
+                              str(r.applied_index), str(r.commit_index), _vote(r))
         console.print(table)
     elif verb == "topicList":
         for name in result:
@@ -161,8 +174,24 @@ def _show(console: Console, verb: str, result) -> None:
             "the NameServer does not route to it yet"
         console.print(f"{result.group}: master {result.old_master} -> {result.new_master} in {result.took_ms} ms; "
                       f"{routed}", highlight=False)
+    elif verb in ("addReplica", "removeReplica"):
+        done = "added" if verb == "addReplica" else "removed"
+        listed = ("the NameServer lists it" if verb == "addReplica" else "the NameServer no longer lists it") \
+            if result.namesrv_agrees else "the NameServer does not agree yet (it registers on its next heartbeat)"
+        console.print(f"{result.group}: {result.replica} {done} by master {result.master} at Raft index {result.index} "
+                      f"in {result.took_ms} ms; members now {', '.join(result.members)}; {listed}", highlight=False)
+        if verb == "addReplica":
+            console.print("it is a non-voter until it has caught up: `rocketraft admin clusterList` shows it as "
+                          "'catching up' until then", highlight=False)
     else:
         _show_progress(console, result)
+
+
+def _vote(replica) -> str:
+    if replica.voter:
+        return "voter"
+    target = replica.catch_up_index
+    return f"catching up to {target}" if target > 0 else "catching up (target not known yet)"
 
 
 def _show_messages(console: Console, messages: list[ReceivedMessage]) -> None:

@@ -46,6 +46,8 @@ class ReplicaInfo:
     broker_id: int          # 0 = master, as routes list it
     applied_index: int
     commit_index: int
+    voter: bool = True      # False while it catches up on a new store (it neither votes nor counts for quorum)
+    catch_up_index: int = 0  # a non-voter votes once it holds this index (-1: not known yet)
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,19 @@ class TransferResult:
     new_master: str
     took_ms: int
     namesrv_routes_new_master: bool
+
+
+@dataclass(frozen=True)
+class MembershipResult:
+    """A membership change: the master that made it, the Raft index it committed at, the members after it, and
+    whether the NameServer already agrees (lists the new replica / no longer lists the removed one)."""
+    group: str
+    master: str
+    replica: str
+    index: int
+    members: tuple[str, ...]
+    took_ms: int
+    namesrv_agrees: bool
 
 
 @dataclass(frozen=True)
@@ -145,7 +160,8 @@ class Admin(AsyncClient):
         for g in info.groups:
             replicas = tuple(sorted((ReplicaInfo(
                 r.replica_id, r.role, r.term, r.address, 0 if r.replica_id == g.master_replica_id
-                else r.follower_broker_id, r.applied_index, r.commit_index) for r in g.replicas),
+                else r.follower_broker_id, r.applied_index, r.commit_index, not r.non_voter, r.catch_up_index)
+                for r in g.replicas),
                 key=lambda r: (r.broker_id, r.replica_id)))
             topics = sorted({t.name for r in g.replicas for t in r.topics})
             groups.append(GroupInfo(g.cluster, g.group, g.master_replica_id, replicas, tuple(topics)))
@@ -174,6 +190,52 @@ class Admin(AsyncClient):
             routed = await self._wait_master(group, cluster, response.new_master, deadline)
             return TransferResult(group, response.old_master or master_id, response.new_master, took_ms, routed)
         raise AssertionError("unreachable: the second attempt returns or raises")
+
+    async def add_replica(self, group: str, replica: str, cluster: str = "",
+                          timeout_s: float = TRANSFER_TIMEOUT_S) -> MembershipResult:
+        """Ask broker group `group`'s master to add replica `replica` ("id-host:raftport"): it joins as a
+        non-voter and votes once caught up. Waits (within timeout_s) for the NameServer to list it."""
+        return await self._change_membership("AddReplica", group, replica, cluster, timeout_s)
+
+    async def remove_replica(self, group: str, replica: str, cluster: str = "",
+                             timeout_s: float = TRANSFER_TIMEOUT_S) -> MembershipResult:
+        """Ask broker group `group`'s master to remove member `replica` (replica id, brokerId or Raft address).
+        Waits (within timeout_s) for the NameServer to stop listing it."""
+        return await self._change_membership("RemoveReplica", group, replica, cluster, timeout_s)
+
+    async def _change_membership(self, rpc: str, group: str, replica: str, cluster: str,
+                                 timeout_s: float) -> MembershipResult:
+        deadline = time.monotonic() + timeout_s
+        master_id, address = await self._master_of(group, cluster)
+        before = await self._groups_named(group, cluster)
+        started = time.monotonic()
+        kind = ipb.AddReplicaRequest if rpc == "AddReplica" else ipb.RemoveReplicaRequest
+        request = kind(replica=replica, timeout_ms=max(1, round((deadline - started) * 1000)))
+        try:
+            response = await getattr(self.transport.broker_admin(address), rpc)(
+                request, timeout=max(0.1, deadline - started) + 1)
+        except grpc.aio.AioRpcError as exc:
+            raise rpc_error(exc, address, f"{rpc} on {group}") from None
+        _check(response.code, response.message)
+        took_ms = round((time.monotonic() - started) * 1000)
+        if rpc == "AddReplica":
+            agrees = await self._wait_listed(group, cluster, replica.partition("-")[0], True, deadline)
+        else:  # the member the master dropped: named in the members before, not after
+            members = {m.partition("-")[0] for m in response.members}
+            gone = [r.replica_id for g in before for r in g.replicas if r.replica_id not in members] or [replica]
+            agrees = await self._wait_listed(group, cluster, gone[0], False, deadline)
+        return MembershipResult(group, response.master or master_id, replica, response.index,
+                                tuple(response.members), took_ms, agrees)
+
+    async def _wait_listed(self, group: str, cluster: str, replica_id: str, listed: bool, deadline: float) -> bool:
+        while True:
+            groups = await self._groups_named(group, cluster)
+            ids = {r.replica_id for g in groups for r in g.replicas}
+            if (replica_id in ids) == listed:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.1)
 
     async def _master_of(self, group: str, cluster: str) -> tuple[str, str]:
         groups = await self._groups_named(group, cluster)

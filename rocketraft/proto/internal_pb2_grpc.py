@@ -361,6 +361,16 @@ class BrokerAdminStub:
                 request_serializer=rocketraft_dot_proto_dot_internal__pb2.TransferLeaderRequest.SerializeToString,
                 response_deserializer=rocketraft_dot_proto_dot_internal__pb2.TransferLeaderResponse.FromString,
                 _registered_method=True)
+        self.AddReplica = channel.unary_unary(
+                '/rocketraft.internal.v1.BrokerAdmin/AddReplica',
+                request_serializer=rocketraft_dot_proto_dot_internal__pb2.AddReplicaRequest.SerializeToString,
+                response_deserializer=rocketraft_dot_proto_dot_internal__pb2.MembershipChangeResponse.FromString,
+                _registered_method=True)
+        self.RemoveReplica = channel.unary_unary(
+                '/rocketraft.internal.v1.BrokerAdmin/RemoveReplica',
+                request_serializer=rocketraft_dot_proto_dot_internal__pb2.RemoveReplicaRequest.SerializeToString,
+                response_deserializer=rocketraft_dot_proto_dot_internal__pb2.MembershipChangeResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerAdminServicer:
@@ -414,6 +424,18 @@ class BrokerAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddReplica(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveReplica(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -456,6 +478,16 @@ def add_BrokerAdminServicer_to_server(servicer, server):
                     servicer.TransferLeader,
                     request_deserializer=rocketraft_dot_proto_dot_internal__pb2.TransferLeaderRequest.FromString,
                     response_serializer=rocketraft_dot_proto_dot_internal__pb2.TransferLeaderResponse.SerializeToString,
+            ),
+            'AddReplica': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddReplica,
+                    request_deserializer=rocketraft_dot_proto_dot_internal__pb2.AddReplicaRequest.FromString,
+                    response_serializer=rocketraft_dot_proto_dot_internal__pb2.MembershipChangeResponse.SerializeToString,
+            ),
+            'RemoveReplica': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveReplica,
+                    request_deserializer=rocketraft_dot_proto_dot_internal__pb2.RemoveReplicaRequest.FromString,
+                    response_serializer=rocketraft_dot_proto_dot_internal__pb2.MembershipChangeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -674,6 +706,60 @@ class BrokerAdmin:
             '/rocketraft.internal.v1.BrokerAdmin/TransferLeader',
             rocketraft_dot_proto_dot_internal__pb2.TransferLeaderRequest.SerializeToString,
             rocketraft_dot_proto_dot_internal__pb2.TransferLeaderResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddReplica(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketraft.internal.v1.BrokerAdmin/AddReplica',
+            rocketraft_dot_proto_dot_internal__pb2.AddReplicaRequest.SerializeToString,
+            rocketraft_dot_proto_dot_internal__pb2.MembershipChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveReplica(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketraft.internal.v1.BrokerAdmin/RemoveReplica',
+            rocketraft_dot_proto_dot_internal__pb2.RemoveReplicaRequest.SerializeToString,
+            rocketraft_dot_proto_dot_internal__pb2.MembershipChangeResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -89,6 +89,16 @@ def test_leadership_transfers_and_a_rolling_restart_lose_nothing(tmp_path):
     assert_clean(results)
 
 
+def test_replacing_replicas_online_one_after_the_other_loses_nothing(tmp_path):
+    code, results = runner.run(short(tmp_path, nemesis=["membership"], time_limit_s=12, interval_s=1, fault_s=1,
+                                     seed=3))
+    assert_valid(code, results)
+    replaced = [w["description"] for w in results["faults"] if "removed and stopped" in w["description"]]
+    assert replaced, results["faults"]
+    assert all(w["error"] == "" for w in results["faults"]), results["faults"]
+    assert_clean(results)
+
+
 @pytest.mark.netfault
 def test_a_short_partition_packet_loss_and_disk_full_run_loses_nothing_and_removes_every_rule_and_mount(
         tmp_path, netfaults):

@@ -278,6 +278,23 @@ def test_a_group_can_change_its_peer_set_once_the_old_registrations_expired():
     assert r.register(reg("n4", raft_peers=new), 5000) is not None
 
 
+def test_during_an_online_membership_change_a_member_may_name_the_new_set_and_a_removed_replica_is_refused():
+    r = RouteRegistry()
+    three_replicas(r, raft_peers=PEERS, history_id="h1")
+    added = [*PEERS, "n4-127.0.0.1:40914"]
+    r.register(reg("n1", "LEADER", 1, raft_peers=added, history_id="h1"), 0)  # the master stored the change first
+    with pytest.raises(ForeignReplicaError, match="being added"):
+        r.register(reg("n4", raft_peers=added, history_id="h1"), 0)  # n2 and n3 have not stored it yet
+    for rid in ("n2", "n3"):
+        r.register(reg(rid, raft_peers=added, history_id="h1"), 0)
+    assert r.register(reg("n4", raft_peers=added, history_id="h1"), 0) is not None
+    without_n3 = [p for p in added if not p.startswith("n3-")]
+    for rid in ("n1", "n2", "n4"):
+        r.register(reg(rid, "LEADER" if rid == "n1" else "FOLLOWER", 1, raft_peers=without_n3, history_id="h1"), 0)
+    with pytest.raises(ForeignReplicaError, match="removed"):
+        r.register(reg("n3", raft_peers=added, history_id="h1"), 0)
+
+
 def test_registered_replica_may_report_a_topic_closed_to_reads_and_writes():
     r = RouteRegistry()
     three_replicas(r, topics=[topic(perm=0)])
