@@ -12,7 +12,7 @@ bytes) is checked here.
 from __future__ import annotations
 
 from rocketraft.protocol import limits, names, rules, sql92
-from rocketraft.protocol.errors import BadRequestError, InvalidReceiptHandleError, RocketraftError
+from rocketraft.protocol.errors import BadRequestError, InvalidReceiptHandleError, RocketraftError, UnsupportedError
 from rocketraft.protocol.wire import Code, MessageType, pb
 
 from . import tables
@@ -23,6 +23,9 @@ from .config import BrokerConfig
 TYPE_UNSPECIFIED = MessageType.MESSAGE_TYPE_UNSPECIFIED
 NORMAL, FIFO, DELAY, TRANSACTION = MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION
 MESSAGE_TYPES = frozenset((TYPE_UNSPECIFIED, NORMAL, FIFO, DELAY, TRANSACTION))
+# RocketMQ 5.4's lite topics and priority messages: refused by name, never stored as something they are not
+NOT_BUILT = {MessageType.LITE: "LITE messages (RocketMQ 5.4 lite topics)",
+             MessageType.PRIORITY: "PRIORITY messages (RocketMQ 5.4)"}
 ENCODING_UNSPECIFIED, IDENTITY = pb.Encoding.ENCODING_UNSPECIFIED, pb.Encoding.IDENTITY
 ENCODINGS = frozenset((ENCODING_UNSPECIFIED, IDENTITY, pb.Encoding.GZIP))
 
@@ -54,6 +57,11 @@ def message(msg: pb.Message, config: BrokerConfig, now_ms: int) -> int:
     if msg.user_properties:
         rules.check_user_properties(msg.user_properties, config.messagePropertiesBytesMax, reserved_ok=True)
     delayed = props.HasField("delivery_timestamp")
+    if props.message_type in NOT_BUILT or props.HasField("lite_topic") or props.HasField("priority"):
+        what = NOT_BUILT.get(props.message_type) or \
+            f"messages with a {'lite_topic' if props.HasField('lite_topic') else 'priority'}"
+        raise UnsupportedError(f"{what} are not supported by rocketraft; send NORMAL, FIFO, DELAY or TRANSACTION "
+                               "messages (docs/client.md, \"What rocketraft does not do\")")
     if props.message_type not in MESSAGE_TYPES:
         raise BadRequestError(f"message type {props.message_type} is unknown; use NORMAL, FIFO, DELAY or "
                               "TRANSACTION", Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)
