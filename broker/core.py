@@ -138,11 +138,7 @@ class Broker:
         except dledger.TransferTimeoutError as exc:
             raise RocketraftError(f"leadership transfer timed out: {exc.message}", Code.REQUEST_TIMEOUT) from None
         except dledger.NotLeaderError as exc:
-            leader = exc.leader_id
-            address = await self._client_address_of(leader) if leader else None
-            raise NotMasterError(f"replica {self.config.dLegerSelfId} is not the master of {self.config.brokerName}; "
-                                 f"the master is {leader or 'not known right now'}"
-                                 f"{' at ' + address if address else ''}: ask it", address) from None
+            raise await self._not_master(exc.leader_id) from None
 
     # -- membership change (dledger.membership; docs/operations.md "Add, remove and replace a replica") -------------
     async def add_replica(self, spec: str, timeout_s: float | None = None) -> int:
@@ -170,11 +166,14 @@ class Broker:
         except dledger.OutcomeUnknownError as exc:
             raise RocketraftError(exc.message, Code.PROXY_TIMEOUT) from None
         except dledger.NotLeaderError as exc:
-            leader = exc.leader_id
-            address = await self._client_address_of(leader) if leader else None
-            raise NotMasterError(f"replica {self.config.dLegerSelfId} is not the master of {self.config.brokerName}; "
-                                 f"the master is {leader or 'not known right now'}"
-                                 f"{' at ' + address if address else ''}: ask it", address) from None
+            raise await self._not_master(exc.leader_id) from None
+
+    async def _not_master(self, leader: str | None) -> NotMasterError:
+        """The refusal of an admin call only the master makes, naming the master and its client address."""
+        address = await self._client_address_of(leader) if leader else None
+        return NotMasterError(f"replica {self.config.dLegerSelfId} is not the master of {self.config.brokerName}; "
+                              f"the master is {leader or 'not known right now'}"
+                              f"{' at ' + address if address else ''}: ask it", address)
 
     async def _replica_id_of(self, to: str) -> str:
         """A replica id from what an operator may give: the id, a brokerId (1.. as slaves are numbered), a Raft
