@@ -1047,6 +1047,9 @@ class RaftEngine:
         self.view = self._make_view()
         self._after_tick(self.view)
 
+    def on_tick_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
     def defer(self, callback: Callable, result, reason: int) -> None:
         """Hold a pysyncobj callback until the transaction it depends on is committed (tick end)."""
         self._deferred.append((callback, result, reason))

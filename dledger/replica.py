@@ -182,6 +182,9 @@ class Replica:
         self._pending_lock = threading.Lock()
         self._subscribers: list[Callable[[ReplicaStatus], None]] = []
         self._completions: queue.SimpleQueue = queue.SimpleQueue()
+        # outcomes found during a tick, handed to the completion thread once the tick's status is published, so a
+        # caller whose append resolved sees status().applied_index at or past its index
+        self._tick_outcomes: list = []
         self._closed = False
         self._last_role_key = None
         self._last_leader: tuple[str, int] | None = None
@@ -257,9 +260,13 @@ class Replica:
         future = entry[0]
         if reason == FAIL_REASON.SUCCESS:
             index, term, sm_result = result
-            self._completions.put((future, AppendResult(index, term, sm_result), None))
+            outcome = (future, AppendResult(index, term, sm_result), None)
         else:
-            self._completions.put((future, None, self._error_for(reason)))
+            outcome = (future, None, self._error_for(reason))
+        if self._engine.on_tick_thread():
+            self._tick_outcomes.append(outcome)  # handed over at tick end (_after_tick), after the status
+        else:
+            self._completions.put(outcome)
 
     def set_append_admission(
             self, admission: Callable[[Callable[[], list[bytes]]], tuple[str, str] | None] | None) -> None:
@@ -470,6 +477,7 @@ class Replica:
         self._scrub.stop()
         watch_corruption(self.store.path, None)
         self._engine.stop()
+        self._hand_over_outcomes()  # the tick thread has stopped: outcomes of its last tick, if it ended early
         with self._pending_lock:
             pending, self._pending = self._pending, {}
         for future, _deadline in pending.values():
@@ -518,6 +526,7 @@ class Replica:
         previous_applied = self._status.applied_index
         status = self._status_from(view)
         self._status = status
+        self._hand_over_outcomes()
         if self._committed_hook is not None and status.applied_index > previous_applied:
             self._committed_hook(status.applied_index)
         self._expire_pending()
@@ -554,9 +563,15 @@ class Replica:
             members=dict(view.members), member_voters=dict(view.voters), removed=view.removed,
         )
 
+    def _hand_over_outcomes(self) -> None:
+        outcomes, self._tick_outcomes = self._tick_outcomes, []
+        for outcome in outcomes:
+            self._completions.put(outcome)
+
     def _on_engine_failure(self, exc: BaseException) -> None:
         """The tick thread stopped: nothing in flight will get an outcome from this replica any more."""
         self._status = self._status_from(self._engine.view)
+        self._hand_over_outcomes()  # found before the failure: real outcomes
         with self._pending_lock:
             pending, self._pending = self._pending, {}
         for future, _deadline in pending.values():
