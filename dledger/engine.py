@@ -707,13 +707,18 @@ class RaftEngine:
                 log.error("replica %s/%s refuses %s: %s", self.config.group_id, self.config.self_id, node.address,
                           verdict.reason)
             return
+        newly_accepted = node.address not in self._accepted_peers
         self._accepted_peers.add(node.address)
         self._refused_logged.discard(node.address)
         self._peer_hellos[message.get("replica", node.address)] = message
         if message.get("voter"):
             self._joining.discard(message.get("replica"))
+        if newly_accepted and verdict.identity == before:
+            # our hello as it is now: the one this peer got on connecting may predate a change (a genesis that
+            # made us a voter); a leader that still held our old one counted us out of the commit quorum
+            self.so._SyncObj__transport.send_now(node, self.hello())
         if verdict.identity != before:
-            self._save_identity(verdict.identity)
+            self._save_identity(verdict.identity)  # tells every accepted peer, this one included
             now = verdict.identity
             if now.voter:
                 log.info("replica %s/%s: group history %s%s", self.config.group_id, self.config.self_id,
