@@ -585,7 +585,10 @@ class RaftEngine:
                 out[pid] = self.identity.voter
                 continue
             hello = self._peer_hellos.get(pid)
-            out[pid] = bool(hello.get("voter")) if hello is not None else pid not in self._joining
+            if pid in self._joining or (hello is not None and hello.get("history") and not hello.get("voter")):
+                out[pid] = False  # added, or known to be catching up in this history: not counted yet
+            else:
+                out[pid] = True  # no hello yet, a voter, or a hello from before the group's genesis
         return out
 
     def _commit_by_voters(self) -> None:
