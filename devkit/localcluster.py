@@ -247,6 +247,20 @@ class LocalCluster:
             time.sleep(0.02)
         raise TimeoutError(f"no leader among {among or list(self.nodes)} within {timeout_s}s: {self.statuses()}")
 
+    def wait_settled_leader(self, timeout_s: float = 15) -> str:
+        """The leader, once every running replica is connected to every other and names it (a group just started
+        may still change leaders while its connections come up; an append made then can fail as not appended)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            running = [n for n in self.nodes if self.is_running(n)]
+            sts = {n: self.status(n) for n in running}
+            leaders = {st["leader_id"] if st else None for st in sts.values()}
+            connected = all(st and set(st["connected_peers"]) >= set(running) - {n} for n, st in sts.items())
+            if connected and len(leaders) == 1 and (leader := leaders.pop()) and sts[leader]["role"] == "LEADER":
+                return leader
+            time.sleep(0.02)
+        raise TimeoutError(f"no settled leader within {timeout_s}s: {self.statuses()}")
+
     def wait_connected(self, timeout_s: float = 15) -> None:
         """Until every running replica is connected to every other running replica."""
         deadline = time.monotonic() + timeout_s

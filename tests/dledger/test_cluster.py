@@ -15,7 +15,7 @@ def digests(cluster, nodes, upto):
 
 def test_leader_appends_and_every_replica_holds_the_same_entries(make_cluster):
     cluster = make_cluster()
-    leader = cluster.wait_leader()
+    leader = cluster.wait_settled_leader()
     results = [cluster.append(leader, [f"m{i}".encode(), b"second"]) for i in range(20)]
     indexes = [r["index"] for r in results]
     assert indexes == sorted(indexes) and len(set(indexes)) == 20
@@ -27,7 +27,7 @@ def test_leader_appends_and_every_replica_holds_the_same_entries(make_cluster):
 
 def test_append_on_a_follower_is_forwarded_to_the_leader_and_succeeds(make_cluster):
     cluster = make_cluster()
-    leader = cluster.wait_leader()
+    leader = cluster.wait_settled_leader()
     follower = next(n for n in cluster.nodes if n != leader)
     reply = cluster.append(follower, [b"via-follower"])
     assert "index" in reply, reply
@@ -37,7 +37,7 @@ def test_append_on_a_follower_is_forwarded_to_the_leader_and_succeeds(make_clust
 
 def test_kill_9_of_the_leader_loses_no_acknowledged_entry_and_the_restarted_replica_catches_up(make_cluster):
     cluster = make_cluster()
-    old_leader = cluster.wait_leader()
+    old_leader = cluster.wait_settled_leader()
     stream = AppendStream(cluster, "kill")
     stream.start()
     time.sleep(1.5)
@@ -65,7 +65,7 @@ def test_kill_9_of_the_leader_loses_no_acknowledged_entry_and_the_restarted_repl
 
 def test_entries_of_one_and_four_mib_commit_and_larger_ones_are_refused_with_a_clear_error(make_cluster):
     cluster = make_cluster()
-    leader = cluster.wait_leader()
+    leader = cluster.wait_settled_leader()
     one = bytes(range(256)) * (MiB // 256)
     r1 = cluster.append(leader, [one], timeout_s=20)
     assert "index" in r1, r1
@@ -86,7 +86,7 @@ def test_entries_of_one_and_four_mib_commit_and_larger_ones_are_refused_with_a_c
 
 def test_sync_flush_acknowledges_only_what_a_quorum_has_fsynced(make_cluster):
     cluster = make_cluster()
-    leader = cluster.wait_leader()
+    leader = cluster.wait_settled_leader()
     for i in range(200):
         assert "index" in cluster.append(leader, [f"s{i}".encode()])
     stats = {n: cluster.client(n).call("stats") for n in cluster.nodes}
@@ -102,7 +102,7 @@ def test_async_flush_acknowledges_before_fsync_and_the_instrument_sees_it(make_c
     from dledger.config import FlushPolicy
 
     cluster = make_cluster(flush_policy=FlushPolicy.ASYNC_FLUSH, async_flush_interval_ms=1000)
-    leader = cluster.wait_leader()
+    leader = cluster.wait_settled_leader()
     for i in range(100):
         assert "index" in cluster.append(leader, [f"a{i}".encode()])
     stats = {n: cluster.client(n).call("stats") for n in cluster.nodes}
@@ -113,7 +113,7 @@ def test_async_flush_acknowledges_before_fsync_and_the_instrument_sees_it(make_c
 
 def test_restart_of_the_whole_group_keeps_every_entry(make_cluster):
     cluster = make_cluster()
-    leader = cluster.wait_leader()
+    leader = cluster.wait_settled_leader()
     last = None
     for i in range(50):
         last = cluster.append(leader, [f"r{i}".encode()])["index"]
@@ -123,7 +123,7 @@ def test_restart_of_the_whole_group_keeps_every_entry(make_cluster):
         cluster.kill(n)
     for n in cluster.nodes:
         cluster.start_node(n)
-    leader = cluster.wait_leader()
+    leader = cluster.wait_settled_leader()
     after_restart = cluster.append(leader, [b"after-restart"])
     assert after_restart["index"] > last
     cluster.wait_applied(after_restart["index"])
@@ -132,7 +132,7 @@ def test_restart_of_the_whole_group_keeps_every_entry(make_cluster):
 
 def test_encrypted_group_replicates_and_a_replica_with_the_wrong_password_gets_nothing(make_cluster, tmp_path):
     cluster = make_cluster(password="s3cret-raft")
-    leader = cluster.wait_leader()
+    leader = cluster.wait_settled_leader()
     reply = cluster.append(leader, [b"secret"])
     cluster.wait_applied(reply["index"])
     follower = next(n for n in cluster.nodes if n != leader)
@@ -152,7 +152,7 @@ def test_the_raft_port_refuses_pysyncobj_admin_commands(make_cluster):
     from pysyncobj.syncobj_admin import executeAdminCommand
 
     cluster = make_cluster()
-    leader = cluster.wait_leader()
+    leader = cluster.wait_settled_leader()
     term = cluster.status(leader)["term"]
     address = cluster.nodes[leader].raft_address
     for command in (["-status"], ["-transfer"]):
@@ -167,7 +167,7 @@ def test_many_large_entries_in_flight_commit_without_leader_churn_or_truncation(
     """Flow control and the append_entries rewrite: 64 MiB in flight (256 x 256 KiB entries) must neither
     cost the leader its term nor make a follower truncate entries it already holds."""
     cluster = make_cluster()
-    leader = cluster.wait_leader()
+    leader = cluster.wait_settled_leader()
     term = cluster.status(leader)["term"]
     result = cluster.client(leader).call("bench_append", timeout_s=120, count=600, msgs_per_entry=256,
                                          msg_bytes=1024, inflight=256)
