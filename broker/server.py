@@ -26,6 +26,7 @@ from rocketraft.protocol import auth_internal, tls
 from rocketraft.protocol.auth_guard import Guard, admin_paths, guarded, guarded_admin
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.metrics import MetricsServer
+from rocketraft.protocol.namespaced import namespaced
 from rocketraft.protocol.serving import add_service, new_server
 from rocketraft.protocol.wire import GRPC_OPTIONS, Code, ipb, ipb_grpc, pb, svc, svc_grpc
 
@@ -188,7 +189,9 @@ class BrokerServer:
         messaging = MessagingService(cfg, topics=self.topics, writes=self.writes, consume=self.consume,
                                      clients=self.clients, route_lookup=self.namesrvs.route, traffic=self.traffic)
         messaging_descriptor = svc.DESCRIPTOR.services_by_name["MessagingService"]
-        add_service(server, guarded(messaging, messaging_descriptor, guard), messaging_descriptor)
+        # the namespace door first: ACL 2.0 and the servicer see every topic and group by its stored name
+        add_service(server, namespaced(guarded(messaging, messaging_descriptor, guard), messaging_descriptor),
+                    messaging_descriptor)
         add_service(server, auth, apb.DESCRIPTOR.services_by_name["BrokerAuth"])
         admin = BrokerAdminService(self.topics, self.queries, self.registration, self.clients,
                                    self.broker.transfer_leader, self._change_membership)
