@@ -113,10 +113,13 @@ def namespace_of(stored: str) -> str:
 def name_in(stored: str, namespace: str) -> str:
     """How a client of `namespace` names the stored topic or group `stored`: without the namespace when the name
     is in it (a retry or dead-letter prefix kept), else the stored name itself."""
-    if not namespace or namespace_of(stored) != namespace:
+    if not namespace:
         return stored
     prefix, rest = _split_prefix(stored)
-    return prefix + rest[len(namespace) + 1:]
+    cut = len(namespace) + 1
+    if rest[:cut] != namespace + NAMESPACE_SEPARATOR:
+        return stored
+    return prefix + rest[cut:]
 
 
 def call_namespace(header: str, resources: Iterable[tuple[str, str, str]]) -> str:
@@ -137,6 +140,8 @@ def call_namespace(header: str, resources: Iterable[tuple[str, str, str]]) -> st
 
 
 def _split_prefix(name: str) -> tuple[str, str]:
+    if not name.startswith("%"):
+        return "", name
     for prefix in SYSTEM_PREFIXES:
         if name.startswith(prefix):
             return prefix, name[len(prefix):]

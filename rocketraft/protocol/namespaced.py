@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Iterator
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, ServiceDescriptor
 from google.protobuf.message_factory import GetMessageClass
@@ -46,33 +45,34 @@ def resource_paths(descriptor: Descriptor) -> tuple[Path, ...]:
     return tuple(found)
 
 
-def resources(message) -> Iterator[tuple[str, pb.Resource]]:
+@functools.cache
+def _steps(descriptor: Descriptor) -> tuple[tuple[str, tuple[tuple[str, bool], ...]], ...]:
+    """resource_paths as (what the Resource names, ((field name, repeated), ...)): plain values for the hot path."""
+    return tuple((names.GROUP if path[-1].name == "group" else names.TOPIC,
+                  tuple((field.name, field.is_repeated) for field in path))
+                 for path in resource_paths(descriptor))
+
+
+def resources(message) -> list[tuple[str, pb.Resource]]:
     """(what it names: names.TOPIC or names.GROUP, the Resource) for every Resource set in `message`."""
-    for path in resource_paths(message.DESCRIPTOR):
-        kind = names.GROUP if path[-1].name == "group" else names.TOPIC
-        for resource in _along(message, path):
-            yield kind, resource
-
-
-def _along(message, path: Path) -> Iterator:
-    field, rest = path[0], path[1:]
-    if field.is_repeated:
-        items = getattr(message, field.name)
-    elif message.HasField(field.name):
-        items = (getattr(message, field.name),)
-    else:
-        return
-    for item in items:
-        if rest:
-            yield from _along(item, rest)
-        else:
-            yield item
+    found = []
+    for kind, steps in _steps(message.DESCRIPTOR):
+        items = [message]
+        for name, repeated in steps:
+            if repeated:
+                items = [item for parent in items for item in getattr(parent, name)]
+            else:
+                items = [getattr(parent, name) for parent in items if parent.HasField(name)]
+        found.extend((kind, resource) for resource in items)
+    return found
 
 
 def inbound(request, header: str) -> str:
     """Rewrites every Resource of `request` to its stored name (resource_namespace cleared) and returns the call's
     namespace; BadRequestError (nothing rewritten) when the namespaces disagree or one is illegal."""
-    found = list(resources(request))
+    found = resources(request)
+    if not header and not any(r.resource_namespace for _, r in found):
+        return ""  # no namespace: nothing to rewrite (the stored names' own rules are checked behind the door)
     namespace = names.call_namespace(header, ((k, r.name, r.resource_namespace) for k, r in found))
     if namespace:
         stored = [names.stored_name(namespace, r.name, kind) for kind, r in found]  # every check before any change
