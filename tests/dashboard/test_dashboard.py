@@ -114,6 +114,18 @@ def test_every_page_shows_live_data_of_the_cluster(cluster, read_only, browser):
     assert "no dead letter" in text_of(browser, "dlq")
 
 
+def test_topics_and_groups_show_their_namespace_and_link_by_stored_name(cluster, read_only, browser):
+    cluster.create_topic("tenant-a%ledger", 2)
+    cluster.create_group("tenant-a%auditors")
+    browser.get(read_only + "/topics")
+    ledger = wait_for(lambda: [r for r in rows_of(browser, "topic-table") if r[:2] == ["ledger", "tenant-a"]],
+                      "tenant-a's ledger in the topic table")
+    assert ledger[0][3] == "broker-a: 2", ledger
+    assert "topic=tenant-a%25ledger" in browser.find_element(By.LINK_TEXT, "ledger").get_attribute("href")
+    browser.get(read_only + "/groups")
+    assert ["auditors", "tenant-a"] in [r[:2] for r in rows_of(browser, "group-table")]
+
+
 def test_a_topic_created_in_the_browser_is_in_admin_topic_list(cluster, read_write, browser):
     browser.get(read_write + "/topics")
     answer = submit(browser, "/api/topics/create", name="made-in-ui", queues="2")
