@@ -97,10 +97,11 @@ def stored_name(namespace: str, name: str, kind: str = TOPIC) -> str:
     check_namespace(namespace)
     prefix, rest = _split_prefix(name)
     if NAMESPACE_SEPARATOR in rest or not rest:
-        raise BadRequestError(f"illegal {kind} {name[:GROUP_NAME_CHARS_MAX + 1]!r} in namespace {namespace!r}: a "
-                              f"name inside a namespace has no '%' of its own (the namespace is given apart, and the "
-                              f"broker stores the name as {namespace}%<name>); give the name without its namespace",
-                              _ILLEGAL.get(kind, Code.BAD_REQUEST))
+        problem = (f"{prefix} needs a name after it" if not rest else
+                   f"a name inside a namespace has no '%' of its own (the namespace is given apart, and the broker "
+                   f"stores the name as {namespace}%<name>); give the name without its namespace")
+        raise BadRequestError(f"illegal {kind} {name[:GROUP_NAME_CHARS_MAX + 1]!r} in namespace {namespace!r}: "
+                              f"{problem}", _ILLEGAL.get(kind, Code.BAD_REQUEST))
     return f"{prefix}{namespace}{NAMESPACE_SEPARATOR}{rest}"
 
 
@@ -132,7 +133,8 @@ def call_namespace(header: str, resources: Iterable[tuple[str, str, str]]) -> st
         if not theirs or theirs == namespace:
             continue
         if namespace:
-            raise BadRequestError(f"{kind} {name[:GROUP_NAME_CHARS_MAX + 1]!r} is in namespace {theirs!r} but "
+            raise BadRequestError(f"{kind} {name[:GROUP_NAME_CHARS_MAX + 1]!r} is in namespace "
+                                  f"{theirs[:NAMESPACE_CHARS_MAX + 1]!r} but "
                                   f"{said_by} names namespace {namespace!r}: one call, one namespace; give every "
                                   f"resource the client's namespace (or none) and send the same {NAMESPACE_HEADER}")
         namespace, said_by = check_namespace(theirs), f"{kind} {name[:GROUP_NAME_CHARS_MAX + 1]!r}"
