@@ -25,6 +25,7 @@ import sys
 import time
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from rocketraft.protocol.errors import RocketraftError
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
         result = asyncio.run(_call(args))
     except RocketraftError as exc:
-        console.print(f"[red]error ({exc.code}):[/red] {exc.message}", highlight=False)
+        console.print(f"[red]error ({exc.code}):[/red] {escape(exc.message)}", highlight=False)
         return 1
     if args.json:
         print(json.dumps(plain(result), indent=2, default=str))

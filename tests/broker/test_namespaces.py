@@ -321,3 +321,14 @@ def test_the_admin_command_line_takes_a_namespace(cluster):
     assert run.returncode == 0, run.stdout + run.stderr
     listed = json.loads(run.stdout)
     assert "orders" in listed and not any("%" in t.removeprefix("%DLQ%") for t in listed), listed
+
+
+def test_the_command_line_shows_a_refusal_with_its_brackets_and_needs_no_cluster_to_refuse_a_namespace(capsys):
+    """The rule's text ("[a-zA-Z0-9_-]") once lost its brackets to the console's markup."""
+    from rocketraft.cli import main
+
+    assert main(["admin", "topicList", "-n", "127.0.0.1:1", "--namespace", "no spaces"]) == 1
+    assert main(["send", "-t", "orders", "--body", "x", "-n", "127.0.0.1:1", "--namespace", "no spaces"]) == 1
+    captured = capsys.readouterr()
+    shown = " ".join((captured.out + captured.err).split())  # the console wraps long lines
+    assert shown.count("illegal namespace 'no spaces': it has characters outside ^[a-zA-Z0-9_-]+$") == 2, shown
