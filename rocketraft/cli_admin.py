@@ -6,6 +6,7 @@
     rocketraft admin updateSubGroup -g billing --fifo
     rocketraft admin queryMsgByKey -t orders -k order-42 | queryMsgById -t orders -i <id>
     rocketraft admin consumerProgress -g billing -t orders
+    rocketraft admin updateTopic -t orders --namespace tenant-a            (a namespace's topics and groups)
     rocketraft admin createUser | updateUser | deleteUser | getUser | listUser       (ACL 2.0: rocketraft/cli_auth.py)
     rocketraft admin createAcl | updateAcl | deleteAcl | getAcl | listAcl
     rocketraft admin transferLeader --group broker-a [--to n1]
