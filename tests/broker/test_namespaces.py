@@ -186,6 +186,16 @@ def test_a_transaction_check_back_reaches_the_producer_of_its_namespace_only(clu
     assert asked == {A: [("tx", A, b"orphan")], B: []}
 
 
+def test_a_delayed_message_is_recalled_through_the_namesrv_in_its_namespace_and_not_from_another(cluster):
+    due_s = int(time.time()) + 600
+    with started(Producer(sdk(cluster, A), ("orders",))) as producer:
+        handle = producer.send(message("orders", b"later", deliver_at_s=due_s)).recall_handle
+        with started(Producer(sdk(cluster, B), ("orders",))) as other:
+            with pytest.raises(Exception, match=f"no message .* in topic {B}%orders"):
+                other.recall_message("orders", handle)  # tenant-b's orders has no such message
+        producer.recall_message("orders", handle)
+
+
 # -- rocketraft's client -----------------------------------------------------------------------------------------
 
 def test_our_client_in_two_namespaces_gets_only_its_own_messages_and_commits_its_own_offsets(cluster):
