@@ -9,6 +9,7 @@ import time
 
 from rocketraft.proto import store_pb2 as spb
 from rocketraft.protocol.errors import OffsetMovedError, RocketraftError
+from rocketraft.protocol.limits import PULL_BATCH_BYTES_MAX
 from rocketraft.protocol.rules import message_filter
 from rocketraft.protocol.wire import Code, ipb, pb
 
@@ -129,28 +130,56 @@ class Consume:
                    long_polling_ms: int, group: str = "") -> tuple[list[pb.Message], int]:
         """Messages of one queue from `offset`, and the offset to read from next. `group` (what the request named,
         "" if nothing) is only counted in the metrics: an offset-based read changes no consumer state."""
+        validation.batch_size(batch_size, self.config)
+        sm, scan_max = self.broker.sm, self.config.popScanOffsetsMax
+
+        def read(txn, accept):
+            return reads.queue_messages(sm, txn, topic, queue, offset, batch_size, scan_max, accept)
+
+        messages, next_offset = await self._pull(topic, queue, offset, expression, long_polling_ms, read)
+        if messages and self.traffic is not None:
+            self.traffic.count_delivered(topic, group, [len(m.body) for m in messages])
+        return messages, next_offset
+
+    async def pull_stored(self, topic: str, queue: int, offset: int, batch_size: int,
+                          expression: pb.FilterExpression, long_polling_ms: int, group: str = ""
+                          ) -> tuple[list[tuple[int, t.CqEntry, bytes]], int]:
+        """As pull, in the stored form (rocketraft's batched read, FastConsume.PullBatch): (offset, queue entry,
+        serialized message) of up to batch_size messages (PULL_BATCH_MESSAGES_MAX) and PULL_BATCH_BYTES_MAX bytes."""
+        validation.pull_batch_size(batch_size)
+        sm, scan_max = self.broker.sm, max(self.config.popScanOffsetsMax, batch_size)
+
+        def read(txn, accept):
+            return reads.queue_stored(sm, txn, topic, queue, offset, batch_size, scan_max, accept,
+                                      PULL_BATCH_BYTES_MAX)
+
+        found, next_offset = await self._pull(topic, queue, offset, expression, long_polling_ms, read)
+        if found and self.traffic is not None:  # stored bytes stand for the bodies: the form is not decoded here
+            self.traffic.count_delivered(topic, group, [len(raw) for _, _, raw in found])
+        return found, next_offset
+
+    async def _pull(self, topic: str, queue: int, offset: int, expression: pb.FilterExpression,
+                    long_polling_ms: int, read):
+        """read(txn, filter) -> (found, next offset), once now and again as messages arrive, until it finds some,
+        moves on (every message looked at was filtered out) or the long poll ends."""
         self.topics.require_queue(topic, queue)
         validation.filter_expression(expression)
-        validation.batch_size(batch_size, self.config)
         validation.polling_ms(long_polling_ms, self.config)
         if offset < 0:
             raise RocketraftError(f"offset {offset} is negative", Code.ILLEGAL_OFFSET)
         accept = message_filter(expression.type, expression.expression)
         deadline = time.monotonic() + long_polling_ms / 1000
-        sm, scan_max = self.broker.sm, self.config.popScanOffsetsMax
+        sm = self.broker.sm
         while True:
-            first, (messages, next_offset) = self.broker.read(lambda txn: (
-                reads.queue_range(sm, txn, topic, queue)[0],
-                reads.queue_messages(sm, txn, topic, queue, offset, batch_size, scan_max, accept)))
+            first, (found, next_offset) = self.broker.read(lambda txn: (
+                reads.queue_range(sm, txn, topic, queue)[0], read(txn, accept)))
             if offset < first:
                 raise OffsetMovedError(
                     f"offset {offset} of {topic} queue {queue} is below the queue's first offset {first}: retention "
                     f"deleted those messages (fileReservedTime={self.config.fileReservedTime} h, or forced cleanup "
                     f"for space); resume at {first}", next_offset=first)
-            if messages or time.monotonic() >= deadline or next_offset > offset:
-                if messages and self.traffic is not None:
-                    self.traffic.count_delivered(topic, group, [len(m.body) for m in messages])
-                return messages, next_offset
+            if found or time.monotonic() >= deadline or next_offset > offset:
+                return found, next_offset
             await self.broker.wait_for_topic(topic, min(deadline - time.monotonic(), NO_MESSAGE_WAIT_S_MAX))
 
     def query_offset(self, topic: str, queue: int, policy: int, timestamp) -> int:

@@ -27,7 +27,7 @@ from rocketraft.protocol.auth_guard import Guard, admin_paths, guarded, guarded_
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.metrics import MetricsServer
 from rocketraft.protocol.serving import add_service, new_server
-from rocketraft.protocol.wire import GRPC_OPTIONS, Code, ipb, ipb_grpc, pb, svc, svc_grpc
+from rocketraft.protocol.wire import GRPC_OPTIONS, Code, cpb, ipb, ipb_grpc, pb, svc, svc_grpc
 
 from . import config as config_mod
 from . import metrics
@@ -38,7 +38,7 @@ from .consume import Consume
 from .core import Broker, now_ms
 from .queries import Queries
 from .retention import Retention
-from .service import BrokerAdminService, MessagingService
+from .service import BrokerAdminService, FastConsumeService, MessagingService
 from .topics import Topics
 from .traffic import Traffic
 from .writes import Writes
@@ -189,6 +189,9 @@ class BrokerServer:
                                      clients=self.clients, route_lookup=self.namesrvs.route, traffic=self.traffic)
         messaging_descriptor = svc.DESCRIPTOR.services_by_name["MessagingService"]
         add_service(server, guarded(messaging, messaging_descriptor, guard), messaging_descriptor)
+        fast_descriptor = cpb.DESCRIPTOR.services_by_name["FastConsume"]
+        add_service(server, guarded(FastConsumeService(self.consume, self.traffic), fast_descriptor, guard),
+                    fast_descriptor)
         add_service(server, auth, apb.DESCRIPTOR.services_by_name["BrokerAuth"])
         admin = BrokerAdminService(self.topics, self.queries, self.registration, self.clients,
                                    self.broker.transfer_leader, self._change_membership)

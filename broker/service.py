@@ -25,7 +25,7 @@ from rocketraft.protocol.limits import (
 )
 from rocketraft.protocol.routing import allocate_averagely, one_queue_per_group, readable_master_queues
 from rocketraft.protocol.serving import Undecodable
-from rocketraft.protocol.wire import Code, ipb, ipb_grpc, pb, svc, svc_grpc
+from rocketraft.protocol.wire import Code, cpb, cpb_grpc, ipb, ipb_grpc, pb, svc, svc_grpc
 from rocketraft.protocol.wire import ok as ok_status
 
 from . import validation
@@ -355,6 +355,46 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         queue = request.message_queue
         offset = self.consume.query_offset(queue.topic.name, queue.id, request.query_offset_policy, request.timestamp)
         return svc.QueryOffsetResponse(status=ok_status(), offset=offset)
+
+
+class FastConsumeService(cpb_grpc.FastConsumeServicer):
+    """rocketraft's batched read (rocketraft/proto/consume.proto): PullMessage's answer in one unary response of
+    stored messages, for rocketraft's own PullConsumer."""
+
+    def __init__(self, consume: Consume, traffic: Traffic | None = None):
+        self.consume = consume
+        self.traffic = traffic
+
+    async def PullBatch(self, request, context):
+        started = time.perf_counter()
+        try:
+            response = await self._pull_batch(request, context)
+        except asyncio.CancelledError:
+            raise
+        except OffsetMovedError as exc:  # as PullMessage: ILLEGAL_OFFSET, and where to resume
+            status = _status_of(exc)
+            response = cpb.PullBatchResponse(code=status.code, message=status.message, next_offset=exc.next_offset)
+        except Exception as exc:  # noqa: BLE001 - every failure is answered with a status
+            status = _status_of(exc)
+            response = cpb.PullBatchResponse(code=status.code, message=status.message)
+        if self.traffic is not None:
+            self.traffic.count_call("PullBatch", response.code, time.perf_counter() - started)
+        return response
+
+    async def _pull_batch(self, request, context) -> cpb.PullBatchResponse:
+        polling_ms = request.long_polling_timeout_ms
+        remaining = context.time_remaining()
+        if remaining is not None:
+            polling_ms = max(0, min(polling_ms, int((remaining - DEADLINE_MARGIN_S) * 1000)))
+        expression = pb.FilterExpression(type=request.filter_type, expression=request.filter_expression)
+        found, next_offset = await self.consume.pull_stored(request.topic, request.queue_id, request.offset,
+                                                            request.batch_size, expression, polling_ms, request.group)
+        response = cpb.PullBatchResponse(code=Code.OK if found else Code.MESSAGE_NOT_FOUND,
+                                         message="OK" if found else "no new message", next_offset=next_offset)
+        response.messages.extend(raw for _, _, raw in found)
+        response.queue_offsets.extend(at for at, _, _ in found)
+        response.store_times_ms.extend(cq.store_ms for _, cq, _ in found)
+        return response
 
 
 class BrokerAdminService(ipb_grpc.BrokerAdminServicer):

@@ -136,6 +136,13 @@ def batch_size(n: int, config: BrokerConfig) -> int:
     return n
 
 
+def pull_batch_size(n: int) -> int:
+    """Messages asked in one batched read (FastConsume.PullBatch)."""
+    if not 1 <= n <= limits.PULL_BATCH_MESSAGES_MAX:
+        raise BadRequestError(f"batch size {n}: use 1..{limits.PULL_BATCH_MESSAGES_MAX} (PullBatch)")
+    return n
+
+
 def timestamp_ms(timestamp, what: str, code: int) -> int:
     """A protobuf Timestamp from a request, in ms since the epoch: a valid time between 1970 and protobuf's year
     9999 (ToMilliseconds would raise for one beyond, and no stored time is before 1970)."""

@@ -14,7 +14,7 @@ import grpc
 from rocketraft import __version__
 from rocketraft.protocol import auth_acl, auth_internal, tls
 from rocketraft.protocol.errors import BrokerUnreachableError, OutcomeUnknownError, RocketraftError
-from rocketraft.protocol.wire import GRPC_OPTIONS, Code, ipb_grpc, svc, svc_grpc
+from rocketraft.protocol.wire import GRPC_OPTIONS, Code, cpb_grpc, ipb_grpc, svc, svc_grpc
 
 SEND_MESSAGE_METHOD = "/apache.rocketmq.v2.MessagingService/SendMessage"
 _MESSAGES_FIELD_TAG = b"\x0a"  # SendMessageRequest.messages: field 1, length-delimited
@@ -50,6 +50,7 @@ class Transport:
         self._interceptors = auth_internal.signing_interceptors(signers)
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._raw_send: dict[str, object] = {}
+        self._stubs: dict[tuple[str, type], object] = {}  # a stub builds one callable per RPC: once per address
         self.metadata = (
             ("x-mq-client-id", client_id),
             ("x-mq-language", "PYTHON"),
@@ -63,8 +64,18 @@ class Transport:
             channel = self._channels[address] = self._tls.aio_channel(address, CHANNEL_OPTIONS, self._interceptors)
         return channel
 
+    def _stub(self, address: str, stub_cls):
+        stub = self._stubs.get((address, stub_cls))
+        if stub is None:
+            stub = self._stubs[(address, stub_cls)] = stub_cls(self.channel(address))
+        return stub
+
     def messaging(self, address: str) -> svc_grpc.MessagingServiceStub:
-        return svc_grpc.MessagingServiceStub(self.channel(address))
+        return self._stub(address, svc_grpc.MessagingServiceStub)
+
+    def fast_consume(self, address: str) -> cpb_grpc.FastConsumeStub:
+        """rocketraft's batched read (PullBatch); a broker without it answers UNIMPLEMENTED."""
+        return self._stub(address, cpb_grpc.FastConsumeStub)
 
     def send_message_raw(self, address: str):
         """SendMessage taking an already serialized SendMessageRequest (see encode_send_request)."""
@@ -75,14 +86,15 @@ class Transport:
         return call
 
     def broker_admin(self, address: str) -> ipb_grpc.BrokerAdminStub:
-        return ipb_grpc.BrokerAdminStub(self.channel(address))
+        return self._stub(address, ipb_grpc.BrokerAdminStub)
 
     def namesrv(self, address: str) -> ipb_grpc.NameServerStub:
-        return ipb_grpc.NameServerStub(self.channel(address))
+        return self._stub(address, ipb_grpc.NameServerStub)
 
     async def close(self) -> None:
         channels, self._channels = list(self._channels.values()), {}
         self._raw_send.clear()
+        self._stubs.clear()
         await asyncio.gather(*(c.close() for c in channels), return_exceptions=True)
 
 

@@ -46,6 +46,10 @@ QUEUE_NUMS_MAX = 1024                 # topicQueueNumsMax default
 
 # -- consumption ----------------------------------------------------------------------------------------
 RECEIVE_BATCH_SIZE_MAX = 64           # receiveBatchSizeMax default
+# rocketraft's batched read (FastConsume.PullBatch): at most this many messages in one answer, and no message added
+# once the answer holds this many bytes (one message always fits: a body is at most 4 MiB, a gRPC message 16 MiB).
+PULL_BATCH_MESSAGES_MAX = 1024
+PULL_BATCH_BYTES_MAX = 8 * 1024 * 1024
 LONG_POLLING_MS_MAX = 30_000          # longPollingTimeoutMillisMax default
 INVISIBLE_MS_MIN = 1_000              # invisibleTimeMillisMin default
 INVISIBLE_MS_MAX = 12 * 3_600_000     # invisibleTimeMillisMax default
