@@ -70,6 +70,7 @@ def queue_messages(sm: BrokerStateMachine, txn, topic: str, queue: int, offset: 
     """Up to batch_size messages of the queue from `offset` that the filter `accept`s, looking at no more than
     scan_offsets_max offsets; and the offset to read from next."""
     end = min(queue_end(sm, txn, topic, queue), offset + scan_offsets_max)
+    skip_recalled = sm.any_recalled(txn)
     out = []
     cur = txn.cursor(db=sm.db[t.CQ])
     next_offset = offset
@@ -81,7 +82,9 @@ def queue_messages(sm: BrokerStateMachine, txn, topic: str, queue: int, offset: 
             if at >= end:
                 break
             cq = t.cq_entry(value)
-            if accept.takes_all or accept.accepts(cq.tag, lambda cq=cq: sm.user_properties(txn, cq.index, cq.slot)):
+            if skip_recalled and sm.recalled(txn, topic, queue, at):
+                pass  # recalled by its producer: skipped, and the next offset moves past it
+            elif accept.takes_all or accept.accepts(cq.tag, lambda cq=cq: sm.user_properties(txn, cq.index, cq.slot)):
                 out.append(message_at(sm, txn, topic, queue, at, cq))
             next_offset = at + 1
     return out, next_offset
