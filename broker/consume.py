@@ -47,12 +47,12 @@ class Consume:
         group_config = self.topics.group(group)
         deadline = time.monotonic() + long_polling_ms / 1000
         empty_pops = 0
-        replay = bool(attempt_id) and self._attempt_live(group, topic, attempt_id, now_ms())
         while True:
             now = now_ms()
-            maybe, earliest = (True, None) if replay else \
-                self._poppable(group, topic, config.queue_nums, now, group_config.fifo)
-            replay = False
+            if attempt_id and self._attempt_live(group, topic, attempt_id, now):
+                maybe, earliest = True, None  # a retry of a pop on record: answered again, FIFO lock or not
+            else:
+                maybe, earliest = self._poppable(group, topic, config.queue_nums, now, group_config.fifo)
             if maybe and empty_pops < EMPTY_POPS_BEFORE_WAIT:
                 popped = await self.broker.commit(self._pop_command(group, topic, expression, batch_size,
                                                                     invisible_ms, now, group_config, config,
