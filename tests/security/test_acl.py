@@ -254,25 +254,25 @@ def test_a_user_may_make_the_admin_calls_its_acl_allows_without_the_cluster_secr
 
 
 def test_a_producer_with_pub_on_the_topic_cannot_recall_another_producers_message_without_its_handle(cluster):
-    """RecallMessage needs Pub on the topic (RocketMQ 5's mapping), and the handle's token: bob holds Pub on orders
+    """RecallMessage needs Pub on the topic (RocketMQ 5's mapping), and the handle's token: trudy holds Pub on orders
     and knows alice's message id (consumers see it), yet recalls nothing of hers; alice recalls with her handle."""
     import rocketraft
 
-    auth(cluster, lambda a: a.create_user("bob", "bob-secret-key"))
-    auth(cluster, lambda a: a.create_acl("bob", ["Topic:orders"], ["Pub"]))
+    auth(cluster, lambda a: a.create_user("trudy", "trudy-secret-key"))
+    auth(cluster, lambda a: a.create_acl("trudy", ["Topic:orders"], ["Pub"]))
 
     def producer(user: str) -> rocketraft.Producer:
         return rocketraft.Producer(config=ClientConfig(namesrv=cluster.namesrv_address, cluster_secret="",
                                                        access_key=user, secret_key=f"{user}-secret-key"))
 
-    with producer("alice") as alice, producer("bob") as bob:
+    with producer("alice") as alice, producer("trudy") as trudy:
         receipt = alice.send(rocketraft.Message("orders", b"alice's"))
         broker_group, token, message_id = receipt.recall_handle.split(":", 2)
         for guess in (f"{broker_group}:{'0' * len(token)}:{message_id}", f"{broker_group}:{message_id}"):
             with pytest.raises(RocketraftError) as e:
-                bob.recall(guess, "orders")
+                trudy.recall(guess, "orders")
             assert e.value.code == Code.FORBIDDEN and "recall handle does not match" in e.value.message
-        with pytest.raises(RocketraftError) as e:  # no Pub on audit for bob: refused before any handle is looked at
-            bob.recall(receipt.recall_handle, "audit")
+        with pytest.raises(RocketraftError) as e:  # no Pub on audit for trudy: refused before any handle is looked at
+            trudy.recall(receipt.recall_handle, "audit")
         assert e.value.code == Code.UNAUTHORIZED
         assert alice.recall(receipt).message_id == message_id
