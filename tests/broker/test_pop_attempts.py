@@ -3,13 +3,26 @@ messages, on the master or on a new master after the old one's kill -9; bad atte
 
 from __future__ import annotations
 
+import pytest
 from brokerkit import client_metadata, messaging_stub, raw_message, wait_until
 from test_retention import store_state
 
 import rocketraft
 from broker import tables as t
+from devkit.devcluster import DevCluster
 from rocketraft.protocol.limits import POP_ATTEMPT_ID_CHARS_MAX
 from rocketraft.protocol.wire import Code, pb, svc
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """One group shared by the tests that kill nothing (each uses its own topic and consumer group)."""
+    group = DevCluster(str(tmp_path_factory.mktemp("attempts")))
+    group.start()
+    group.wait_master()
+    yield group
+    group.stop()
+
 
 INVISIBLE_S = 60  # far longer than any test here: a message seen again came from the attempt, not from expiry
 
@@ -46,21 +59,20 @@ def ack(cluster, replica: str, group: str, topic: str, message: pb.Message) -> p
         group=pb.Resource(name=group), topic=pb.Resource(name=topic), entries=[entry]), timeout=5).status
 
 
-def test_a_receive_retried_with_its_attempt_id_gets_the_same_messages_and_a_new_id_gets_new_ones(make_cluster):
-    cluster = make_cluster()
+def test_a_receive_retried_with_its_attempt_id_gets_the_same_messages_and_a_new_id_gets_new_ones(cluster):
     cluster.create_topic("attempts", queue_nums=1)
     sent = send(cluster, "attempts", 4)
     master = cluster.wait_master()
-    status, first = receive(cluster, master, "g", "attempts", "attempt-1")
+    status, first = receive(cluster, master, "g-attempts", "attempts", "attempt-1")
     assert status.code == Code.OK and [m.system_properties.message_id for m in first] == sent[:2]
-    _, again = receive(cluster, master, "g", "attempts", "attempt-1")
+    _, again = receive(cluster, master, "g-attempts", "attempts", "attempt-1")
     assert ids_and_handles(again) == ids_and_handles(first)
     follower = next(i for i in cluster.ids if i != master)  # any replica: the record is applied everywhere
-    _, via_follower = receive(cluster, follower, "g", "attempts", "attempt-1")
+    _, via_follower = receive(cluster, follower, "g-attempts", "attempts", "attempt-1")
     assert ids_and_handles(via_follower) == ids_and_handles(first)
-    _, other = receive(cluster, master, "g", "attempts", "attempt-2")
+    _, other = receive(cluster, master, "g-attempts", "attempts", "attempt-2")
     assert [m.system_properties.message_id for m in other] == sent[2:]
-    assert all(ack(cluster, master, "g", "attempts", m).code == Code.OK for m in again)  # the handles ack them
+    assert all(ack(cluster, master, "g-attempts", "attempts", m).code == Code.OK for m in again)  # the handles ack them
 
 
 def test_a_fifo_receive_retried_on_the_new_master_after_a_kill_9_gets_its_messages_at_once(make_cluster):
@@ -89,21 +101,19 @@ def test_a_fifo_receive_retried_on_the_new_master_after_a_kill_9_gets_its_messag
 BAD_ATTEMPT_IDS = ["x" * (POP_ATTEMPT_ID_CHARS_MAX + 1), "has space", "bell\x07", "é"]
 
 
-def test_bad_attempt_ids_are_refused_by_name_and_a_good_one_still_receives(make_cluster):
-    cluster = make_cluster()
+def test_bad_attempt_ids_are_refused_by_name_and_a_good_one_still_receives(cluster):
     cluster.create_topic("door", queue_nums=1)
     send(cluster, "door", 1)
     master = cluster.wait_master()
     for attempt_id in BAD_ATTEMPT_IDS:
-        status, messages = receive(cluster, master, "g", "door", attempt_id)
+        status, messages = receive(cluster, master, "g-door", "door", attempt_id)
         assert status.code == Code.BAD_REQUEST and "attempt_id" in status.message and not messages, status
     for replica in cluster.ids:  # nothing reached Raft: every replica still serves
-        status, messages = receive(cluster, replica, "g", "door", "y" * POP_ATTEMPT_ID_CHARS_MAX)
+        status, messages = receive(cluster, replica, "g-door", "door", "y" * POP_ATTEMPT_ID_CHARS_MAX)
         assert status.code == Code.OK and len(messages) == 1
 
 
-def test_our_simple_consumer_sends_an_attempt_id_that_every_replica_records(make_cluster):
-    cluster = make_cluster()
+def test_our_simple_consumer_sends_an_attempt_id_that_every_replica_records(cluster):
     cluster.create_topic("ours", queue_nums=1)
     sent = send(cluster, "ours", 1)
     with rocketraft.SimpleConsumer(cluster.namesrv_address, group="g-ours", subscriptions={"ours": "*"},
@@ -112,7 +122,8 @@ def test_our_simple_consumer_sends_an_attempt_id_that_every_replica_records(make
     assert [m.message_id for m in got] == sent
 
     def recorded():
-        records = [store_state(cluster, replica, (t.ATTEMPTS,))[t.ATTEMPTS] for replica in cluster.ids]
+        records = [{k: v for k, v in store_state(cluster, replica, (t.ATTEMPTS,))[t.ATTEMPTS].items()
+                    if k.startswith(t.attempt_group_prefix("g-ours"))} for replica in cluster.ids]
         return records if all(len(r) == 1 for r in records) and records[0] == records[1] == records[2] else None
 
     records = wait_until(recorded, 15, "the attempt on every replica")
