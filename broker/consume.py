@@ -9,7 +9,7 @@ import time
 
 from rocketraft.proto import store_pb2 as spb
 from rocketraft.protocol.errors import OffsetMovedError, RocketraftError
-from rocketraft.protocol.limits import PULL_BATCH_BYTES_MAX
+from rocketraft.protocol.limits import POP_ATTEMPTS_PER_GROUP_MAX, PULL_BATCH_BYTES_MAX
 from rocketraft.protocol.rules import message_filter
 from rocketraft.protocol.wire import Code, ipb, pb
 
@@ -34,22 +34,29 @@ class Consume:
 
     # -- pop consumption (ReceiveMessage) --------------------------------------------------------------------
     async def receive(self, group: str, topic: str, expression: pb.FilterExpression, batch_size: int,
-                      invisible_ms: int, long_polling_ms: int) -> list[pb.Message]:
+                      invisible_ms: int, long_polling_ms: int, attempt_id: str = "") -> list[pb.Message]:
+        """Pop up to batch_size messages. With an attempt id, a retry of a receive that delivered messages gets
+        the same ones back (broker/attempts.py)."""
         validation.group_name(group)
         validation.filter_expression(expression)
         validation.batch_size(batch_size, self.config)
         validation.invisible_ms(invisible_ms, self.config)
         validation.polling_ms(long_polling_ms, self.config)
+        validation.attempt_id(attempt_id)
         config = await self.topics.require_caught_up(topic)
         group_config = self.topics.group(group)
         deadline = time.monotonic() + long_polling_ms / 1000
         empty_pops = 0
         while True:
             now = now_ms()
-            maybe, earliest = self._poppable(group, topic, config.queue_nums, now, group_config.fifo)
+            if attempt_id and self._attempt_live(group, topic, attempt_id, now):
+                maybe, earliest = True, None  # a retry of a pop on record: answered again, FIFO lock or not
+            else:
+                maybe, earliest = self._poppable(group, topic, config.queue_nums, now, group_config.fifo)
             if maybe and empty_pops < EMPTY_POPS_BEFORE_WAIT:
                 popped = await self.broker.commit(self._pop_command(group, topic, expression, batch_size,
-                                                                    invisible_ms, now, group_config, config))
+                                                                    invisible_ms, now, group_config, config,
+                                                                    attempt_id))
                 if popped:
                     messages = self._read_popped(popped, invisible_ms)
                     if self.traffic is not None:
@@ -71,14 +78,25 @@ class Consume:
 
     def _pop_command(self, group: str, topic: str, expression: pb.FilterExpression, batch_size: int,
                      invisible_ms: int, now: int, group_config: ipb.GroupConfig,
-                     config: ipb.TopicConfig) -> spb.Command:
+                     config: ipb.TopicConfig, attempt_id: str) -> spb.Command:
         start = self._pop_start[(group, topic)]  # each pop starts at the next queue: no queue starves
         self._pop_start[(group, topic)] = (start + 1) % config.queue_nums
         return spb.Command(pop=spb.PopCommand(
             group=group, topic=topic, filter_type=expression.type, filter_expression=expression.expression,
             batch_size=batch_size, invisible_ms=invisible_ms, now_ms=now, start_queue=start, only_queue=-1,
             fifo=group_config.fifo, max_delivery_attempts=group_config.max_delivery_attempts,
-            scan_offsets_max=self.config.popScanOffsetsMax))
+            scan_offsets_max=self.config.popScanOffsetsMax, attempt_id=attempt_id,
+            attempts_max=POP_ATTEMPTS_PER_GROUP_MAX))
+
+    def _attempt_live(self, group: str, topic: str, attempt_id: str, now: int) -> bool:
+        """Whether an unexpired pop of this attempt is on record (applied state: a new master has applied every
+        committed pop before it serves). The pop command then goes straight to Raft, past the poppable check: a FIFO
+        queue locked by this very attempt is not locked for it."""
+        def read(txn):
+            raw = txn.get(t.attempt_key(group, topic, attempt_id), db=self.broker.sm.db[t.ATTEMPTS])
+            return raw is not None and t.attempt_of(raw).expires_ms > now
+
+        return self.broker.read(read)
 
     def _poppable(self, group: str, topic: str, queue_nums: int, now: int, fifo: bool) -> tuple[bool, int | None]:
         """(something may be poppable now, earliest future invisibility deadline), by the same rules as the pop's

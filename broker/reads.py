@@ -89,6 +89,7 @@ def queue_entries(sm: BrokerStateMachine, txn, topic: str, queue: int, offset: i
     """(offset, consume-queue entry) of up to batch_size messages of the queue from `offset` that the filter
     `accept`s, looking at no more than scan_offsets_max offsets; and the offset to read from next."""
     end = min(queue_end(sm, txn, topic, queue), offset + scan_offsets_max)
+    skip_recalled = sm.any_recalled(txn)
     out = []
     cur = txn.cursor(db=sm.db[t.CQ])
     next_offset = offset
@@ -101,7 +102,9 @@ def queue_entries(sm: BrokerStateMachine, txn, topic: str, queue: int, offset: i
             if at >= end:
                 break
             cq = t.cq_entry(value)
-            if accept.takes_all or accept.accepts(cq.tag, lambda cq=cq: sm.user_properties(txn, cq.index, cq.slot)):
+            if skip_recalled and sm.recalled(txn, topic, queue, at):
+                pass  # recalled by its producer: skipped, and the next offset moves past it
+            elif accept.takes_all or accept.accepts(cq.tag, lambda cq=cq: sm.user_properties(txn, cq.index, cq.slot)):
                 out.append((at, cq))
             next_offset = at + 1
     return out, next_offset

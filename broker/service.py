@@ -24,6 +24,7 @@ from rocketraft.protocol.limits import (
     RETRY_BACKOFF_S,
 )
 from rocketraft.protocol.routing import allocate_averagely, one_queue_per_group, readable_master_queues
+from rocketraft.protocol.rules import recall_answer
 from rocketraft.protocol.serving import Undecodable
 from rocketraft.protocol.wire import Code, cpb, cpb_grpc, ipb, ipb_grpc, pb, svc, svc_grpc
 from rocketraft.protocol.wire import ok as ok_status
@@ -238,8 +239,9 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
 
     @unary(svc.RecallMessageResponse)
     async def RecallMessage(self, request, context):
-        message_id = await self.writes.recall(request.topic.name, request.recall_handle)
-        return svc.RecallMessageResponse(status=ok_status(), message_id=message_id)
+        result = await self.writes.recall(request.topic.name, request.recall_handle)
+        answer = recall_answer(result.delayed, result.again, result.had_it)
+        return svc.RecallMessageResponse(status=pb.Status(code=Code.OK, message=answer), message_id=result.message_id)
 
     # -- pop consumption ----------------------------------------------------------------------------------
     async def ReceiveMessage(self, request, context):
@@ -275,7 +277,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         if remaining is not None:
             polling_ms = max(0, min(polling_ms, int((remaining - DEADLINE_MARGIN_S) * 1000)))
         return await self.consume.receive(group, topic, request.filter_expression, request.batch_size or 1,
-                                         invisible_ms, polling_ms)
+                                         invisible_ms, polling_ms, request.attempt_id)
 
     @unary(svc.AckMessageResponse)
     async def AckMessage(self, request, context):

@@ -32,6 +32,7 @@ ENCODINGS = frozenset((ENCODING_UNSPECIFIED, IDENTITY, pb.Encoding.GZIP))
 
 topic_name = names.check_topic_name
 group_name = names.check_group_name
+message_id = rules.check_message_id
 
 TIMESTAMP_SECONDS_MAX = 253_402_300_799  # 9999-12-31T23:59:59Z, the end of protobuf's Timestamp range
 DECIMAL_DIGITS_MAX = 9  # a numeric property longer than this is out of every range (and int() has a limit)
@@ -178,6 +179,11 @@ def receipt_handle(handle: str) -> str:
     except ValueError as exc:
         raise InvalidReceiptHandleError(f"{exc}; use the handle of the last delivery") from None
     return handle
+
+
+def attempt_id(value: str) -> str:
+    """ReceiveMessageRequest.attempt_id: none, or a short printable id (part of a table key on every replica)."""
+    return rules.check_attempt_id(value)
 
 
 def messages_in_request(count: int) -> int:

@@ -356,7 +356,7 @@ class NameServer:
         group, sep, opaque = request.recall_handle.partition(RECALL_HANDLE_SEPARATOR)
         if not sep or not group or not opaque:
             raise BadRequestError(f"recall handle {request.recall_handle!r} is not <group>:<opaque>; pass the "
-                                  f"recall_handle that SendMessage returned for the delay message")
+                                  f"recall_handle that SendMessage returned for the message")
         now = self.clock_ms()
         master = self.registry.master_of(group, now)
         if master is None:

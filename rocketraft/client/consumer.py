@@ -15,6 +15,7 @@ import asyncio
 import enum
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -134,6 +135,24 @@ def retryable(exc: BaseException) -> bool:
     return isinstance(exc, _RETRYABLE)
 
 
+class ReceiveAttempts:
+    """The attempt id (ReceiveMessageRequest.attempt_id) of each (topic, broker group)'s next receive. A receive
+    that got messages used its id up; one that failed (its answer may have been lost: the pop may have committed) or
+    got nothing leaves its id for the next receive of the same pair, so a lost answer is given again at once by any
+    replica instead of its messages staying invisible (a FIFO queue locked) for the whole invisible duration. A
+    receive running while another of the same pair is in flight gets an id of its own: two receives must never
+    share an answer."""
+
+    def __init__(self) -> None:
+        self._open: dict[tuple[str, str], str] = {}  # at most one per (topic, broker group) subscribed
+
+    def take(self, key: tuple[str, str]) -> str:
+        return self._open.pop(key, None) or uuid.uuid4().hex
+
+    def keep(self, key: tuple[str, str], attempt_id: str) -> None:
+        self._open.setdefault(key, attempt_id)
+
+
 class ConsumerBase(AsyncClient):
     """A consumer of one group: its subscriptions, its settings, and the consumer RPCs."""
 
@@ -142,6 +161,7 @@ class ConsumerBase(AsyncClient):
         self.subscriptions = subscriptions  # topic -> normalized tag expression (may be empty: manual assign)
         self.broker_settings: pb.Settings | None = None  # the brokers' answer to our settings, after start
         self._no_pull_batch: set[str] = set()  # brokers that answered PullBatch with UNIMPLEMENTED
+        self.attempts = ReceiveAttempts()
 
     # -- start: routes and the brokers' verdict on our subscriptions ----------------------------------------
     def settings(self) -> pb.Settings:
@@ -242,9 +262,13 @@ class ConsumerBase(AsyncClient):
     # -- pop consumption -------------------------------------------------------------------------------------
     async def receive_from(self, topic: str, broker: str, batch_size: int, invisible_s: float,
                            polling_s: float) -> list[ReceivedMessage]:
-        """Pop up to batch_size messages from every queue of `topic` on broker group `broker`."""
+        """Pop up to batch_size messages from every queue of `topic` on broker group `broker`. A receive whose
+        answer was lost is retried (on the group's next replica now, or by the next receive of the pair) with the
+        same attempt id, so the broker answers the messages it popped for it (ReceiveAttempts)."""
+        key = (topic, broker)
+        attempt_id = self.attempts.take(key)
         request = svc.ReceiveMessageRequest(
-            group=pb.Resource(name=self.group), batch_size=batch_size, auto_renew=False,
+            group=pb.Resource(name=self.group), batch_size=batch_size, auto_renew=False, attempt_id=attempt_id,
             message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), broker=pb.Broker(name=broker)),
             filter_expression=filter_of(self.subscriptions.get(topic, "*")))
         request.invisible_duration.FromMilliseconds(duration_ms(invisible_s))
@@ -273,7 +297,14 @@ class ConsumerBase(AsyncClient):
                 raise rpc_error(exc, address, what) from None
             return messages
 
-        return await self.on_replicas(topic, broker, what, call, self.config.request_timeout_s, rounds_max=1)
+        try:
+            messages = await self.on_replicas(topic, broker, what, call, self.config.request_timeout_s, rounds_max=1)
+        except BaseException:
+            self.attempts.keep(key, attempt_id)
+            raise
+        if not messages:
+            self.attempts.keep(key, attempt_id)
+        return messages
 
     async def handle_call(self, message: ReceivedMessage, what: str, method: str, make_request,
                           budget_s: float = HANDLE_RETRY_S_MAX):

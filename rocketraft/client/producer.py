@@ -36,6 +36,8 @@ from .base import AsyncClient, spawn_callback
 from .config import ClientConfig
 from .lanes import BatchLimits, Lane
 from .message import Message, MessageIdGenerator, QueueRef, SendReceipt, to_wire
+from .recall import RecallResult
+from .recall import recall as recall_message
 from .routes import GroupRoute
 from .selection import LatencyFaults, QueueChooser, Selector
 
@@ -166,6 +168,20 @@ class Producer(AsyncClient):
         if self.outbox is not None:
             return await self.outbox.send(message)
         return await self.deliver(message, selector or self.selector)
+
+    async def recall(self, receipt: SendReceipt | str, topic: str | None = None,
+                     timeout_s: float | None = None) -> RecallResult:
+        """Recall a sent message (its SendReceipt, or its recall_handle and topic): no consumer group that has not
+        received it yet will, on any replica; a pending delay message is never delivered. The result's `had_it`
+        names the groups that had received it already (docs/client.md, "Recall"). Idempotent: a recall whose
+        outcome was unknown is made again until an answer comes (timeout_s, the send timeout by default)."""
+        self._require_started()
+        handle = receipt.recall_handle if isinstance(receipt, SendReceipt) else receipt
+        topic = receipt.queue.topic if isinstance(receipt, SendReceipt) and topic is None else topic
+        if not handle or topic is None:
+            raise BadRequestError("recall needs the message's SendReceipt, or its recall_handle and topic")
+        return await recall_message(self.transport, list(self.config.namesrv), topic, handle,
+                                    self.send_timeout_s if timeout_s is None else timeout_s)
 
     async def send_batch(self, messages: list[Message], selector: Selector | None = None) -> list[SendReceipt]:
         """Send many messages at once with the least work per message (one selection pass, one request per

@@ -30,6 +30,10 @@ RESERVED_PROPERTY_PREFIX = "__"       # user property keys may not start with it
 DELAY_LEVEL_PROPERTY = "DELAY"        # RocketMQ's delayTimeLevel: 1..len(DELAY_LEVELS)
 QUEUE_ID_PROPERTY = "QUEUE_ID"        # the queue the producer chose (decimal); routing only, not stored
 RESERVED_PROPERTIES = frozenset({DELAY_LEVEL_PROPERTY, QUEUE_ID_PROPERTY})
+# A recall handle (SendResultEntry.recall_handle, every message): "<broker group>:<token>:<message id>", the token
+# RECALL_TOKEN_BYTES random bytes in hex chosen by the master when it stored the message (docs/client.md, "Recall").
+RECALL_TOKEN_BYTES = 12
+RECALL_HANDLE_CHARS_MAX = 512
 
 # RocketMQ's 18 delay levels (messageDelayLevel default).
 DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -54,6 +58,11 @@ LONG_POLLING_MS_MAX = 30_000          # longPollingTimeoutMillisMax default
 INVISIBLE_MS_MIN = 1_000              # invisibleTimeMillisMin default
 INVISIBLE_MS_MAX = 12 * 3_600_000     # invisibleTimeMillisMax default
 MAX_RECONSUME_TIMES = 16              # then %DLQ%<group>
+# ReceiveMessageRequest.attempt_id (idempotent receive, docs/client-consumers.md): printable ASCII, this long at
+# most (the SDKs send a UUID, 36 characters). A broker group remembers at most POP_ATTEMPTS_PER_GROUP_MAX attempts
+# per consumer group (the oldest is forgotten first), each until the invisibility of its messages ends.
+POP_ATTEMPT_ID_CHARS_MAX = 64
+POP_ATTEMPTS_PER_GROUP_MAX = 1024
 # What a push consumer asks per receive and how long it long-polls (sent to the official SDKs' push consumers
 # in their settings; rocketraft's PushConsumer uses the same).
 PUSH_RECEIVE_BATCH_SIZE = 32

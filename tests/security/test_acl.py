@@ -281,3 +281,28 @@ def test_the_batched_read_is_authorized_as_pull_message_sub_on_the_group_and_the
     with pytest.raises(RocketraftError) as e:
         asyncio.run(read("pb-closed"))
     assert e.value.code == Code.UNAUTHORIZED and "pb-closed" in e.value.message, e.value
+
+
+def test_a_producer_with_pub_on_the_topic_cannot_recall_another_producers_message_without_its_handle(cluster):
+    """RecallMessage needs Pub on the topic (RocketMQ 5's mapping), and the handle's token: trudy holds Pub on orders
+    and knows alice's message id (consumers see it), yet recalls nothing of hers; alice recalls with her handle."""
+    import rocketraft
+
+    auth(cluster, lambda a: a.create_user("trudy", "trudy-secret-key"))
+    auth(cluster, lambda a: a.create_acl("trudy", ["Topic:orders"], ["Pub"]))
+
+    def producer(user: str) -> rocketraft.Producer:
+        return rocketraft.Producer(config=ClientConfig(namesrv=cluster.namesrv_address, cluster_secret="",
+                                                       access_key=user, secret_key=f"{user}-secret-key"))
+
+    with producer("alice") as alice, producer("trudy") as trudy:
+        receipt = alice.send(rocketraft.Message("orders", b"alice's"))
+        broker_group, token, message_id = receipt.recall_handle.split(":", 2)
+        for guess in (f"{broker_group}:{'0' * len(token)}:{message_id}", f"{broker_group}:{message_id}"):
+            with pytest.raises(RocketraftError) as e:
+                trudy.recall(guess, "orders")
+            assert e.value.code == Code.FORBIDDEN and "recall handle does not match" in e.value.message
+        with pytest.raises(RocketraftError) as e:  # no Pub on audit for trudy: refused before any handle is looked at
+            trudy.recall(receipt.recall_handle, "audit")
+        assert e.value.code == Code.UNAUTHORIZED
+        assert alice.recall(receipt).message_id == message_id
