@@ -32,7 +32,7 @@ CHANNEL_OPTIONS = (
 _TLS_MARKERS = ("socket closed", "handshake", "ssl", "certificate", "connection reset")
 TLS_HINT = ("; if the server enforces TLS, connect over TLS (ClientConfig(tls=True, tls_ca_file=...); the commands' "
             "--tls --ca-file), trusting the CA that signed its certificate (and, with tlsClientAuth require, present a "
-            "client certificate)")
+            "client certificate); a server that holds connectionsMax connections also closes one more at once")
 
 # gRPC failures after which the request certainly never reached a server.
 _NOT_SENT_MARKERS = ("failed to connect", "connection refused", "name resolution", "dns resolution",

@@ -86,3 +86,8 @@ GRPC_MESSAGE_BYTES_MAX = 16 * 1024 * 1024
 # closes it (a client reconnects on its next call; 4,000 idle connections once held 4,000 descriptors for ever).
 RPCS_IN_FLIGHT_MAX = 10_000
 CONNECTION_IDLE_MS = 120_000
+# Connections a server holds at once (grpc closes one more before its handshake: the client sees UNAVAILABLE
+# "Socket closed"), and how long a new connection may take to become HTTP/2 (TLS included) before the server drops
+# it: a socket that never speaks holds a slot for this long at most, not until connectionIdleMillis.
+CONNECTIONS_MAX = 10_000
+HANDSHAKE_TIMEOUT_MS = 10_000
