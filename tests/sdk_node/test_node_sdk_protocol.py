@@ -206,6 +206,7 @@ def test_node_sdk_syncs_the_brokers_publishing_and_subscription_settings(node_cl
     assert (consumer["fifo"], consumer["receive_batch_size"], consumer["long_polling_timeout_ms"]) == (
         False, PUSH_RECEIVE_BATCH_SIZE, PUSH_LONG_POLLING_MS)
     policy = consumer["retry_policy"]
+    assert policy is not None, "the SDK kept no retry policy from its settings"
     assert (policy["kind"], policy["max_attempts"]) == ("ExponentialBackoffRetryPolicy", 5), policy
     backoff = policy["protobuf"]["exponentialBackoff"]
     assert (backoff["initial"]["seconds"], backoff["max"]["seconds"], backoff["multiplier"]) == (
