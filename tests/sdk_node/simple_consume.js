@@ -1,5 +1,7 @@
-// Receives with the official Node.js SDK's SimpleConsumer and acknowledges every message, until <count> arrived
-// or stdin closes; one "received" line per message, with the SDK's own `corrupted` verdict.
+// Receives with the official Node.js SDK's SimpleConsumer and acknowledges every message, until <count> distinct
+// messages arrived or stdin closes; one "received" line per delivery, with the SDK's own `corrupted` verdict.
+// A failed receive or ack is reported ("receive_failed", "ack_failed") and the loop goes on: a message whose ack
+// failed comes again after its invisible duration.
 // Usage: node simple_consume.js <endpoints> <group> <topic> <count>
 'use strict';
 const { SimpleConsumer } = require('rocketmq-client-nodejs');
@@ -15,8 +17,8 @@ run(async () => {
   const consumer = new SimpleConsumer({ endpoints, consumerGroup, subscriptions: new Map([[topic, '*']]),
     awaitDuration: AWAIT_MS, logger });
   await consumer.startup();
-  let received = 0;
-  while (!closed && received < Number(count)) {
+  const distinct = new Set();
+  while (!closed && distinct.size < Number(count)) {
     let messages = [];
     try {
       messages = await consumer.receive(16, INVISIBLE_MS);
@@ -26,8 +28,12 @@ run(async () => {
     }
     for (const message of messages) {
       emit('received', view(message));
-      received++;
-      await consumer.ack(message);
+      distinct.add(message.messageId);
+      try {
+        await consumer.ack(message);
+      } catch (err) {
+        emit('ack_failed', { id: message.messageId, error: errorText(err) });
+      }
     }
   }
 });
