@@ -128,7 +128,7 @@ class Consume:
         await self._handle(spb.HandleCommand.ACK, group, topic, receipt_handle)
 
     async def change_invisible(self, group: str, topic: str, receipt_handle: str, invisible_ms: int) -> str:
-        validation.invisible_ms(invisible_ms, self.config)
+        validation.changed_invisible_ms(invisible_ms, self.config)
         result = await self._handle(spb.HandleCommand.CHANGE_INVISIBLE, group, topic, receipt_handle, invisible_ms)
         return result.handle
 

@@ -4,7 +4,7 @@ consumers (consume.py) and admin queries (queries.py) are served from. Nothing h
 from __future__ import annotations
 
 from rocketraft.protocol.errors import RocketraftError
-from rocketraft.protocol.rules import MessageFilter
+from rocketraft.protocol.rules import MessageFilter, stored_digest_as_md5
 from rocketraft.protocol.wire import Code, as_delivered, pb
 
 from . import tables as t
@@ -12,9 +12,11 @@ from .statemachine import BrokerStateMachine, Popped
 
 
 def message_at(sm: BrokerStateMachine, txn, topic: str, queue: int, offset: int, cq: t.CqEntry) -> pb.Message:
-    """The message a consume-queue entry points at, as a consumer receives it."""
-    return as_delivered(pb.Message.FromString(stored_message(sm, txn, topic, queue, offset, cq)), topic, queue, offset,
-                        cq.store_ms)
+    """The message a consume-queue entry points at, as a consumer receives it (an older broker's CRC32 body digest
+    as MD5, which every official SDK checks alike)."""
+    message = pb.Message.FromString(stored_message(sm, txn, topic, queue, offset, cq))
+    stored_digest_as_md5(message)
+    return as_delivered(message, topic, queue, offset, cq.store_ms)
 
 
 def stored_message(sm: BrokerStateMachine, txn, topic: str, queue: int, offset: int, cq: t.CqEntry) -> bytes:

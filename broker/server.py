@@ -26,6 +26,8 @@ from rocketraft.protocol import auth_internal, tls
 from rocketraft.protocol.auth_guard import Guard, admin_paths, guarded, guarded_admin
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.metrics import MetricsServer
+from rocketraft.protocol.routing import LANGUAGE_HEADER
+from rocketraft.protocol.rules import stored_digest_as_md5
 from rocketraft.protocol.serving import add_service, new_server
 from rocketraft.protocol.wire import GRPC_OPTIONS, Code, cpb, ipb, ipb_grpc, pb, svc, svc_grpc
 
@@ -86,13 +88,16 @@ class NameServers:
 
         await asyncio.gather(*(one(a) for a in self.addresses))
 
-    async def route(self, topic: str) -> list[pb.MessageQueue]:
+    async def route(self, topic: str, language: str = "") -> list[pb.MessageQueue]:
+        """The topic's route from the first NameServer that answers, as it routes a client of this x-mq-language
+        (the official Node.js SDK needs its endpoint lists written differently: routing.needs_scheme_in_host)."""
+        metadata = ((LANGUAGE_HEADER, language),) if language else None
         last = None
         for address in self.addresses:
             stub = svc_grpc.MessagingServiceStub(self._channels[address])
             try:
                 response = await stub.QueryRoute(svc.QueryRouteRequest(topic=pb.Resource(name=topic)),
-                                                 timeout=ROUTE_TIMEOUT_S)
+                                                 timeout=ROUTE_TIMEOUT_S, metadata=metadata)
             except grpc.aio.AioRpcError as exc:
                 last = RocketraftError(f"NameServer {address} unreachable: {exc.code().name}", Code.INTERNAL_ERROR)
                 continue
@@ -329,6 +334,7 @@ class BrokerServer:
         still_half = set()
         for send in pending:
             message = pb.Message.FromString(send.message)
+            stored_digest_as_md5(message)  # the producer's SDK checks it as a consumer's does
             message_id = message.system_properties.message_id
             still_half.add(message_id)
             count, last = self._check_counts.get(message_id, (0, 0.0))

@@ -21,9 +21,15 @@ from rocketraft.protocol.limits import (
     PRODUCER_MAX_ATTEMPTS,
     PUSH_LONG_POLLING_MS,
     PUSH_RECEIVE_BATCH_SIZE,
+    RETRY_BACKOFF_MULTIPLIER,
     RETRY_BACKOFF_S,
 )
-from rocketraft.protocol.routing import allocate_averagely, one_queue_per_group, readable_master_queues
+from rocketraft.protocol.routing import (
+    allocate_averagely,
+    language_of,
+    one_queue_per_group,
+    readable_master_queues,
+)
 from rocketraft.protocol.rules import recall_answer
 from rocketraft.protocol.serving import Undecodable
 from rocketraft.protocol.wire import Code, cpb, cpb_grpc, ipb, ipb_grpc, pb, svc, svc_grpc
@@ -92,7 +98,7 @@ def work_deadline(context) -> float | None:
 
 class MessagingService(svc_grpc.MessagingServiceServicer):
     def __init__(self, config: BrokerConfig, *, topics: Topics, writes: Writes, consume: Consume,
-                 clients: ClientRegistry, route_lookup: Callable[[str], Awaitable[list[pb.MessageQueue]]],
+                 clients: ClientRegistry, route_lookup: Callable[[str, str], Awaitable[list[pb.MessageQueue]]],
                  traffic: Traffic | None = None):
         self.config = config
         self.traffic = traffic  # None while metrics are off
@@ -105,14 +111,15 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
     # -- routing (normally the NameServer's job) -------------------------------------------------------
     @unary(svc.QueryRouteResponse)
     async def QueryRoute(self, request, context):
-        queues = await self._route_lookup(request.topic.name)
+        queues = await self._route_lookup(request.topic.name, language_of(context.invocation_metadata()))
         return svc.QueryRouteResponse(status=ok_status(), message_queues=queues)
 
     @unary(svc.QueryAssignmentResponse)
     async def QueryAssignment(self, request, context):
         """A pull consumer gets its share of the queues (docs/broker.md); others one assignment per group."""
         self.topics.require(request.topic.name)
-        queues = await self._route_lookup(request.topic.name)
+        # the queues' endpoints are where the client receives from: written for its SDK, as QueryRoute's
+        queues = await self._route_lookup(request.topic.name, language_of(context.invocation_metadata()))
         client_id = client_id_of(context)
         if self.clients.client_type(client_id) == pb.ClientType.PULL_CONSUMER:
             assignments = self._pull_assignments(client_id, request.group.name, queues)
@@ -200,9 +207,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             sub.fifo = group.fifo
             sub.receive_batch_size = PUSH_RECEIVE_BATCH_SIZE
             sub.long_polling_timeout.FromMilliseconds(PUSH_LONG_POLLING_MS)
-            settings.backoff_policy.max_attempts = group.max_delivery_attempts
-            for seconds in RETRY_BACKOFF_S:
-                settings.backoff_policy.customized_backoff.next.add(seconds=seconds)
+            _consumer_backoff(settings.backoff_policy, group.max_delivery_attempts, theirs.user_agent.language)
         return settings
 
     # -- producing ---------------------------------------------------------------------------------------
@@ -481,6 +486,27 @@ class BrokerAdminService(ipb_grpc.BrokerAdminServicer):
         verb = "added" if kind == "add" else "removed"
         return ipb.MembershipChangeResponse(code=Code.OK, message=f"{request.replica} {verb} at index {index}",
                                             index=index, members=members, master=master)
+
+
+# SDKs whose push consumer reads only an exponential backoff from its settings: rocketmq-client-nodejs 1.0.8
+# ignores a customized one and is left without a retry policy, so its FIFO consumer dead-letters a message at the
+# first failure (max attempts 1) and its concurrent consumer retries at once.
+EXPONENTIAL_BACKOFF_ONLY_LANGUAGES = frozenset({pb.Language.NODE_JS})
+
+
+def _consumer_backoff(policy: pb.RetryPolicy, max_attempts: int, language: int) -> None:
+    """A consumer group's redelivery policy as a client's settings carry it: RocketMQ's retry levels (customized
+    backoff), or for the SDKs that read only an exponential backoff the same range doubling from its first
+    level."""
+    policy.max_attempts = max_attempts
+    if language in EXPONENTIAL_BACKOFF_ONLY_LANGUAGES:
+        backoff = policy.exponential_backoff
+        backoff.initial.FromSeconds(RETRY_BACKOFF_S[0])
+        backoff.max.FromSeconds(RETRY_BACKOFF_S[-1])
+        backoff.multiplier = RETRY_BACKOFF_MULTIPLIER
+        return
+    for seconds in RETRY_BACKOFF_S:
+        policy.customized_backoff.next.add(seconds=seconds)
 
 
 def _group_assignments(route: list[pb.MessageQueue]) -> list[pb.Assignment]:

@@ -118,9 +118,21 @@ def settings(theirs: pb.Settings) -> None:
 
 
 def invisible_ms(duration_ms: int, config: BrokerConfig) -> int:
-    if not config.invisibleTimeMillisMin <= duration_ms <= config.invisibleTimeMillisMax:
-        raise RocketraftError(f"invisible duration {duration_ms} ms: use {config.invisibleTimeMillisMin}.."
-                              f"{config.invisibleTimeMillisMax} ms", Code.ILLEGAL_INVISIBLE_TIME)
+    """A receive's invisible duration: invisibleTimeMillisMin..invisibleTimeMillisMax."""
+    return _invisible_in(duration_ms, config.invisibleTimeMillisMin, config.invisibleTimeMillisMax)
+
+
+def changed_invisible_ms(duration_ms: int, config: BrokerConfig) -> int:
+    """A ChangeInvisibleDuration's: 0..invisibleTimeMillisMax (0: due again at once). A push consumer's "consume
+    later" asks for its retry delay here: the official SDKs ask for less than a second (Node.js 1.0.8 for 0 ms
+    or a few ms), and RocketMQ's proxy accepts any duration from 0."""
+    return _invisible_in(duration_ms, 0, config.invisibleTimeMillisMax)
+
+
+def _invisible_in(duration_ms: int, low_ms: int, high_ms: int) -> int:
+    if not low_ms <= duration_ms <= high_ms:
+        raise RocketraftError(f"invisible duration {duration_ms} ms: use {low_ms}..{high_ms} ms",
+                              Code.ILLEGAL_INVISIBLE_TIME)
     return duration_ms
 
 

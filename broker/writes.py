@@ -13,7 +13,7 @@ from rocketraft.proto import store_pb2 as spb
 from rocketraft.protocol.errors import BadRequestError, RocketraftError
 from rocketraft.protocol.limits import DELAY_LEVEL_PROPERTY, QUEUE_ID_PROPERTY, RECALL_TOKEN_BYTES
 from rocketraft.protocol.routing import PERM_WRITE, message_group_slot
-from rocketraft.protocol.rules import body_crc32_hex, parse_recall_handle, recall_handle
+from rocketraft.protocol.rules import body_md5_hex, parse_recall_handle, recall_handle
 from rocketraft.protocol.wire import Code, MessageType, ipb, pb
 
 from . import tables as t
@@ -23,7 +23,7 @@ from .statemachine import RecallResult, SendResult
 from .topics import Topics
 from .traffic import Traffic
 
-DIGEST_CRC32 = pb.DigestType.CRC32  # a plain int: see validation.NORMAL
+DIGEST_MD5 = pb.DigestType.MD5  # a plain int: see validation.NORMAL
 DELIVER_DUE_MESSAGES_MAX = 1024  # delayed messages one DeliverDue command moves into their queues
 HALF_MESSAGES_SCAN_MAX = 1000  # half messages one transaction check-back round looks at
 TOKEN_COUNTER_BYTES = 4  # of a recall token: the message's place in its request (a request has at most 1,024)
@@ -118,8 +118,8 @@ class Writes:
         set_timestamp_ms(props.store_timestamp, now)
         props.store_host = self.config.advertised
         digest = props.body_digest
-        digest.type = DIGEST_CRC32
-        digest.checksum = body_crc32_hex(body)
+        digest.type = DIGEST_MD5
+        digest.checksum = body_md5_hex(body)
         queue = self._requested_queue(message, topic)
         if queue is None:
             queue = self._choose_queue(props.message_group, topic.queue_nums)

@@ -32,7 +32,7 @@ from rocketraft.protocol.errors import (
     to_status,
 )
 from rocketraft.protocol.names import check_topic_name
-from rocketraft.protocol.routing import PERM_READ_WRITE, needs_scheme_in_host
+from rocketraft.protocol.routing import PERM_READ_WRITE, language_of, needs_scheme_in_host
 from rocketraft.protocol.serving import add_service, new_server
 from rocketraft.protocol.wire import (
     ALL_MESSAGE_TYPES,
@@ -438,14 +438,6 @@ def _names(names: set[str]) -> str:
     return ",".join(shown) + (f",... ({more} more)" if more else "")
 
 
-def _language_of(context) -> str:
-    """The client's x-mq-language header ("" without one): which official SDK is asking."""
-    for key, value in context.invocation_metadata() or ():
-        if key == "x-mq-language":
-            return value if isinstance(value, str) else value.decode(errors="replace")
-    return ""
-
-
 def _error_status(method: str, exc: Exception) -> pb.Status:
     if isinstance(exc, RocketraftError):
         log.debug("%s answered %d: %s", method, exc.code, exc.message)
@@ -463,7 +455,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
     async def QueryRoute(self, request: svc.QueryRouteRequest, context) -> svc.QueryRouteResponse:
         try:
             queues = await self._ns.query_route(request.topic.name, request.topic.resource_namespace,
-                                                scheme_in_host=needs_scheme_in_host(_language_of(context)))
+                                                scheme_in_host=needs_scheme_in_host(language_of(context.invocation_metadata())))
         except Exception as e:
             return svc.QueryRouteResponse(status=_error_status("QueryRoute", e))
         log.debug("QueryRoute %s: %d queues", request.topic.name, len(queues))

@@ -70,6 +70,8 @@ PUSH_LONG_POLLING_MS = 20_000
 # Redelivery backoff of a consumer group's retried messages (RocketMQ's retry levels 1s .. 2h), used by the
 # broker for pop consumers and sent to push consumers in their settings.
 RETRY_BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+# The same range as an exponential backoff (1 s doubling up to 2 h), for the SDKs that read no other kind.
+RETRY_BACKOFF_MULTIPLIER = 2.0
 # A producer's send retries, sent in its settings when it named no policy of its own (RocketMQ 5 proxy's
 # grpcClientProducer* defaults); the Node.js SDK refuses settings without an exponential backoff.
 PRODUCER_MAX_ATTEMPTS = 3
