@@ -189,7 +189,8 @@ class BrokerServer:
         interceptors = auth_internal.server_interceptors(
             cfg.cluster_secret, cfg.clusterAuthWindowMillis, who=f"broker {cfg.brokerName}/{cfg.dLegerSelfId}",
             user_methods=admin_paths(admin_descriptor) if guard is not None else frozenset())
-        server = new_server(cfg.rpcsInFlightMax, cfg.connectionIdleMillis, cfg.connectionsMax, interceptors=interceptors)
+        server = new_server(cfg.rpcsInFlightMax, cfg.connectionIdleMillis, cfg.connectionsMax,
+                            interceptors=interceptors)
         messaging = MessagingService(cfg, topics=self.topics, writes=self.writes, consume=self.consume,
                                      clients=self.clients, route_lookup=self.namesrvs.route, traffic=self.traffic)
         messaging_descriptor = svc.DESCRIPTOR.services_by_name["MessagingService"]
