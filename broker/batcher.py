@@ -248,15 +248,15 @@ class Batcher:
         payloads = [p for submission, start, stop in parts for p in submission.payloads[start:stop]]
         self.stats["entries"] += 1
         self.stats["commands"] += len(payloads)
-        done = self._replica.append(payloads)
         loop = self._loop
-        done.add_done_callback(lambda f: loop.call_soon_threadsafe(self._complete, parts, f))
+        # the outcome comes on the Raft thread at the end of its tick: straight onto the event loop
+        self._replica.append(payloads, lambda appended, exc: loop.call_soon_threadsafe(self._complete, parts, appended,
+                                                                                        exc))
 
-    def _complete(self, parts: list[tuple[_Submission, int, int]], done) -> None:
+    def _complete(self, parts: list[tuple[_Submission, int, int]], appended, exc: BaseException | None) -> None:
         self._in_flight -= 1
         self._wake.set()
-        exc = done.exception()
-        results = None if exc else done.result().result
+        results = None if exc else appended.result
         at = 0
         for submission, start, stop in parts:
             submission.settle(start, stop, exc if exc is not None else results[at:at + stop - start])

@@ -135,6 +135,7 @@ class BrokerConfig:
     clientsMax: int = 10_000  # live clients one replica tracks; a new one beyond is refused (TOO_MANY_REQUESTS)
     rpcsInFlightMax: int = limits.RPCS_IN_FLIGHT_MAX  # RPCs served at once; one more gets RESOURCE_EXHAUSTED
     connectionIdleMillis: int = limits.CONNECTION_IDLE_MS  # a connection with no RPC this long is closed
+    connectionsMax: int = limits.CONNECTIONS_MAX  # connections held at once; one more is closed before its handshake
     # Prometheus metrics over HTTP (GET /metrics; docs/metrics.md): RocketMQ 5's port; 0 = off
     metricsPort: int = METRICS_PORT_DEFAULT
     metricsListenHost: str = ""  # "" = the host of listenAddress
@@ -260,7 +261,7 @@ class BrokerConfig:
         return self
 
     def _validate_client_limits(self) -> None:
-        for key in ("clientsMax", "rpcsInFlightMax", "connectionIdleMillis"):
+        for key in ("clientsMax", "rpcsInFlightMax", "connectionIdleMillis", "connectionsMax"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} {getattr(self, key)}: use at least 1")
 

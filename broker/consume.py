@@ -9,6 +9,7 @@ import time
 
 from rocketraft.proto import store_pb2 as spb
 from rocketraft.protocol.errors import OffsetMovedError, RocketraftError
+from rocketraft.protocol.limits import POP_ATTEMPTS_PER_GROUP_MAX, PULL_BATCH_BYTES_MAX
 from rocketraft.protocol.rules import message_filter
 from rocketraft.protocol.wire import Code, ipb, pb
 
@@ -33,22 +34,29 @@ class Consume:
 
     # -- pop consumption (ReceiveMessage) --------------------------------------------------------------------
     async def receive(self, group: str, topic: str, expression: pb.FilterExpression, batch_size: int,
-                      invisible_ms: int, long_polling_ms: int) -> list[pb.Message]:
+                      invisible_ms: int, long_polling_ms: int, attempt_id: str = "") -> list[pb.Message]:
+        """Pop up to batch_size messages. With an attempt id, a retry of a receive that delivered messages gets
+        the same ones back (broker/attempts.py)."""
         validation.group_name(group)
         validation.filter_expression(expression)
         validation.batch_size(batch_size, self.config)
         validation.invisible_ms(invisible_ms, self.config)
         validation.polling_ms(long_polling_ms, self.config)
+        validation.attempt_id(attempt_id)
         config = await self.topics.require_caught_up(topic)
         group_config = self.topics.group(group)
         deadline = time.monotonic() + long_polling_ms / 1000
         empty_pops = 0
         while True:
             now = now_ms()
-            maybe, earliest = self._poppable(group, topic, config.queue_nums, now, group_config.fifo)
+            if attempt_id and self._attempt_live(group, topic, attempt_id, now):
+                maybe, earliest = True, None  # a retry of a pop on record: answered again, FIFO lock or not
+            else:
+                maybe, earliest = self._poppable(group, topic, config.queue_nums, now, group_config.fifo)
             if maybe and empty_pops < EMPTY_POPS_BEFORE_WAIT:
                 popped = await self.broker.commit(self._pop_command(group, topic, expression, batch_size,
-                                                                    invisible_ms, now, group_config, config))
+                                                                    invisible_ms, now, group_config, config,
+                                                                    attempt_id))
                 if popped:
                     messages = self._read_popped(popped, invisible_ms)
                     if self.traffic is not None:
@@ -70,14 +78,25 @@ class Consume:
 
     def _pop_command(self, group: str, topic: str, expression: pb.FilterExpression, batch_size: int,
                      invisible_ms: int, now: int, group_config: ipb.GroupConfig,
-                     config: ipb.TopicConfig) -> spb.Command:
+                     config: ipb.TopicConfig, attempt_id: str) -> spb.Command:
         start = self._pop_start[(group, topic)]  # each pop starts at the next queue: no queue starves
         self._pop_start[(group, topic)] = (start + 1) % config.queue_nums
         return spb.Command(pop=spb.PopCommand(
             group=group, topic=topic, filter_type=expression.type, filter_expression=expression.expression,
             batch_size=batch_size, invisible_ms=invisible_ms, now_ms=now, start_queue=start, only_queue=-1,
             fifo=group_config.fifo, max_delivery_attempts=group_config.max_delivery_attempts,
-            scan_offsets_max=self.config.popScanOffsetsMax))
+            scan_offsets_max=self.config.popScanOffsetsMax, attempt_id=attempt_id,
+            attempts_max=POP_ATTEMPTS_PER_GROUP_MAX))
+
+    def _attempt_live(self, group: str, topic: str, attempt_id: str, now: int) -> bool:
+        """Whether an unexpired pop of this attempt is on record (applied state: a new master has applied every
+        committed pop before it serves). The pop command then goes straight to Raft, past the poppable check: a FIFO
+        queue locked by this very attempt is not locked for it."""
+        def read(txn):
+            raw = txn.get(t.attempt_key(group, topic, attempt_id), db=self.broker.sm.db[t.ATTEMPTS])
+            return raw is not None and t.attempt_of(raw).expires_ms > now
+
+        return self.broker.read(read)
 
     def _poppable(self, group: str, topic: str, queue_nums: int, now: int, fifo: bool) -> tuple[bool, int | None]:
         """(something may be poppable now, earliest future invisibility deadline), by the same rules as the pop's
@@ -109,7 +128,7 @@ class Consume:
         await self._handle(spb.HandleCommand.ACK, group, topic, receipt_handle)
 
     async def change_invisible(self, group: str, topic: str, receipt_handle: str, invisible_ms: int) -> str:
-        validation.invisible_ms(invisible_ms, self.config)
+        validation.changed_invisible_ms(invisible_ms, self.config)
         result = await self._handle(spb.HandleCommand.CHANGE_INVISIBLE, group, topic, receipt_handle, invisible_ms)
         return result.handle
 
@@ -129,28 +148,56 @@ class Consume:
                    long_polling_ms: int, group: str = "") -> tuple[list[pb.Message], int]:
         """Messages of one queue from `offset`, and the offset to read from next. `group` (what the request named,
         "" if nothing) is only counted in the metrics: an offset-based read changes no consumer state."""
+        validation.batch_size(batch_size, self.config)
+        sm, scan_max = self.broker.sm, self.config.popScanOffsetsMax
+
+        def read(txn, accept):
+            return reads.queue_messages(sm, txn, topic, queue, offset, batch_size, scan_max, accept)
+
+        messages, next_offset = await self._pull(topic, queue, offset, expression, long_polling_ms, read)
+        if messages and self.traffic is not None:
+            self.traffic.count_delivered(topic, group, [len(m.body) for m in messages])
+        return messages, next_offset
+
+    async def pull_stored(self, topic: str, queue: int, offset: int, batch_size: int,
+                          expression: pb.FilterExpression, long_polling_ms: int, group: str = ""
+                          ) -> tuple[list[tuple[int, t.CqEntry, bytes]], int]:
+        """As pull, in the stored form (rocketraft's batched read, FastConsume.PullBatch): (offset, queue entry,
+        serialized message) of up to batch_size messages (PULL_BATCH_MESSAGES_MAX) and PULL_BATCH_BYTES_MAX bytes."""
+        validation.pull_batch_size(batch_size)
+        sm, scan_max = self.broker.sm, max(self.config.popScanOffsetsMax, batch_size)
+
+        def read(txn, accept):
+            return reads.queue_stored(sm, txn, topic, queue, offset, batch_size, scan_max, accept,
+                                      PULL_BATCH_BYTES_MAX)
+
+        found, next_offset = await self._pull(topic, queue, offset, expression, long_polling_ms, read)
+        if found and self.traffic is not None:  # stored bytes stand for the bodies: the form is not decoded here
+            self.traffic.count_delivered(topic, group, [len(raw) for _, _, raw in found])
+        return found, next_offset
+
+    async def _pull(self, topic: str, queue: int, offset: int, expression: pb.FilterExpression,
+                    long_polling_ms: int, read):
+        """read(txn, filter) -> (found, next offset), once now and again as messages arrive, until it finds some,
+        moves on (every message looked at was filtered out) or the long poll ends."""
         self.topics.require_queue(topic, queue)
         validation.filter_expression(expression)
-        validation.batch_size(batch_size, self.config)
         validation.polling_ms(long_polling_ms, self.config)
         if offset < 0:
             raise RocketraftError(f"offset {offset} is negative", Code.ILLEGAL_OFFSET)
         accept = message_filter(expression.type, expression.expression)
         deadline = time.monotonic() + long_polling_ms / 1000
-        sm, scan_max = self.broker.sm, self.config.popScanOffsetsMax
+        sm = self.broker.sm
         while True:
-            first, (messages, next_offset) = self.broker.read(lambda txn: (
-                reads.queue_range(sm, txn, topic, queue)[0],
-                reads.queue_messages(sm, txn, topic, queue, offset, batch_size, scan_max, accept)))
+            first, (found, next_offset) = self.broker.read(lambda txn: (
+                reads.queue_range(sm, txn, topic, queue)[0], read(txn, accept)))
             if offset < first:
                 raise OffsetMovedError(
                     f"offset {offset} of {topic} queue {queue} is below the queue's first offset {first}: retention "
                     f"deleted those messages (fileReservedTime={self.config.fileReservedTime} h, or forced cleanup "
                     f"for space); resume at {first}", next_offset=first)
-            if messages or time.monotonic() >= deadline or next_offset > offset:
-                if messages and self.traffic is not None:
-                    self.traffic.count_delivered(topic, group, [len(m.body) for m in messages])
-                return messages, next_offset
+            if found or time.monotonic() >= deadline or next_offset > offset:
+                return found, next_offset
             await self.broker.wait_for_topic(topic, min(deadline - time.monotonic(), NO_MESSAGE_WAIT_S_MAX))
 
     def query_offset(self, topic: str, queue: int, policy: int, timestamp) -> int:

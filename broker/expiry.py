@@ -12,6 +12,8 @@ command, whose cutoff is the master's clock).
 4. For every send in (old floor, new floor]: its message-id and key index entries (when they still name it).
 5. Consumer state of deleted offsets: pop cursors move up to the queue's new first offset, in-flight entries
    below it go, and the pop group's consumer offset follows.
+6. Recall tombstones go with their consume-queue entries (steps 1 and 2); expired pop attempts (broker/attempts.py)
+   go too, at most messages_max of them, so neither table grows without bound.
 
 The state machine stores the floor (table retain) and, once it is committed, tells dledger
 (`Replica.set_retention_floor`), which may then compact the log up to it.
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from rocketraft.proto import store_pb2 as spb
 from rocketraft.protocol.wire import pb
 
+from . import attempts
 from . import tables as t
 
 if TYPE_CHECKING:
@@ -52,8 +55,9 @@ def apply_retention(sm: BrokerStateMachine, command: spb.RetentionCommand, index
     floor, capped = _forget_sends(sm, old, max(old, lowest - 1), budget, txn)
     if moved:
         _move_consumers(sm, moved, txn)
+    swept = attempts.expire_all(sm, command.now_ms, budget, txn)
     txn.put(t.RETAIN_FLOOR, t.u64(floor), db=sm.db[t.RETAIN])
-    return RetentionResult(floor, deleted, capped or deleted >= budget)
+    return RetentionResult(floor, deleted, capped or deleted >= budget or swept >= budget)
 
 
 def _build_refs(sm: BrokerStateMachine, txn) -> None:
@@ -78,7 +82,7 @@ def _build_refs(sm: BrokerStateMachine, txn) -> None:
 def _trim_queue_heads(sm: BrokerStateMachine, command: spb.RetentionCommand, budget: int, txn):
     """(head index of every non-empty queue, {queue key: new first offset} of the queues trimmed, entries deleted)."""
     cutoff, force = command.cutoff_ms, command.force_floor
-    cq_db, refs_db = sm.db[t.CQ], sm.db[t.REFS]
+    cq_db, refs_db, recalled_db = sm.db[t.CQ], sm.db[t.REFS], sm.db[t.RECALLED]
     heads, moved, deleted = [], {}, 0
     for qkey, raw_end in list(txn.cursor(db=sm.db[t.QMAX])):
         cur = txn.cursor(db=cq_db)
@@ -91,6 +95,7 @@ def _trim_queue_heads(sm: BrokerStateMachine, command: spb.RetentionCommand, bud
                 moved_to = t.offset_of_cq_key(cur.key())
                 break
             txn.delete(t.ref_key(cq.index, cq.slot, t.REF_QUEUED, cur.key()), db=refs_db)
+            txn.delete(cur.key(), db=recalled_db)
             found = cur.delete()  # moves to the next entry
             deleted += 1
             trimmed = True
@@ -117,6 +122,7 @@ def _drop_forced_refs(sm: BrokerStateMachine, force_floor: int, txn) -> None:
         txn.delete(key, db=refs_db)
         if kind == t.REF_QUEUED:
             txn.delete(cq, db=sm.db[t.CQ])
+            txn.delete(cq, db=sm.db[t.RECALLED])
         else:
             send = sm.stored_send(txn, index, slot)
             if send is not None:

@@ -4,31 +4,28 @@ consumers (consume.py) and admin queries (queries.py) are served from. Nothing h
 from __future__ import annotations
 
 from rocketraft.protocol.errors import RocketraftError
-from rocketraft.protocol.rules import MessageFilter
-from rocketraft.protocol.wire import Code, pb
+from rocketraft.protocol.rules import MessageFilter, stored_digest_as_md5
+from rocketraft.protocol.wire import Code, as_delivered, pb
 
 from . import tables as t
 from .statemachine import BrokerStateMachine, Popped
 
 
 def message_at(sm: BrokerStateMachine, txn, topic: str, queue: int, offset: int, cq: t.CqEntry) -> pb.Message:
-    """The message a consume-queue entry points at, as a consumer receives it."""
+    """The message a consume-queue entry points at, as a consumer receives it (an older broker's CRC32 body digest
+    as MD5, which every official SDK checks alike)."""
+    message = pb.Message.FromString(stored_message(sm, txn, topic, queue, offset, cq))
+    stored_digest_as_md5(message)
+    return as_delivered(message, topic, queue, offset, cq.store_ms)
+
+
+def stored_message(sm: BrokerStateMachine, txn, topic: str, queue: int, offset: int, cq: t.CqEntry) -> bytes:
+    """The serialized apache.rocketmq.v2.Message a consume-queue entry points at, as it was stored."""
     send = sm.stored_send(txn, cq.index, cq.slot)
     if send is None:
         raise RocketraftError(f"consume queue {topic}/{queue}@{offset} points at a missing message "
                               f"(log index {cq.index} slot {cq.slot})", Code.INTERNAL_ERROR)
-    message = pb.Message.FromString(send.message)
-    if message.topic.name != topic:  # a dead-lettered message, read from %DLQ%<group>
-        message.system_properties.dead_letter_queue.topic = message.topic.name
-        message.system_properties.dead_letter_queue.message_id = message.system_properties.message_id
-        message.topic.name = topic
-    props = message.system_properties
-    props.queue_id = queue
-    props.queue_offset = offset
-    props.store_timestamp.FromMilliseconds(cq.store_ms)
-    if props.delivery_attempt == 0:
-        props.delivery_attempt = 1
-    return message
+    return send.message
 
 
 def popped_messages(sm: BrokerStateMachine, txn, popped: list[Popped], invisible_ms: int) -> list[pb.Message]:
@@ -69,20 +66,48 @@ def queue_messages(sm: BrokerStateMachine, txn, topic: str, queue: int, offset: 
                    scan_offsets_max: int, accept: MessageFilter) -> tuple[list[pb.Message], int]:
     """Up to batch_size messages of the queue from `offset` that the filter `accept`s, looking at no more than
     scan_offsets_max offsets; and the offset to read from next."""
+    found, next_offset = queue_entries(sm, txn, topic, queue, offset, batch_size, scan_offsets_max, accept)
+    return [message_at(sm, txn, topic, queue, at, cq) for at, cq in found], next_offset
+
+
+def queue_stored(sm: BrokerStateMachine, txn, topic: str, queue: int, offset: int, batch_size: int,
+                 scan_offsets_max: int, accept: MessageFilter, bytes_max: int
+                 ) -> tuple[list[tuple[int, t.CqEntry, bytes]], int]:
+    """As queue_messages, in the stored form: (offset, queue entry, serialized message) of each, no more once
+    bytes_max bytes are held (at least one); and the offset to read from next."""
+    found, next_offset = queue_entries(sm, txn, topic, queue, offset, batch_size, scan_offsets_max, accept)
+    out, size = [], 0
+    for at, cq in found:
+        if out and size >= bytes_max:
+            return out, at
+        raw = stored_message(sm, txn, topic, queue, at, cq)
+        out.append((at, cq, raw))
+        size += len(raw)
+    return out, next_offset
+
+
+def queue_entries(sm: BrokerStateMachine, txn, topic: str, queue: int, offset: int, batch_size: int,
+                  scan_offsets_max: int, accept: MessageFilter) -> tuple[list[tuple[int, t.CqEntry]], int]:
+    """(offset, consume-queue entry) of up to batch_size messages of the queue from `offset` that the filter
+    `accept`s, looking at no more than scan_offsets_max offsets; and the offset to read from next."""
     end = min(queue_end(sm, txn, topic, queue), offset + scan_offsets_max)
+    skip_recalled = sm.any_recalled(txn)
     out = []
     cur = txn.cursor(db=sm.db[t.CQ])
     next_offset = offset
+    prefix = t.queue_key(topic, queue)
     if offset < end and cur.set_range(t.cq_key(topic, queue, offset)):
         for key, value in cur:
-            if not key.startswith(t.queue_key(topic, queue)) or len(out) >= batch_size:
+            if not key.startswith(prefix) or len(out) >= batch_size:
                 break
             at = t.offset_of_cq_key(key)
             if at >= end:
                 break
             cq = t.cq_entry(value)
-            if accept.takes_all or accept.accepts(cq.tag, lambda cq=cq: sm.user_properties(txn, cq.index, cq.slot)):
-                out.append(message_at(sm, txn, topic, queue, at, cq))
+            if skip_recalled and sm.recalled(txn, topic, queue, at):
+                pass  # recalled by its producer: skipped, and the next offset moves past it
+            elif accept.takes_all or accept.accepts(cq.tag, lambda cq=cq: sm.user_properties(txn, cq.index, cq.slot)):
+                out.append((at, cq))
             next_offset = at + 1
     return out, next_offset
 

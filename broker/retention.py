@@ -66,7 +66,8 @@ class Retention:
     def decide(self) -> spb.RetentionCommand:
         """The command for now (worker thread: reads the guards' measurements and the replica's status)."""
         cfg = self.config
-        command = spb.RetentionCommand(cutoff_ms=max(0, time.time_ns() // 1_000_000 - cfg.file_reserved_ms),
+        now = time.time_ns() // 1_000_000
+        command = spb.RetentionCommand(cutoff_ms=max(0, now - cfg.file_reserved_ms), now_ms=now,
                                        messages_max=cfg.cleanMessagesPerCommandMax)
         pressure = self.space_pressure() if cfg.cleanFileForciblyEnable else None
         if pressure is not None:

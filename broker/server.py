@@ -27,8 +27,10 @@ from rocketraft.protocol.auth_guard import Guard, admin_paths, guarded, guarded_
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.metrics import MetricsServer
 from rocketraft.protocol.namespaced import namespaced
+from rocketraft.protocol.routing import LANGUAGE_HEADER
+from rocketraft.protocol.rules import stored_digest_as_md5
 from rocketraft.protocol.serving import add_service, new_server
-from rocketraft.protocol.wire import GRPC_OPTIONS, Code, ipb, ipb_grpc, pb, svc, svc_grpc
+from rocketraft.protocol.wire import GRPC_OPTIONS, Code, cpb, ipb, ipb_grpc, pb, svc, svc_grpc
 
 from . import config as config_mod
 from . import metrics
@@ -39,7 +41,7 @@ from .consume import Consume
 from .core import Broker, now_ms
 from .queries import Queries
 from .retention import Retention
-from .service import BrokerAdminService, MessagingService
+from .service import BrokerAdminService, FastConsumeService, MessagingService
 from .topics import Topics
 from .traffic import Traffic
 from .writes import Writes
@@ -87,13 +89,16 @@ class NameServers:
 
         await asyncio.gather(*(one(a) for a in self.addresses))
 
-    async def route(self, topic: str) -> list[pb.MessageQueue]:
+    async def route(self, topic: str, language: str = "") -> list[pb.MessageQueue]:
+        """The topic's route from the first NameServer that answers, as it routes a client of this x-mq-language
+        (the official Node.js SDK needs its endpoint lists written differently: routing.needs_scheme_in_host)."""
+        metadata = ((LANGUAGE_HEADER, language),) if language else None
         last = None
         for address in self.addresses:
             stub = svc_grpc.MessagingServiceStub(self._channels[address])
             try:
                 response = await stub.QueryRoute(svc.QueryRouteRequest(topic=pb.Resource(name=topic)),
-                                                 timeout=ROUTE_TIMEOUT_S)
+                                                 timeout=ROUTE_TIMEOUT_S, metadata=metadata)
             except grpc.aio.AioRpcError as exc:
                 last = RocketraftError(f"NameServer {address} unreachable: {exc.code().name}", Code.INTERNAL_ERROR)
                 continue
@@ -185,13 +190,17 @@ class BrokerServer:
         interceptors = auth_internal.server_interceptors(
             cfg.cluster_secret, cfg.clusterAuthWindowMillis, who=f"broker {cfg.brokerName}/{cfg.dLegerSelfId}",
             user_methods=admin_paths(admin_descriptor) if guard is not None else frozenset())
-        server = new_server(cfg.rpcsInFlightMax, cfg.connectionIdleMillis, interceptors=interceptors)
+        server = new_server(cfg.rpcsInFlightMax, cfg.connectionIdleMillis, cfg.connectionsMax,
+                            interceptors=interceptors)
         messaging = MessagingService(cfg, topics=self.topics, writes=self.writes, consume=self.consume,
                                      clients=self.clients, route_lookup=self.namesrvs.route, traffic=self.traffic)
         messaging_descriptor = svc.DESCRIPTOR.services_by_name["MessagingService"]
         # the namespace door first: ACL 2.0 and the servicer see every topic and group by its stored name
         add_service(server, namespaced(guarded(messaging, messaging_descriptor, guard), messaging_descriptor),
                     messaging_descriptor)
+        fast_descriptor = cpb.DESCRIPTOR.services_by_name["FastConsume"]  # rocketraft's own: stored names
+        add_service(server, guarded(FastConsumeService(self.consume, self.traffic), fast_descriptor, guard),
+                    fast_descriptor)
         add_service(server, auth, apb.DESCRIPTOR.services_by_name["BrokerAuth"])
         admin = BrokerAdminService(self.topics, self.queries, self.registration, self.clients,
                                    self.broker.transfer_leader, self._change_membership)
@@ -329,6 +338,7 @@ class BrokerServer:
         still_half = set()
         for send in pending:
             message = pb.Message.FromString(send.message)
+            stored_digest_as_md5(message)  # the producer's SDK checks it as a consumer's does
             message_id = message.system_properties.message_id
             still_half.add(message_id)
             count, last = self._check_counts.get(message_id, (0, 0.0))

@@ -21,11 +21,18 @@ from rocketraft.protocol.limits import (
     PRODUCER_MAX_ATTEMPTS,
     PUSH_LONG_POLLING_MS,
     PUSH_RECEIVE_BATCH_SIZE,
+    RETRY_BACKOFF_MULTIPLIER,
     RETRY_BACKOFF_S,
 )
-from rocketraft.protocol.routing import allocate_averagely, one_queue_per_group, readable_master_queues
+from rocketraft.protocol.routing import (
+    allocate_averagely,
+    language_of,
+    one_queue_per_group,
+    readable_master_queues,
+)
+from rocketraft.protocol.rules import recall_answer
 from rocketraft.protocol.serving import Undecodable
-from rocketraft.protocol.wire import Code, ipb, ipb_grpc, pb, svc, svc_grpc
+from rocketraft.protocol.wire import Code, cpb, cpb_grpc, ipb, ipb_grpc, pb, svc, svc_grpc
 from rocketraft.protocol.wire import ok as ok_status
 
 from . import validation
@@ -91,7 +98,7 @@ def work_deadline(context) -> float | None:
 
 class MessagingService(svc_grpc.MessagingServiceServicer):
     def __init__(self, config: BrokerConfig, *, topics: Topics, writes: Writes, consume: Consume,
-                 clients: ClientRegistry, route_lookup: Callable[[str], Awaitable[list[pb.MessageQueue]]],
+                 clients: ClientRegistry, route_lookup: Callable[[str, str], Awaitable[list[pb.MessageQueue]]],
                  traffic: Traffic | None = None):
         self.config = config
         self.traffic = traffic  # None while metrics are off
@@ -104,14 +111,15 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
     # -- routing (normally the NameServer's job) -------------------------------------------------------
     @unary(svc.QueryRouteResponse)
     async def QueryRoute(self, request, context):
-        queues = await self._route_lookup(request.topic.name)
+        queues = await self._route_lookup(request.topic.name, language_of(context.invocation_metadata()))
         return svc.QueryRouteResponse(status=ok_status(), message_queues=queues)
 
     @unary(svc.QueryAssignmentResponse)
     async def QueryAssignment(self, request, context):
         """A pull consumer gets its share of the queues (docs/broker.md); others one assignment per group."""
         self.topics.require(request.topic.name)
-        queues = await self._route_lookup(request.topic.name)
+        # the queues' endpoints are where the client receives from: written for its SDK, as QueryRoute's
+        queues = await self._route_lookup(request.topic.name, language_of(context.invocation_metadata()))
         client_id = client_id_of(context)
         if self.clients.client_type(client_id) == pb.ClientType.PULL_CONSUMER:
             assignments = self._pull_assignments(client_id, request.group.name, queues)
@@ -199,9 +207,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             sub.fifo = group.fifo
             sub.receive_batch_size = PUSH_RECEIVE_BATCH_SIZE
             sub.long_polling_timeout.FromMilliseconds(PUSH_LONG_POLLING_MS)
-            settings.backoff_policy.max_attempts = group.max_delivery_attempts
-            for seconds in RETRY_BACKOFF_S:
-                settings.backoff_policy.customized_backoff.next.add(seconds=seconds)
+            _consumer_backoff(settings.backoff_policy, group.max_delivery_attempts, theirs.user_agent.language)
         return settings
 
     # -- producing ---------------------------------------------------------------------------------------
@@ -238,8 +244,9 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
 
     @unary(svc.RecallMessageResponse)
     async def RecallMessage(self, request, context):
-        message_id = await self.writes.recall(request.topic.name, request.recall_handle)
-        return svc.RecallMessageResponse(status=ok_status(), message_id=message_id)
+        result = await self.writes.recall(request.topic.name, request.recall_handle)
+        answer = recall_answer(result.delayed, result.again, result.had_it)
+        return svc.RecallMessageResponse(status=pb.Status(code=Code.OK, message=answer), message_id=result.message_id)
 
     # -- pop consumption ----------------------------------------------------------------------------------
     async def ReceiveMessage(self, request, context):
@@ -275,7 +282,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         if remaining is not None:
             polling_ms = max(0, min(polling_ms, int((remaining - DEADLINE_MARGIN_S) * 1000)))
         return await self.consume.receive(group, topic, request.filter_expression, request.batch_size or 1,
-                                         invisible_ms, polling_ms)
+                                         invisible_ms, polling_ms, request.attempt_id)
 
     @unary(svc.AckMessageResponse)
     async def AckMessage(self, request, context):
@@ -355,6 +362,46 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         queue = request.message_queue
         offset = self.consume.query_offset(queue.topic.name, queue.id, request.query_offset_policy, request.timestamp)
         return svc.QueryOffsetResponse(status=ok_status(), offset=offset)
+
+
+class FastConsumeService(cpb_grpc.FastConsumeServicer):
+    """rocketraft's batched read (rocketraft/proto/consume.proto): PullMessage's answer in one unary response of
+    stored messages, for rocketraft's own PullConsumer."""
+
+    def __init__(self, consume: Consume, traffic: Traffic | None = None):
+        self.consume = consume
+        self.traffic = traffic
+
+    async def PullBatch(self, request, context):
+        started = time.perf_counter()
+        try:
+            response = await self._pull_batch(request, context)
+        except asyncio.CancelledError:
+            raise
+        except OffsetMovedError as exc:  # as PullMessage: ILLEGAL_OFFSET, and where to resume
+            status = _status_of(exc)
+            response = cpb.PullBatchResponse(code=status.code, message=status.message, next_offset=exc.next_offset)
+        except Exception as exc:  # noqa: BLE001 - every failure is answered with a status
+            status = _status_of(exc)
+            response = cpb.PullBatchResponse(code=status.code, message=status.message)
+        if self.traffic is not None:
+            self.traffic.count_call("PullBatch", response.code, time.perf_counter() - started)
+        return response
+
+    async def _pull_batch(self, request, context) -> cpb.PullBatchResponse:
+        polling_ms = request.long_polling_timeout_ms
+        remaining = context.time_remaining()
+        if remaining is not None:
+            polling_ms = max(0, min(polling_ms, int((remaining - DEADLINE_MARGIN_S) * 1000)))
+        expression = pb.FilterExpression(type=request.filter_type, expression=request.filter_expression)
+        found, next_offset = await self.consume.pull_stored(request.topic, request.queue_id, request.offset,
+                                                            request.batch_size, expression, polling_ms, request.group)
+        response = cpb.PullBatchResponse(code=Code.OK if found else Code.MESSAGE_NOT_FOUND,
+                                         message="OK" if found else "no new message", next_offset=next_offset)
+        response.messages.extend(raw for _, _, raw in found)
+        response.queue_offsets.extend(at for at, _, _ in found)
+        response.store_times_ms.extend(cq.store_ms for _, cq, _ in found)
+        return response
 
 
 class BrokerAdminService(ipb_grpc.BrokerAdminServicer):
@@ -439,6 +486,27 @@ class BrokerAdminService(ipb_grpc.BrokerAdminServicer):
         verb = "added" if kind == "add" else "removed"
         return ipb.MembershipChangeResponse(code=Code.OK, message=f"{request.replica} {verb} at index {index}",
                                             index=index, members=members, master=master)
+
+
+# SDKs whose push consumer reads only an exponential backoff from its settings: rocketmq-client-nodejs 1.0.8
+# ignores a customized one and is left without a retry policy, so its FIFO consumer dead-letters a message at the
+# first failure (max attempts 1) and its concurrent consumer retries at once.
+EXPONENTIAL_BACKOFF_ONLY_LANGUAGES = frozenset({pb.Language.NODE_JS})
+
+
+def _consumer_backoff(policy: pb.RetryPolicy, max_attempts: int, language: int) -> None:
+    """A consumer group's redelivery policy as a client's settings carry it: RocketMQ's retry levels (customized
+    backoff), or for the SDKs that read only an exponential backoff the same range doubling from its first
+    level."""
+    policy.max_attempts = max_attempts
+    if language in EXPONENTIAL_BACKOFF_ONLY_LANGUAGES:
+        backoff = policy.exponential_backoff
+        backoff.initial.FromSeconds(RETRY_BACKOFF_S[0])
+        backoff.max.FromSeconds(RETRY_BACKOFF_S[-1])
+        backoff.multiplier = RETRY_BACKOFF_MULTIPLIER
+        return
+    for seconds in RETRY_BACKOFF_S:
+        policy.customized_backoff.next.add(seconds=seconds)
 
 
 def _group_assignments(route: list[pb.MessageQueue]) -> list[pb.Assignment]:

@@ -29,7 +29,7 @@ from rocketraft.protocol.names import dlq_topic
 from rocketraft.protocol.rules import MessageFilter, message_filter
 from rocketraft.protocol.wire import Code, ipb, pb
 
-from . import auth_store, expiry
+from . import attempts, auth_store, expiry
 from . import tables as t
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,7 @@ class SendResult(NamedTuple):
     queue: int
     offset: int  # t.NO_OFFSET while delayed or half
     deduplicated: bool
+    recall_token: bytes = b""  # deduplicated: the stored copy's token (its recall handle is the first one's)
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,14 @@ class Popped:
     attempt: int
     handle: str
     deadline_ms: int
+
+
+@dataclass(frozen=True)
+class RecallResult:
+    message_id: str
+    delayed: bool                 # a delay message taken off its timer (no group could have had it)
+    had_it: tuple[str, ...]       # consumer groups that had received (or pulled past) it before the recall
+    again: bool                   # it was recalled already: nothing changed
 
 
 @dataclass(frozen=True)
@@ -278,8 +287,9 @@ class BrokerStateMachine:
         message index entry, in this one apply."""
         txn.delete(name.encode(), db=self.db[t.TOPICS])
         prefix = name.encode() + t.SEP
-        for table in (t.QMAX, t.CQ, t.MSGID, t.KEYS):
+        for table in (t.QMAX, t.CQ, t.MSGID, t.KEYS, t.RECALLED):
             _delete_prefix(txn, self.db[table], prefix)
+        attempts.purge_topic(self, name, txn)
         for table in (t.OFFSETS, t.POPPED, t.INFLIGHT):
             _delete_matching(txn, self.db[table], lambda key: t.topic_of_group_key(key) == name)
         _delete_matching(txn, self.db[t.HALF], lambda key: self._topic_of_send(txn, *t.position_of(key)) == name)
@@ -340,7 +350,8 @@ class BrokerStateMachine:
         seen = txn.get(id_key, db=self._msgid_db)
         if seen is not None:
             known = t.msgid_entry(seen)
-            return SendResult(known.queue, known.offset, True)
+            stored = self.stored_send(txn, known.index, known.slot)
+            return SendResult(known.queue, known.offset, True, stored.recall_token if stored is not None else b"")
         if keys:
             refused = self._index_keys(topic, message_id, keys, index, slot, txn)
             if refused is not None:
@@ -448,19 +459,62 @@ class BrokerStateMachine:
         return len(due)
 
     def _recall(self, command: spb.RecallCommand, txn):
-        raw = self._msgid_of(command.topic, command.message_id, txn)
-        if raw is None:
-            return ApplyError(Code.NOT_FOUND, f"no message {command.message_id} in topic {command.topic}")
+        """Recall a message no consumer group should get any more: a pending delay message leaves its timer; a
+        message in its queue gets a tombstone (table recalled) that every pop and pull skips from now on, the
+        groups' redeliveries included. Answers which groups had it already (docs/client.md, "Recall")."""
+        topic, message_id = command.topic, command.message_id
+        raw = self._msgid_of(topic, message_id, txn)
+        send = None if raw is None else self.stored_send(txn, *t.msgid_entry(raw)[:2])
+        if send is None:
+            return ApplyError(Code.NOT_FOUND, f"no message {message_id} in topic {topic} on this broker group (never "
+                              "stored here, or deleted by retention)")
+        if send.recall_token != command.token:
+            return ApplyError(Code.FORBIDDEN, f"the recall handle does not match message {message_id} of topic "
+                              f"{topic}: only the recall_handle SendMessage returned for it can recall it")
         entry = t.msgid_entry(raw)
-        if entry.offset != t.NO_OFFSET:
-            return ApplyError(Code.BAD_REQUEST, f"message {command.message_id} was already delivered to "
-                              f"queue {entry.queue} at offset {entry.offset}; it can no longer be recalled")
-        send = self.stored_send(txn, entry.index, entry.slot)
-        if send is None or not txn.delete(t.timer_key(send.deliver_at_ms, entry.index, entry.slot),
-                                           db=self.db[t.TIMER]):
-            return ApplyError(Code.BAD_REQUEST, f"message {command.message_id} is not a pending delayed message")
-        txn.delete(t.ref_key(entry.index, entry.slot, t.REF_TIMER), db=self.db[t.REFS])
-        return None
+        if entry.offset == t.NO_OFFSET:
+            return self._recall_unqueued(send, entry, message_id, txn)
+        cq_key = t.cq_key(topic, entry.queue, entry.offset)
+        if txn.get(cq_key, db=self._cq_db) is None:
+            return ApplyError(Code.NOT_FOUND, f"message {message_id} of topic {topic} was deleted by retention")
+        had_it = self._groups_past(topic, entry.queue, entry.offset, txn)
+        again = not txn.put(cq_key, t.u64(command.now_ms), db=self.db[t.RECALLED], overwrite=False)
+        self._touched.add(topic)
+        return RecallResult(message_id, False, had_it, again)
+
+    def _recall_unqueued(self, send: spb.SendCommand, entry: t.MsgIdEntry, message_id: str, txn):
+        """A message not in its queue: a pending delay message (its timer entry goes), one recalled already, or a
+        transactional half message (refused: its producer rolls it back)."""
+        if send.half:
+            pending = txn.get(t.position_key(entry.index, entry.slot), db=self.db[t.HALF]) is not None
+            what = "awaits its transaction's outcome: roll the transaction back instead" if pending else \
+                "was rolled back: no consumer gets it"
+            return ApplyError(Code.BAD_REQUEST, f"message {message_id} is a transactional half message that {what}")
+        if txn.delete(t.timer_key(send.deliver_at_ms, entry.index, entry.slot), db=self.db[t.TIMER]):
+            txn.delete(t.ref_key(entry.index, entry.slot, t.REF_TIMER), db=self.db[t.REFS])
+            return RecallResult(message_id, True, (), False)
+        return RecallResult(message_id, True, (), True)  # recalled before (or dropped by forced cleanup)
+
+    def _groups_past(self, topic: str, queue: int, offset: int, txn) -> tuple[str, ...]:
+        """Consumer groups that had the message at `offset`: a pop group whose pop cursor is past it (delivered at
+        least once), or a group with no pop cursor whose committed offset is past it (pulled and committed). One
+        scan of the popped and offsets tables (a recall is rare; the tables hold one row per group and queue)."""
+        tail = t.SEP + topic.encode() + t.SEP + t.queue_key(topic, queue)[-2:]
+        popped = {key[:-len(tail)].decode(): t.u64_of(v) for key, v in txn.cursor(db=self.db[t.POPPED])
+                  if key.endswith(tail)}
+        had = {group for group, cursor in popped.items() if cursor > offset}
+        for key, value in txn.cursor(db=self.db[t.OFFSETS]):
+            if key.endswith(tail):
+                group = key[:-len(tail)].decode()
+                if group not in popped and t.u64_of(value) > offset:
+                    had.add(group)
+        return tuple(sorted(had))
+
+    def recalled(self, txn, topic: str, queue: int, offset: int) -> bool:
+        return txn.get(t.cq_key(topic, queue, offset), db=self.db[t.RECALLED]) is not None
+
+    def any_recalled(self, txn) -> bool:
+        return txn.stat(self.db[t.RECALLED])["entries"] > 0
 
     # -- transactions ------------------------------------------------------------------------------------
     def _end_transaction(self, command: spb.EndTransactionCommand, txn):
@@ -510,14 +564,22 @@ class BrokerStateMachine:
             queues = [command.only_queue] if command.only_queue < queue_nums else []
         else:
             queues = [(command.start_queue + i) % queue_nums for i in range(queue_nums)]
+        if command.attempt_id:
+            replayed = attempts.replay(self, command, _popped, txn)
+            if replayed:
+                return replayed
         out: list[Popped] = []
+        skip_recalled = self.any_recalled(txn)
         for queue in queues:
             if len(out) >= command.batch_size:
                 break
-            self._pop_queue(command, queue, accept, index, out, txn)
+            self._pop_queue(command, queue, accept, index, out, skip_recalled, txn)
+        if command.attempt_id and out:
+            attempts.remember(self, command, index, out, txn)
         return out
 
-    def _pop_queue(self, command: spb.PopCommand, queue: int, accept, index: int, out: list, txn) -> None:
+    def _pop_queue(self, command: spb.PopCommand, queue: int, accept, index: int, out: list, skip_recalled: bool,
+                   txn) -> None:
         group, topic, now = command.group, command.topic, command.now_ms
         inflight = t.inflight_of_queue(txn, self.db[t.INFLIGHT], group, topic, queue)
         if command.fifo and t.fifo_locked(inflight, now):
@@ -527,8 +589,12 @@ class BrokerStateMachine:
                 break
             if state.deadline_ms > now:
                 continue
+            if skip_recalled and self.recalled(txn, topic, queue, offset):
+                txn.delete(t.inflight_key(group, topic, queue, offset), db=self.db[t.INFLIGHT])
+                continue  # recalled while in flight: never delivered again
             self._deliver(command, queue, offset, state.attempt + 1, index, out, txn)
-        if command.fifo and inflight:
+        if command.fifo and inflight and (not skip_recalled  # (recalled ones were dropped: look again)
+                                          or t.inflight_of_queue(txn, self.db[t.INFLIGHT], group, topic, queue)):
             self.advance_consumed(group, topic, queue, txn)
             return  # redelivered messages first; new ones once they are acknowledged
         popped_key = t.group_queue_key(group, topic, queue)
@@ -538,7 +604,8 @@ class BrokerStateMachine:
         scan_end = min(queue_end, next_offset + max(command.scan_offsets_max, command.batch_size))
         while next_offset < scan_end and len(out) < command.batch_size:
             raw_cq = txn.get(t.cq_key(topic, queue, next_offset), db=self.db[t.CQ])
-            if raw_cq is not None and (accept.takes_all or self._accepts(accept, t.cq_entry(raw_cq), txn)):
+            if raw_cq is not None and not (skip_recalled and self.recalled(txn, topic, queue, next_offset)) and \
+                    (accept.takes_all or self._accepts(accept, t.cq_entry(raw_cq), txn)):
                 self._deliver(command, queue, next_offset, 1, index, out, txn, raw_cq)
             next_offset += 1
         txn.put(popped_key, t.u64(next_offset), db=self.db[t.POPPED])
@@ -568,8 +635,7 @@ class BrokerStateMachine:
             return
         deadline = command.now_ms + command.invisible_ms
         txn.put(key, t.inflight_value(deadline, attempt, index), db=self.db[t.INFLIGHT])
-        out.append(Popped(topic, queue, offset, cq.index, cq.slot, attempt, t.receipt_handle(queue, offset, index),
-                          deadline))
+        out.append(_popped(topic, queue, offset, cq, t.Inflight(deadline, attempt, index), index))
 
     def _dead_letter(self, group: str, cq: t.CqEntry, now_ms: int, txn) -> None:
         topic = dlq_topic(group)
@@ -611,6 +677,11 @@ class BrokerStateMachine:
                 self._dead_letter(command.group, t.cq_entry(raw_cq), command.now_ms, txn)
         self.advance_consumed(command.group, command.topic, queue, txn)
         return HandleResult(command.receipt_handle)
+
+
+def _popped(topic: str, queue: int, offset: int, cq: t.CqEntry, state: t.Inflight, gen: int) -> Popped:
+    return Popped(topic, queue, offset, cq.index, cq.slot, state.attempt, t.receipt_handle(queue, offset, gen),
+                  state.deadline_ms)
 
 
 def _delete_prefix(txn, db, prefix: bytes) -> None:

@@ -22,6 +22,13 @@ committed read transactions. All integers are big-endian so keys sort by number.
                                                      below it; dledger may compact it away)
             "refs"                                -> "" (the refs table is complete: kept from the first entry
                                                      applied, or built once for a store written before it)
+  attempts  group 0 topic 0 attempt_id            -> expires_ms:u64 gen:u64 (queue:u16 offset:u64)*  (a pop that
+                                                     delivered messages, by the client's attempt id: a retry with
+                                                     the same id answers those of them still in flight under gen)
+  attempt_due group 0 expires_ms:u64 topic 0 attempt_id -> ""   (the group's attempts, oldest first)
+  attempt_n group                                 -> count:u32 (attempts the group has)
+  recalled  topic 0 queue:u16 offset:u64          -> recalled_ms:u64 (a recalled message: no pop or pull serves
+                                                     it any more; deleted with its consume-queue entry)
   users     username                              -> auth.v1.User (ACL 2.0: broker/auth_store.py)
   acls      subject ("User:<username>")           -> auth.v1.Acl
 
@@ -53,7 +60,12 @@ REFS = b"b_refs"
 RETAIN = b"b_retain"
 USERS = b"b_users"
 ACLS = b"b_acls"
-ALL = (TOPICS, GROUPS, QMAX, CQ, MSGID, KEYS, TIMER, HALF, OFFSETS, POPPED, INFLIGHT, REFS, RETAIN, USERS, ACLS)
+ATTEMPTS = b"b_attempts"
+ATTEMPT_DUE = b"b_attempt_due"
+ATTEMPT_N = b"b_attempt_n"
+RECALLED = b"b_recalled"
+ALL = (TOPICS, GROUPS, QMAX, CQ, MSGID, KEYS, TIMER, HALF, OFFSETS, POPPED, INFLIGHT, REFS, RETAIN, USERS, ACLS,
+       ATTEMPTS, ATTEMPT_DUE, ATTEMPT_N, RECALLED)
 RETAIN_FLOOR = b"floor"
 RETAIN_REFS_BUILT = b"refs"  # present: the refs table covers every entry (written at index 1, or built once)
 REF_TIMER = b"T"
@@ -72,6 +84,8 @@ _CQ_VALUE = struct.Struct(">QHQ")  # index, slot, store_ms; the tag follows
 _MSGID_VALUE = struct.Struct(">QHHQ")
 _TIMER = struct.Struct(">QQH")
 _INFLIGHT = struct.Struct(">QIQ")
+_ATTEMPT_HEAD = struct.Struct(">QQ")  # expires_ms, gen
+_U32 = struct.Struct(">I")
 
 
 def u64(n: int) -> bytes:
@@ -223,6 +237,50 @@ def inflight_of_queue(txn, inflight_db, group: str, topic: str, queue: int) -> l
 def fifo_locked(inflight: list[tuple[int, Inflight]], now_ms: int) -> bool:
     """For a FIFO group a queue is locked while one of its messages is invisible (being consumed)."""
     return any(state.deadline_ms > now_ms for _, state in inflight)
+
+
+# -- pop attempts (ReceiveMessageRequest.attempt_id) -----------------------------------------------------------
+def attempt_key(group: str, topic: str, attempt_id: str) -> bytes:
+    return group.encode() + SEP + topic.encode() + SEP + attempt_id.encode()
+
+
+def attempt_due_key(group: str, expires_ms: int, topic: str, attempt_id: str) -> bytes:
+    return group.encode() + SEP + _U64.pack(expires_ms) + topic.encode() + SEP + attempt_id.encode()
+
+
+def attempt_group_prefix(group: str) -> bytes:
+    return group.encode() + SEP
+
+
+def attempt_of_due_key(key: bytes) -> tuple[str, int, bytes]:
+    """(group, expires_ms, attempts-table key) of an attempt_due key."""
+    group, rest = key.split(SEP, 1)
+    return group.decode(), _U64.unpack_from(rest)[0], group + SEP + rest[8:]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    expires_ms: int
+    gen: int  # the Raft index of the pop that delivered them: their receipt handles' generation
+    queue_offsets: tuple[tuple[int, int], ...]
+
+
+def attempt_value(expires_ms: int, gen: int, queue_offsets: list[tuple[int, int]]) -> bytes:
+    return _ATTEMPT_HEAD.pack(expires_ms, gen) + b"".join(_QO.pack(q, o) for q, o in queue_offsets)
+
+
+def attempt_of(value: bytes) -> Attempt:
+    expires_ms, gen = _ATTEMPT_HEAD.unpack_from(value)
+    body = bytes(value[_ATTEMPT_HEAD.size:])
+    return Attempt(expires_ms, gen, tuple(_QO.iter_unpack(body)))
+
+
+def u32(n: int) -> bytes:
+    return _U32.pack(n)
+
+
+def u32_of(b: bytes) -> int:
+    return _U32.unpack(b)[0]
 
 
 # -- receipt handles ------------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ ENCODINGS = frozenset((ENCODING_UNSPECIFIED, IDENTITY, pb.Encoding.GZIP))
 
 topic_name = names.check_topic_name
 group_name = names.check_group_name
+message_id = rules.check_message_id
 
 TIMESTAMP_SECONDS_MAX = 253_402_300_799  # 9999-12-31T23:59:59Z, the end of protobuf's Timestamp range
 DECIMAL_DIGITS_MAX = 9  # a numeric property longer than this is out of every range (and int() has a limit)
@@ -117,9 +118,21 @@ def settings(theirs: pb.Settings) -> None:
 
 
 def invisible_ms(duration_ms: int, config: BrokerConfig) -> int:
-    if not config.invisibleTimeMillisMin <= duration_ms <= config.invisibleTimeMillisMax:
-        raise RocketraftError(f"invisible duration {duration_ms} ms: use {config.invisibleTimeMillisMin}.."
-                              f"{config.invisibleTimeMillisMax} ms", Code.ILLEGAL_INVISIBLE_TIME)
+    """A receive's invisible duration: invisibleTimeMillisMin..invisibleTimeMillisMax."""
+    return _invisible_in(duration_ms, config.invisibleTimeMillisMin, config.invisibleTimeMillisMax)
+
+
+def changed_invisible_ms(duration_ms: int, config: BrokerConfig) -> int:
+    """A ChangeInvisibleDuration's: 0..invisibleTimeMillisMax (0: due again at once). A push consumer's "consume
+    later" asks for its retry delay here: the official SDKs ask for less than a second (Node.js 1.0.8 for 0 ms
+    or a few ms), and RocketMQ's proxy accepts any duration from 0."""
+    return _invisible_in(duration_ms, 0, config.invisibleTimeMillisMax)
+
+
+def _invisible_in(duration_ms: int, low_ms: int, high_ms: int) -> int:
+    if not low_ms <= duration_ms <= high_ms:
+        raise RocketraftError(f"invisible duration {duration_ms} ms: use {low_ms}..{high_ms} ms",
+                              Code.ILLEGAL_INVISIBLE_TIME)
     return duration_ms
 
 
@@ -133,6 +146,13 @@ def polling_ms(duration_ms: int, config: BrokerConfig) -> int:
 def batch_size(n: int, config: BrokerConfig) -> int:
     if not 1 <= n <= config.receiveBatchSizeMax:
         raise BadRequestError(f"batch size {n}: use 1..{config.receiveBatchSizeMax}")
+    return n
+
+
+def pull_batch_size(n: int) -> int:
+    """Messages asked in one batched read (FastConsume.PullBatch)."""
+    if not 1 <= n <= limits.PULL_BATCH_MESSAGES_MAX:
+        raise BadRequestError(f"batch size {n}: use 1..{limits.PULL_BATCH_MESSAGES_MAX} (PullBatch)")
     return n
 
 
@@ -171,6 +191,11 @@ def receipt_handle(handle: str) -> str:
     except ValueError as exc:
         raise InvalidReceiptHandleError(f"{exc}; use the handle of the last delivery") from None
     return handle
+
+
+def attempt_id(value: str) -> str:
+    """ReceiveMessageRequest.attempt_id: none, or a short printable id (part of a table key on every replica)."""
+    return rules.check_attempt_id(value)
 
 
 def messages_in_request(count: int) -> int:

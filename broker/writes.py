@@ -1,29 +1,32 @@
 """Producing: SendMessage (each message validated, placed in a queue, its SendCommand encoded; the request
 committed as one batcher submission), delay levels and delivery times, transactions (half messages, their
-outcome, the master's check-back scan), recall of a delayed message, and the master's delivery of due ones."""
+outcome, the master's check-back scan), recall of a message not yet consumed, and the master's delivery of due
+ones."""
 
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import dataclass
 
 from rocketraft.proto import store_pb2 as spb
 from rocketraft.protocol.errors import BadRequestError, RocketraftError
-from rocketraft.protocol.limits import DELAY_LEVEL_PROPERTY, QUEUE_ID_PROPERTY
+from rocketraft.protocol.limits import DELAY_LEVEL_PROPERTY, QUEUE_ID_PROPERTY, RECALL_TOKEN_BYTES
 from rocketraft.protocol.routing import PERM_WRITE, message_group_slot
-from rocketraft.protocol.rules import body_crc32_hex
+from rocketraft.protocol.rules import body_md5_hex, parse_recall_handle, recall_handle
 from rocketraft.protocol.wire import Code, MessageType, ipb, pb
 
 from . import tables as t
 from . import validation
 from .core import Broker, now_ms
-from .statemachine import SendResult
+from .statemachine import RecallResult, SendResult
 from .topics import Topics
 from .traffic import Traffic
 
-DIGEST_CRC32 = pb.DigestType.CRC32  # a plain int: see validation.NORMAL
+DIGEST_MD5 = pb.DigestType.MD5  # a plain int: see validation.NORMAL
 DELIVER_DUE_MESSAGES_MAX = 1024  # delayed messages one DeliverDue command moves into their queues
 HALF_MESSAGES_SCAN_MAX = 1000  # half messages one transaction check-back round looks at
+TOKEN_COUNTER_BYTES = 4  # of a recall token: the message's place in its request (a request has at most 1,024)
 
 
 def set_timestamp_ms(timestamp, ms: int) -> None:
@@ -60,7 +63,11 @@ class Writes:
         now = now_ms()
         topics: dict[str, ipb.TopicConfig | Exception] = {}
         outcomes: list = [None] * len(messages)
-        payloads, accepted = [], []
+        payloads, accepted, tokens = [], [], []
+        # Recall tokens: random per request, then numbered per message (one os.urandom per request: 1-3 us each
+        # on this machine). The messages of one request are one caller's, so knowing one token of it gives nothing
+        # that caller did not get anyway.
+        token_base = os.urandom(RECALL_TOKEN_BYTES - TOKEN_COUNTER_BYTES)
         traffic = self.traffic
         facts: list[tuple[str, int, int]] = []  # (topic, message type, body bytes) of each accepted one, for traffic
         for i, message in enumerate(messages):
@@ -71,17 +78,19 @@ class Writes:
                     topic = topics[message.topic.name] = await self._topic_or_error(message.topic.name, deadline)
                 if isinstance(topic, Exception):
                     raise topic
-                payload, kind, body_bytes = self._send_command(message, kind, topic, now, producer_client_id)
+                token = token_base + i.to_bytes(TOKEN_COUNTER_BYTES, "big")
+                payload, kind, body_bytes = self._send_command(message, kind, topic, now, producer_client_id, token)
                 payloads.append(payload)
                 accepted.append(i)
+                tokens.append(token)
                 if traffic is not None:
                     facts.append((topic.name, kind, body_bytes))
             except Exception as exc:  # noqa: BLE001 - the message's own outcome
                 outcomes[i] = exc
         if payloads:
             results = await self.broker.submit(payloads, repeatable=True, deadline=deadline)
-            for i, result in zip(accepted, results, strict=True):
-                outcomes[i] = self._sent(messages[i], result)
+            for i, result, token in zip(accepted, results, tokens, strict=True):
+                outcomes[i] = self._sent(messages[i], result, token)
             if traffic is not None:
                 traffic.count_stored(facts, results)
         return outcomes
@@ -93,7 +102,7 @@ class Writes:
             return exc
 
     def _send_command(self, message: pb.Message, kind: int, topic: ipb.TopicConfig, now: int,
-                      producer_client_id: str) -> tuple[bytes, int, int]:
+                      producer_client_id: str, recall_token: bytes) -> tuple[bytes, int, int]:
         """Checks the message against its topic, the disk and the LMDB map, fills the broker's system properties,
         and encodes its SendCommand. Returns (the command, the message's type, its body's bytes)."""
         deliver_at = self._deliver_at_ms(message, kind, now)
@@ -109,8 +118,8 @@ class Writes:
         set_timestamp_ms(props.store_timestamp, now)
         props.store_host = self.config.advertised
         digest = props.body_digest
-        digest.type = DIGEST_CRC32
-        digest.checksum = body_crc32_hex(body)
+        digest.type = DIGEST_MD5
+        digest.checksum = body_md5_hex(body)
         queue = self._requested_queue(message, topic)
         if queue is None:
             queue = self._choose_queue(props.message_group, topic.queue_nums)
@@ -125,6 +134,7 @@ class Writes:
         send.producer_client_id = producer_client_id
         send.topic = topic.name
         send.message_id = props.message_id
+        send.recall_token = recall_token
         tag, keys = props.tag, props.keys
         if tag:
             send.tag = tag
@@ -132,15 +142,17 @@ class Writes:
             send.keys.extend(keys)
         return command.SerializeToString(), kind, len(body)
 
-    def _sent(self, message: pb.Message, result: SendResult | Exception) -> Sent | Exception:
+    def _sent(self, message: pb.Message, result: SendResult | Exception, token: bytes) -> Sent | Exception:
         if isinstance(result, Exception):
             return result
         props = message.system_properties
         sent = Sent(props.message_id, 0 if result.offset == t.NO_OFFSET else result.offset)
         if props.message_type == validation.TRANSACTION:
             sent.transaction_id = props.message_id
-        elif props.message_type == validation.DELAY:
-            sent.recall_handle = f"{self.config.brokerName}:{props.message_id}"
+        if result.deduplicated:  # a retry: the stored copy's handle (a copy stored before tokens has none)
+            token = result.recall_token
+        if token:
+            sent.recall_handle = recall_handle(self.config.brokerName, token, props.message_id)
         return sent
 
     def _deliver_at_ms(self, message: pb.Message, kind: int, now: int) -> int:
@@ -206,14 +218,17 @@ class Writes:
 
         return self.broker.read(read)
 
-    async def recall(self, topic: str, recall_handle: str) -> str:
-        group, sep, message_id = recall_handle.partition(":")
-        if not sep or group != self.config.brokerName or not message_id:
-            raise BadRequestError(f"recall handle {recall_handle!r} does not belong to broker group "
-                                  f"{self.config.brokerName}; use the handle the send returned")
+    async def recall(self, topic: str, handle: str) -> RecallResult:
+        """Recall a message no consumer group got yet (docs/client.md, "Recall"): pops and pulls of every group skip
+        it from now on; the result names the groups that had it already."""
         validation.topic_name(topic)
-        await self.broker.commit(spb.Command(recall=spb.RecallCommand(topic=topic, message_id=message_id)))
-        return message_id
+        parsed = parse_recall_handle(handle)
+        if parsed.group != self.config.brokerName:
+            raise BadRequestError(f"recall handle {handle[:80]!r} names broker group {parsed.group}, not "
+                                  f"{self.config.brokerName}; send RecallMessage to a NameServer, which forwards it")
+        validation.message_id(parsed.message_id)
+        return await self.broker.commit(spb.Command(recall=spb.RecallCommand(
+            topic=topic, message_id=parsed.message_id, token=parsed.token, now_ms=now_ms())))
 
     # -- delayed messages (the master's timer) -------------------------------------------------------------------
     def earliest_timer_ms(self) -> int | None:

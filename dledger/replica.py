@@ -162,6 +162,32 @@ def check_previous_shutdown(config: ReplicaConfig) -> bool:
     return untrusted
 
 
+class _DirectOutcome:
+    """An append's caller that takes its outcome as a callback (Replica.append's on_done) rather than a Future; it
+    answers the Future's two setters so every refusal path treats both alike."""
+
+    __slots__ = ("_on_done", "_done")
+
+    def __init__(self, on_done: Callable[[AppendResult | None, BaseException | None], None]):
+        self._on_done = on_done
+        self._done = False
+
+    def set_result(self, result) -> None:
+        self.deliver(result, None)
+
+    def set_exception(self, error: BaseException) -> None:
+        self.deliver(None, error)
+
+    def deliver(self, result, error: BaseException | None) -> None:
+        if self._done:
+            return
+        self._done = True
+        try:
+            self._on_done(result, error)
+        except Exception:  # noqa: BLE001 - a caller's callback must not stop the Raft thread
+            log.exception("an append's on_done callback failed")
+
+
 class Replica:
     def __init__(self, config: ReplicaConfig, state_machine: StateMachine | None = None):
         self.config = config
@@ -213,44 +239,53 @@ class Replica:
         return cls(config, state_machine)
 
     # -- writes ----------------------------------------------------------------------------------------
-    def append(self, payloads: list[bytes]) -> Future:
-        future: Future = Future()
+    def append(self, payloads: list[bytes],
+               on_done: Callable[[AppendResult | None, BaseException | None], None] | None = None) -> Future | None:
+        """Append one entry carrying payloads; a Future of its AppendResult (or its error), resolved on dledger's
+        completion thread. With `on_done`, no Future: on_done(result, None) or on_done(None, error) is called once,
+        on the Raft thread at the end of the tick that found the outcome (after that tick's status is published; one
+        thread hand-off less per append), or on the caller's thread for an append refused at once. It must be cheap,
+        must not block and must not raise (an event loop's call_soon_threadsafe is what it is for)."""
+        future = Future() if on_done is None else _DirectOutcome(on_done)
+        self._append(payloads, future)
+        return future if on_done is None else None
+
+    def _append(self, payloads: list[bytes], future) -> None:
         if not payloads:
             future.set_exception(ValueError("append needs at least one payload"))
-            return future
+            return
         size = encoded_size(payloads)
         if size > self.config.entry_bytes_max:
             future.set_exception(EntryTooLargeError(
                 f"entry of {size} bytes exceeds entry_bytes_max={self.config.entry_bytes_max}; "
                 "split the batch or raise the limit on every replica"))
-            return future
+            return
         now = time.monotonic()
         with self._pending_lock:  # close() and a replica failure take the same lock: nothing slips past them
             if self._closed:
                 future.set_exception(ReplicaClosedError("replica is closed; open it again to append"))
-                return future
+                return
             if self._engine.failure is not None:
                 future.set_exception(ReplicaClosedError(
                     f"replica stopped after an error ({self._engine.failure!r}); see its log, fix the cause, "
                     "reopen", cause=self._engine.failure))
-                return future
+                return
             handing_to = self._engine.transfer_target
             if handing_to is not None:
                 future.set_exception(NotLeaderError(
                     f"not appended: leadership is being handed to {handing_to}; retry on the new leader",
                     handing_to, self._status.members.get(handing_to)))
-                return future
+                return
             if len(self._pending) >= self.config.append_queue_max:
                 future.set_exception(AppendQueueFullError(
                     f"{len(self._pending)} appends already waiting (append_queue_max="
                     f"{self.config.append_queue_max}); back off and retry"))
-                return future
+                return
             request_id = next(self._ids)
             deadline = now + self.config.append_timeout_ms / 1000
             self._pending[request_id] = (future, deadline)
             heapq.heappush(self._deadlines, (deadline, request_id))
         self._engine.submit(encode_batch(payloads), lambda res, reason: self._on_result(request_id, res, reason))
-        return future
 
     def _on_result(self, request_id: int, result, reason: int) -> None:
         with self._pending_lock:
@@ -266,7 +301,7 @@ class Replica:
         if self._engine.on_tick_thread():
             self._tick_outcomes.append(outcome)  # handed over at tick end (_after_tick), after the status
         else:
-            self._completions.put(outcome)
+            self._deliver(outcome)
 
     def set_append_admission(
             self, admission: Callable[[Callable[[], list[bytes]]], tuple[str, str] | None] | None) -> None:
@@ -481,7 +516,7 @@ class Replica:
         with self._pending_lock:
             pending, self._pending = self._pending, {}
         for future, _deadline in pending.values():
-            self._completions.put((future, None, OutcomeUnknownError("replica closed before the outcome was known")))
+            self._deliver((future, None, OutcomeUnknownError("replica closed before the outcome was known")))
         self._completions.put(None)
         self._completer.join(5)
         self.store.close()
@@ -566,6 +601,14 @@ class Replica:
     def _hand_over_outcomes(self) -> None:
         outcomes, self._tick_outcomes = self._tick_outcomes, []
         for outcome in outcomes:
+            self._deliver(outcome)
+
+    def _deliver(self, outcome: tuple) -> None:
+        """An append's outcome to its caller: a direct callback at once, a Future through the completion thread."""
+        target, result, error = outcome
+        if isinstance(target, _DirectOutcome):
+            target.deliver(result, error)
+        else:
             self._completions.put(outcome)
 
     def _on_engine_failure(self, exc: BaseException) -> None:
@@ -575,7 +618,7 @@ class Replica:
         with self._pending_lock:
             pending, self._pending = self._pending, {}
         for future, _deadline in pending.values():
-            self._completions.put((future, None, OutcomeUnknownError(f"replica stopped after an error: {exc!r}")))
+            self._deliver((future, None, OutcomeUnknownError(f"replica stopped after an error: {exc!r}")))
 
     def _expire_pending(self) -> None:
         now = time.monotonic()
@@ -589,7 +632,7 @@ class Replica:
                 if entry is not None:
                     expired.append(entry[0])
         for future in expired:
-            self._completions.put((future, None, OutcomeUnknownError(
+            self._deliver((future, None, OutcomeUnknownError(
                 f"no outcome within append_timeout_ms={self.config.append_timeout_ms}; the entry may still commit")))
 
     def _complete_loop(self) -> None:

@@ -33,7 +33,7 @@ from rocketraft.protocol.errors import (
 )
 from rocketraft.protocol.names import check_topic_name
 from rocketraft.protocol.namespaced import namespaced
-from rocketraft.protocol.routing import PERM_READ_WRITE, needs_scheme_in_host
+from rocketraft.protocol.routing import PERM_READ_WRITE, language_of, needs_scheme_in_host
 from rocketraft.protocol.serving import add_service, new_server
 from rocketraft.protocol.wire import (
     ALL_MESSAGE_TYPES,
@@ -359,7 +359,7 @@ class NameServer:
         group, sep, opaque = request.recall_handle.partition(RECALL_HANDLE_SEPARATOR)
         if not sep or not group or not opaque:
             raise BadRequestError(f"recall handle {request.recall_handle!r} is not <group>:<opaque>; pass the "
-                                  f"recall_handle that SendMessage returned for the delay message")
+                                  f"recall_handle that SendMessage returned for the message")
         now = self.clock_ms()
         master = self.registry.master_of(group, now)
         if master is None:
@@ -441,14 +441,6 @@ def _names(names: set[str]) -> str:
     return ",".join(shown) + (f",... ({more} more)" if more else "")
 
 
-def _language_of(context) -> str:
-    """The client's x-mq-language header ("" without one): which official SDK is asking."""
-    for key, value in context.invocation_metadata() or ():
-        if key == "x-mq-language":
-            return value if isinstance(value, str) else value.decode(errors="replace")
-    return ""
-
-
 def _error_status(method: str, exc: Exception) -> pb.Status:
     if isinstance(exc, RocketraftError):
         log.debug("%s answered %d: %s", method, exc.code, exc.message)
@@ -465,8 +457,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
 
     async def QueryRoute(self, request: svc.QueryRouteRequest, context) -> svc.QueryRouteResponse:
         try:
-            queues = await self._ns.query_route(request.topic.name,
-                                                scheme_in_host=needs_scheme_in_host(_language_of(context)))
+            language = language_of(context.invocation_metadata())
+            queues = await self._ns.query_route(request.topic.name, scheme_in_host=needs_scheme_in_host(language))
         except Exception as e:
             return svc.QueryRouteResponse(status=_error_status("QueryRoute", e))
         log.debug("QueryRoute %s: %d queues", request.topic.name, len(queues))

@@ -46,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     cli_client.add_send_arguments(send_parser)
     send_parser.set_defaults(run=cli_client.run_send)
+    recall_parser = sub.add_parser("recall", help="recall a sent message no consumer group got yet",
+                                   description=cli_client.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    cli_client.add_recall_arguments(recall_parser)
+    recall_parser.set_defaults(run=cli_client.run_recall)
     consume_parser = sub.add_parser("consume", help="consume (and acknowledge) messages",
                                     description=cli_client.__doc__,
                                     formatter_class=argparse.RawDescriptionHelpFormatter)

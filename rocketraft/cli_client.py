@@ -1,7 +1,8 @@
-"""`rocketraft send` and `rocketraft consume`: quick use of a cluster from the shell, with a progress display
-on long runs.
+"""`rocketraft send`, `rocketraft recall` and `rocketraft consume`: quick use of a cluster from the shell, with a
+progress display on long runs.
 
-    rocketraft send -t orders --body 'hello' --tag TagA --keys k1
+    rocketraft send -t orders --body 'hello' --tag TagA --keys k1      # prints SEND_OK ... recall <handle>
+    rocketraft recall -t orders broker-a:5f0c...:01AB...                # no group that has not got it will
     rocketraft send -t orders --count 100000 --size 1024 --concurrency 512
     rocketraft consume -t orders -g billing --tag 'TagA || TagB' --count 10 --print
 """
@@ -89,7 +90,8 @@ async def _send(args, console: Console) -> int:
                     else:
                         latencies.append(time.perf_counter() - started)
                         if args.count == 1:
-                            print(f"SEND_OK {receipt.message_id} {receipt.queue} offset {receipt.offset}")
+                            print(f"SEND_OK {receipt.message_id} {receipt.queue} offset {receipt.offset} "
+                                  f"recall {receipt.recall_handle}")
                     progress.advance(task)
 
             began = time.perf_counter()
@@ -117,6 +119,31 @@ def _summary(console: Console, count: int, size: int, latencies: list[float], fa
                       highlight=False)
     if failures:
         console.print(f"[red]{len(failures)} failed[/red]; first: {escape(failures[0])}", highlight=False)
+
+
+def add_recall_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-n", "--namesrvAddr", default="127.0.0.1:9876")
+    parser.add_argument("-t", "--topic", required=True)
+    parser.add_argument("recall_handle", help="the recall handle `rocketraft send` printed (SendReceipt.recall_handle)")
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds to get an answer (a recall is idempotent)")
+    cli_tls.add_arguments(parser)
+
+
+def run_recall(args: argparse.Namespace) -> int:
+    """Prints RECALLED <message id> and the broker's answer (which consumer groups had the message already)."""
+    console = Console(stderr=True)
+    try:
+        result = asyncio.run(_recall(args))
+    except RocketraftError as exc:
+        console.print(f"[red]error ({exc.code}):[/red] {exc.message}", highlight=False)
+        return 1
+    print(f"RECALLED {result.message_id}: {result.answer}")
+    return 0
+
+
+async def _recall(args):
+    async with Producer(config=cli_tls.client_config(args)) as producer:
+        return await producer.recall(args.recall_handle, args.topic, timeout_s=args.timeout)
 
 
 def run_consume(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ import rocketraft
 from devkit.devcluster import DevCluster
 from devkit.waiting import wait_until
 from rocketraft.proto import auth_pb2 as apb
-from rocketraft.protocol.wire import ipb, svc
+from rocketraft.protocol.wire import cpb, ipb, svc
 
 from . import templates
 from .calls import Verdict, call
@@ -29,6 +29,7 @@ V2 = svc.DESCRIPTOR.services_by_name["MessagingService"]
 BROKER_ADMIN = ipb.DESCRIPTOR.services_by_name["BrokerAdmin"]
 NAME_SERVER = ipb.DESCRIPTOR.services_by_name["NameServer"]
 BROKER_AUTH = apb.DESCRIPTOR.services_by_name["BrokerAuth"]
+FAST_CONSUME = cpb.DESCRIPTOR.services_by_name["FastConsume"]
 TRACEBACK_MARKS = ("Traceback (most recent call last)", "Exception calling application", "Exception iterating")
 # A mark counts where a traceback or grpc's log record of one begins: at the start of a line, or as the whole
 # message of a log record ("<date> <time> <LEVEL> [<node>] <logger>: <mark>"), never inside a message, where a
@@ -111,11 +112,11 @@ class Fuzzer:
         master = self.cluster.wait_master()
         follower = next(i for i in self.cluster.ids if i != master)
         v2, admin, ns = templates.v2(self.names), templates.broker_admin(self.names), templates.name_server(self.names)
+        fast = templates.fast_consume(self.names)
+        broker = ((V2, v2), (BROKER_ADMIN, admin), (BROKER_AUTH, {}), (FAST_CONSUME, fast))
         return [Server("namesrv", self.cluster.namesrv_address, ((V2, v2), (NAME_SERVER, ns))),
-                Server(f"master {master}", self.cluster.address_of[master],
-                       ((V2, v2), (BROKER_ADMIN, admin), (BROKER_AUTH, {}))),
-                Server(f"follower {follower}", self.cluster.address_of[follower],
-                       ((V2, v2), (BROKER_ADMIN, admin), (BROKER_AUTH, {})))]
+                Server(f"master {master}", self.cluster.address_of[master], broker),
+                Server(f"follower {follower}", self.cluster.address_of[follower], broker)]
 
     def run(self) -> list[RpcResult]:
         self._prepare(self.names.topic, self.names.group)

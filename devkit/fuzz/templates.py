@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
-from rocketraft.protocol.wire import ipb, pb, svc
+from rocketraft.protocol.wire import cpb, ipb, pb, svc
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,11 @@ def v2(names: Names) -> dict[str, Message]:
         "RecallMessage": svc.RecallMessageRequest(topic=topic, recall_handle="fuzz-recall"),
         "SyncLiteSubscription": svc.SyncLiteSubscriptionRequest(),
     }
+
+
+def fast_consume(names: Names) -> dict[str, Message]:
+    return {"PullBatch": cpb.PullBatchRequest(group=names.group, topic=names.topic, queue_id=0, offset=0,
+                                              batch_size=16, filter_expression="*")}
 
 
 def broker_admin(names: Names) -> dict[str, Message]:

@@ -31,6 +31,8 @@ from rocketraft.protocol.wire import Code, ipb, pb, svc
 from .base import AsyncClient
 from .config import ClientConfig
 from .message import Message, ReceivedMessage, from_pb
+from .recall import RecallResult
+from .recall import recall as recall_message
 from .routes import TopicRoute
 from .transport import rpc_error
 
@@ -475,15 +477,11 @@ class Admin(AsyncClient):
         async with Producer(config=self.config) as producer:
             return (await producer.send(copy)).message_id
 
-    async def recall_message(self, topic: str, recall_handle: str) -> str:
-        """Recall a delay message that is not yet due (RocketMQ 5.3's RecallMessage), with the recall handle its
-        send returned; the NameServer forwards it to the master of the group the handle names."""
-        self._topic(topic)
-        request = svc.RecallMessageRequest(topic=pb.Resource(name=topic), recall_handle=recall_handle)
-        response = await self._namesrv_call(f"recall in {topic}", lambda stub: stub.RecallMessage(
-            request, timeout=ADMIN_TIMEOUT_S), messaging=True)
-        _check(response.status.code, response.status.message)
-        return response.message_id
+    async def recall_message(self, topic: str, recall_handle: str) -> RecallResult:
+        """Recall a message with the recall handle its send returned (RocketMQ 5.3's RecallMessage, for any message
+        here: docs/client.md, "Recall"); the NameServer forwards it to the master of the group the handle names.
+        The result names the consumer groups that had received it already."""
+        return await recall_message(self.transport, list(self.config.namesrv), topic, recall_handle, ADMIN_TIMEOUT_S)
 
 
 def _merge_groups(answered: list[tuple[str, str, ipb.ListGroupsResponse]]) -> list[ConsumerGroupInfo]:

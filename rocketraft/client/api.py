@@ -18,6 +18,7 @@ class Producer(Blocking):
     send = blocking("send", "Send and wait for the acknowledgement; returns a SendReceipt.")
     send_batch = blocking("send_batch", "Send many messages with the least work per message; one receipt each.")
     flush = blocking("flush", "Wait for every send_async / send_oneway started so far.")
+    recall = blocking("recall", "Recall a sent message no consumer group got yet; returns a RecallResult.")
 
     def stats(self) -> dict:
         """Per broker address written to: SendMessage requests and messages sent."""

@@ -15,12 +15,13 @@ import asyncio
 import enum
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import grpc
 
-from rocketraft.protocol import limits, rules, sql92
+from rocketraft.protocol import limits, names, rules, sql92
 from rocketraft.protocol.errors import (
     BadRequestError,
     BrokerUnreachableError,
@@ -34,7 +35,7 @@ from rocketraft.protocol.errors import (
     from_status,
 )
 from rocketraft.protocol.names import check_group_name, check_topic_name
-from rocketraft.protocol.wire import Code, pb, svc
+from rocketraft.protocol.wire import Code, as_delivered, cpb, pb, svc
 
 from .base import AsyncClient
 from .config import ClientConfig
@@ -112,9 +113,14 @@ def check_consume_from(value: str) -> str:
     return value
 
 
+def filter_parts(expression: str) -> tuple[int, str]:
+    """(apache.rocketmq.v2.FilterType, expression) of a subscription expression."""
+    return (pb.FilterType.SQL if isinstance(expression, Sql92) else pb.FilterType.TAG), str(expression)
+
+
 def filter_of(expression: str) -> pb.FilterExpression:
-    kind = pb.FilterType.SQL if isinstance(expression, Sql92) else pb.FilterType.TAG
-    return pb.FilterExpression(type=kind, expression=expression)
+    kind, text = filter_parts(expression)
+    return pb.FilterExpression(type=kind, expression=text)
 
 
 def queue_pb(queue: QueueRef) -> pb.MessageQueue:
@@ -129,6 +135,24 @@ def retryable(exc: BaseException) -> bool:
     return isinstance(exc, _RETRYABLE)
 
 
+class ReceiveAttempts:
+    """The attempt id (ReceiveMessageRequest.attempt_id) of each (topic, broker group)'s next receive. A receive
+    that got messages used its id up; one that failed (its answer may have been lost: the pop may have committed) or
+    got nothing leaves its id for the next receive of the same pair, so a lost answer is given again at once by any
+    replica instead of its messages staying invisible (a FIFO queue locked) for the whole invisible duration. A
+    receive running while another of the same pair is in flight gets an id of its own: two receives must never
+    share an answer."""
+
+    def __init__(self) -> None:
+        self._open: dict[tuple[str, str], str] = {}  # at most one per (topic, broker group) subscribed
+
+    def take(self, key: tuple[str, str]) -> str:
+        return self._open.pop(key, None) or uuid.uuid4().hex
+
+    def keep(self, key: tuple[str, str], attempt_id: str) -> None:
+        self._open.setdefault(key, attempt_id)
+
+
 class ConsumerBase(AsyncClient):
     """A consumer of one group: its subscriptions, its settings, and the consumer RPCs."""
 
@@ -136,6 +160,8 @@ class ConsumerBase(AsyncClient):
         super().__init__(config or ClientConfig(namesrv=namesrv), check_group_name(group))
         self.subscriptions = subscriptions  # topic -> normalized tag expression (may be empty: manual assign)
         self.broker_settings: pb.Settings | None = None  # the brokers' answer to our settings, after start
+        self._no_pull_batch: set[str] = set()  # brokers that answered PullBatch with UNIMPLEMENTED
+        self.attempts = ReceiveAttempts()
 
     # -- start: routes and the brokers' verdict on our subscriptions ----------------------------------------
     def settings(self) -> pb.Settings:
@@ -236,9 +262,13 @@ class ConsumerBase(AsyncClient):
     # -- pop consumption -------------------------------------------------------------------------------------
     async def receive_from(self, topic: str, broker: str, batch_size: int, invisible_s: float,
                            polling_s: float) -> list[ReceivedMessage]:
-        """Pop up to batch_size messages from every queue of `topic` on broker group `broker`."""
+        """Pop up to batch_size messages from every queue of `topic` on broker group `broker`. A receive whose
+        answer was lost is retried (on the group's next replica now, or by the next receive of the pair) with the
+        same attempt id, so the broker answers the messages it popped for it (ReceiveAttempts)."""
+        key = (topic, broker)
+        attempt_id = self.attempts.take(key)
         request = svc.ReceiveMessageRequest(
-            group=pb.Resource(name=self.group), batch_size=batch_size, auto_renew=False,
+            group=pb.Resource(name=self.group), batch_size=batch_size, auto_renew=False, attempt_id=attempt_id,
             message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), broker=pb.Broker(name=broker)),
             filter_expression=filter_of(self.subscriptions.get(topic, "*")))
         request.invisible_duration.FromMilliseconds(duration_ms(invisible_s))
@@ -267,7 +297,14 @@ class ConsumerBase(AsyncClient):
                 raise rpc_error(exc, address, what) from None
             return messages
 
-        return await self.on_replicas(topic, broker, what, call, self.config.request_timeout_s, rounds_max=1)
+        try:
+            messages = await self.on_replicas(topic, broker, what, call, self.config.request_timeout_s, rounds_max=1)
+        except BaseException:
+            self.attempts.keep(key, attempt_id)
+            raise
+        if not messages:
+            self.attempts.keep(key, attempt_id)
+        return messages
 
     async def handle_call(self, message: ReceivedMessage, what: str, method: str, make_request,
                           budget_s: float = HANDLE_RETRY_S_MAX):
@@ -336,41 +373,85 @@ class ConsumerBase(AsyncClient):
     # -- offset-based consumption ---------------------------------------------------------------------------------
     async def pull_queue(self, queue: QueueRef, offset: int, batch_size: int, expression: str,
                          polling_s: float) -> tuple[list[ReceivedMessage], int]:
-        """(messages, next offset) from the queue's master, or a follower when the master fails."""
-        request = svc.PullMessageRequest(group=pb.Resource(name=self.group), message_queue=queue_pb(queue),
-                                         offset=offset, batch_size=batch_size, filter_expression=filter_of(expression))
-        request.long_polling_timeout.FromMilliseconds(duration_ms(polling_s))
+        """(messages, next offset) from the queue's master, or a follower when the master fails: up to batch_size
+        (PULL_BATCH_MESSAGES_MAX) through rocketraft's batched read, or RECEIVE_BATCH_MAX through the v2 PullMessage
+        where a broker does not offer the batched read."""
         what = f"pull of {queue}@{offset}"
 
         async def call(address: str) -> tuple[list[ReceivedMessage], int]:
-            messages, next_offset = [], offset
-            stream = self.transport.messaging(address).PullMessage(
-                request, metadata=self.transport.metadata, timeout=polling_s + self.config.request_timeout_s)
-            try:
-                moved = None
-                async for response in stream:
-                    kind = response.WhichOneof("content")
-                    if kind == "status" and response.status.code == Code.ILLEGAL_OFFSET:
-                        moved = response.status  # retention deleted it; next_offset follows (RocketMQ 5's proxy)
-                    elif kind == "status" and response.status.code not in (Code.OK, Code.MESSAGE_NOT_FOUND):
-                        raise from_status(response.status)
-                    if kind == "message":
-                        rules.check_body_digest(response.message)  # a pull consumer must not skip it: raise
-                        messages.append(from_pb(response.message, queue.broker, address))
-                    elif kind == "next_offset":
-                        next_offset = response.next_offset
-            except grpc.aio.AioRpcError as exc:
-                raise rpc_error(exc, address, what) from None
-            if moved is not None:
-                if next_offset <= offset:  # a server that names no offset to resume at
-                    raise from_status(moved)
-                log.warning("group %s: %s: offset moved, resuming at %d (%s)", self.group, what, next_offset,
-                            moved.message)
-                return [], next_offset
-            return messages, max(next_offset, offset)
+            if address not in self._no_pull_batch:
+                try:
+                    return await self._pull_batch(address, queue, offset, batch_size, expression, polling_s, what)
+                except grpc.aio.AioRpcError as exc:
+                    if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                        raise rpc_error(exc, address, what) from None
+                    log.info("%s has no batched read (PullBatch): pulling through PullMessage", address)
+                    self._no_pull_batch.add(address)
+            return await self._pull_stream(address, queue, offset, min(batch_size, RECEIVE_BATCH_MAX), expression,
+                                           polling_s, what)
 
         return await self.on_replicas(queue.topic, queue.broker, what, call, self.config.request_timeout_s,
                                       rounds_max=1, spread=queue.queue_id)
+
+    async def _pull_batch(self, address: str, queue: QueueRef, offset: int, batch_size: int, expression: str,
+                          polling_s: float, what: str) -> tuple[list[ReceivedMessage], int]:
+        kind, text = filter_parts(expression)
+        namespace = self.config.namespace  # rocketraft's own call: stored names (<namespace>%<name>), no v2 door
+        topic = names.stored_name(namespace, queue.topic)
+        request = cpb.PullBatchRequest(group=names.stored_name(namespace, self.group, names.GROUP), topic=topic,
+                                       queue_id=queue.queue_id, offset=offset,
+                                       batch_size=min(batch_size, limits.PULL_BATCH_MESSAGES_MAX), filter_type=kind,
+                                       filter_expression=text, long_polling_timeout_ms=duration_ms(polling_s))
+        response = await self.transport.fast_consume(address).PullBatch(
+            request, metadata=self.transport.metadata, timeout=polling_s + self.config.request_timeout_s)
+        if response.code == Code.ILLEGAL_OFFSET:  # retention deleted it (as PullMessage says it)
+            return self._moved(pb.Status(code=response.code, message=response.message), offset,
+                               response.next_offset, what)
+        if response.code not in (Code.OK, Code.MESSAGE_NOT_FOUND):
+            raise from_status(pb.Status(code=response.code, message=response.message))
+        queue_id, broker = queue.queue_id, queue.broker
+        messages = []
+        for raw, at, store_ms in zip(response.messages, response.queue_offsets, response.store_times_ms, strict=True):
+            message = as_delivered(pb.Message.FromString(raw), topic, queue_id, at, store_ms)
+            if namespace:  # as the v2 door answers: the topic's name in the namespace
+                message.topic.name, message.topic.resource_namespace = queue.topic, namespace
+            rules.check_body_digest(message)  # a pull consumer must not skip it: raise
+            messages.append(from_pb(message, broker, address))
+        return messages, max(response.next_offset, offset)
+
+    async def _pull_stream(self, address: str, queue: QueueRef, offset: int, batch_size: int, expression: str,
+                           polling_s: float, what: str) -> tuple[list[ReceivedMessage], int]:
+        request = svc.PullMessageRequest(group=pb.Resource(name=self.group), message_queue=queue_pb(queue),
+                                         offset=offset, batch_size=batch_size, filter_expression=filter_of(expression))
+        request.long_polling_timeout.FromMilliseconds(duration_ms(polling_s))
+        messages, next_offset = [], offset
+        stream = self.transport.messaging(address).PullMessage(
+            request, metadata=self.transport.metadata, timeout=polling_s + self.config.request_timeout_s)
+        try:
+            moved = None
+            async for response in stream:
+                kind = response.WhichOneof("content")
+                if kind == "status" and response.status.code == Code.ILLEGAL_OFFSET:
+                    moved = response.status  # retention deleted it; next_offset follows (RocketMQ 5's proxy)
+                elif kind == "status" and response.status.code not in (Code.OK, Code.MESSAGE_NOT_FOUND):
+                    raise from_status(response.status)
+                if kind == "message":
+                    rules.check_body_digest(response.message)  # a pull consumer must not skip it: raise
+                    messages.append(from_pb(response.message, queue.broker, address))
+                elif kind == "next_offset":
+                    next_offset = response.next_offset
+        except grpc.aio.AioRpcError as exc:
+            raise rpc_error(exc, address, what) from None
+        if moved is not None:
+            return self._moved(moved, offset, next_offset, what)
+        return messages, max(next_offset, offset)
+
+    def _moved(self, status: pb.Status, offset: int, next_offset: int, what: str) -> tuple[list, int]:
+        """The answer to a read below the queue's first offset: resume where the broker says."""
+        if next_offset <= offset:  # a server that names no offset to resume at
+            raise from_status(status)
+        log.warning("group %s: %s: offset moved, resuming at %d (%s)", self.group, what, next_offset, status.message)
+        return [], next_offset
 
     async def query_offset(self, queue: QueueRef, consume_from: str) -> int:
         policy = pb.QueryOffsetPolicy.BEGINNING if consume_from == "first" else pb.QueryOffsetPolicy.END

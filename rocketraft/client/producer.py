@@ -36,6 +36,8 @@ from .base import AsyncClient, spawn_callback
 from .config import ClientConfig
 from .lanes import BatchLimits, Lane
 from .message import Message, MessageIdGenerator, QueueRef, SendReceipt, to_wire
+from .recall import RecallResult
+from .recall import recall as recall_message
 from .routes import GroupRoute
 from .selection import LatencyFaults, QueueChooser, Selector
 
@@ -167,6 +169,20 @@ class Producer(AsyncClient):
             return await self.outbox.send(message)
         return await self.deliver(message, selector or self.selector)
 
+    async def recall(self, receipt: SendReceipt | str, topic: str | None = None,
+                     timeout_s: float | None = None) -> RecallResult:
+        """Recall a sent message (its SendReceipt, or its recall_handle and topic): no consumer group that has not
+        received it yet will, on any replica; a pending delay message is never delivered. The result's `had_it`
+        names the groups that had received it already (docs/client.md, "Recall"). Idempotent: a recall whose
+        outcome was unknown is made again until an answer comes (timeout_s, the send timeout by default)."""
+        self._require_started()
+        handle = receipt.recall_handle if isinstance(receipt, SendReceipt) else receipt
+        topic = receipt.queue.topic if isinstance(receipt, SendReceipt) and topic is None else topic
+        if not handle or topic is None:
+            raise BadRequestError("recall needs the message's SendReceipt, or its recall_handle and topic")
+        return await recall_message(self.transport, list(self.config.namesrv), topic, handle,
+                                    self.send_timeout_s if timeout_s is None else timeout_s)
+
     async def send_batch(self, messages: list[Message], selector: Selector | None = None) -> list[SendReceipt]:
         """Send many messages at once with the least work per message (one selection pass, one request per
         master where the batch limits allow). Messages refused on the first try go through the normal
@@ -217,10 +233,49 @@ class Producer(AsyncClient):
 
     def send_async(self, message: Message, callback: Callable | None = None,
                    selector: Selector | None = None) -> asyncio.Future:
-        """Start a send; the future gives the SendReceipt. callback(receipt, error) runs when it completes."""
-        future = asyncio.ensure_future(self.send(message, selector))
+        """Start a send; the future gives the SendReceipt. callback(receipt, error) runs when it completes.
+        A message whose route is known goes straight into its master's lane (no task of its own: the per-message
+        cost of many sends in flight); only a first attempt that fails goes on through deliver()'s retries."""
+        future = self._send_now(message, selector or self.selector)
+        if future is None:
+            future = asyncio.ensure_future(self.send(message, selector))
         self._track(future)
         spawn_callback(callback, future)
+        return future
+
+    def _send_now(self, message: Message, selector: Selector | None) -> asyncio.Future | None:
+        """The first attempt of a send made at once, or None when it needs to wait (limits or route unknown, no
+        master, a durable outbox): send() then does it all."""
+        route = self.routes.cached(message.topic) if self._started and not self._closed else None
+        if self.outbox is not None or route is None:
+            return None
+        loop = asyncio.get_running_loop()
+        try:
+            if not self._prepare_now(message):
+                return None
+        except RocketraftError as exc:  # a bad message: as send() would fail it
+            failed = loop.create_future()
+            failed.set_exception(exc)
+            return failed
+        group, queue_id = self._chooser.choose(route, message, set(), selector)
+        if group is None or not group.master or queue_id not in group.write_queue_ids:
+            return None
+        started = time.monotonic()
+        attempt = self.lane(group.master).submit(to_wire(message, queue_id), started + self.send_timeout_s)
+        future = loop.create_future()
+
+        def first_done(done: asyncio.Future) -> None:
+            elapsed_ms = (time.monotonic() - started) * 1000
+            exc = done.exception()
+            self.faults.record(group.name, elapsed_ms, failed=exc is not None)
+            if exc is None:
+                if not future.done():
+                    future.set_result(self._receipt(message, group, queue_id, done.result()))
+                return
+            retry = asyncio.ensure_future(self.deliver(message, selector, first=(group, queue_id, started, exc)))
+            retry.add_done_callback(lambda r: _settle_from(future, r))
+
+        attempt.add_done_callback(first_done)
         return future
 
     def send_oneway(self, message: Message) -> None:
@@ -270,17 +325,32 @@ class Producer(AsyncClient):
 
     async def prepare(self, message: Message) -> None:
         """Check the message against the protocol's rules and the brokers' body limit; give it an id."""
+        if not self._prepare_now(message):
+            await self._learn_limits_of(message.topic)  # a broker may allow more than the protocol default
+            self._check_and_name(message)
+
+    def _prepare_now(self, message: Message) -> bool:
+        """prepare() without waiting; False (nothing done) when the brokers' body limit must be learnt first."""
         if self.body_bytes_max is None and isinstance(message.body, (bytes, bytearray, memoryview)) \
                 and len(message.body) > BODY_BYTES_MAX:
-            await self._learn_limits_of(message.topic)  # a broker may allow more than the protocol default
+            return False
+        self._check_and_name(message)
+        return True
+
+    def _check_and_name(self, message: Message) -> None:
         message.validate(self.body_bytes_max or BODY_BYTES_MAX)
         if not message.message_id:
             message.message_id = self._ids.next()
 
     # -- delivery with retries ----------------------------------------------------------------------------------
     async def deliver(self, message: Message, selector: Selector | None = None,
-                      transactional: bool = False) -> SendReceipt:
-        attempts = _Attempts(message, time.monotonic() + self.send_timeout_s, self.retries)
+                      transactional: bool = False, first: tuple | None = None) -> SendReceipt:
+        """Send with retries (the module's rules). `first`: (group, queue id, when it started, its error) of a first
+        attempt already made (send_async's), which counts as this send's first attempt."""
+        attempts = _Attempts(message, (first[2] if first else time.monotonic()) + self.send_timeout_s, self.retries)
+        if first is not None:
+            group, attempts.queue_id, _started, exc = first
+            await self._after_failure(attempts, group, exc)
         while True:
             group, queue_id = await self._target(message, attempts, selector)
             started = time.monotonic()
@@ -406,6 +476,18 @@ class BatchSendError(RocketraftError):
         super().__init__(f"{len(failed)} of {len(results)} messages failed; first error: {failed[0]}",
                          getattr(failed[0], "code", Code.INTERNAL_ERROR))
         self.results = results
+
+
+def _settle_from(future: asyncio.Future, done: asyncio.Future) -> None:
+    """future gets done's outcome (unless it has one already)."""
+    if future.done():
+        return
+    if done.cancelled():
+        future.cancel()
+    elif done.exception() is not None:
+        future.set_exception(done.exception())
+    else:
+        future.set_result(done.result())
 
 
 def exc_code(exc: BaseException) -> int | None:

@@ -21,7 +21,7 @@ from rocketraft.protocol.names import check_topic_name
 from rocketraft.protocol.wire import pb, svc
 
 from .config import ClientConfig
-from .consumer import RECEIVE_BATCH_MAX, ConsumerBase, check_consume_from, check_range, check_subscriptions
+from .consumer import ConsumerBase, check_consume_from, check_range, check_subscriptions
 from .message import QueueRef, ReceivedMessage
 
 log = logging.getLogger(__name__)
@@ -182,10 +182,9 @@ class PullConsumer(ConsumerBase):
         check_range("timeout_s", timeout_s, 0, POLL_TIMEOUT_S_MAX)
         deadline = time.monotonic() + timeout_s
         await self._sync()
-        batch = min(max_messages, RECEIVE_BATCH_MAX)
         while True:
             out = self._drain(max_messages)
-            in_flight = self._prefetch(batch, deadline)
+            in_flight = self._prefetch(deadline)
             if out or not in_flight or time.monotonic() >= deadline:
                 if not out and not in_flight:
                     await asyncio.sleep(max(0.0, deadline - time.monotonic()))
@@ -195,13 +194,14 @@ class PullConsumer(ConsumerBase):
             if not done:
                 return self._drain(max_messages)
 
-    def _prefetch(self, batch: int, deadline: float) -> list[asyncio.Task]:
-        """Start a pull on every assigned queue that has none in flight and room in its buffer; the pulls in
-        flight."""
+    def _prefetch(self, deadline: float) -> list[asyncio.Task]:
+        """Start a pull on every assigned queue that has none in flight and room in its buffer (for as many messages
+        as there is room); the pulls in flight."""
         in_flight = []
         for state in self._rotated()[:PULLS_IN_FLIGHT_MAX]:
-            if state.fetching is None and len(state.buffer) < PREFETCH_MESSAGES_MAX:
-                state.fetching = asyncio.ensure_future(self._fetch(state, batch, deadline))
+            room = PREFETCH_MESSAGES_MAX - len(state.buffer)
+            if state.fetching is None and room > 0:
+                state.fetching = asyncio.ensure_future(self._fetch(state, room, deadline))
                 state.fetching.add_done_callback(lambda _t, s=state: setattr(s, "fetching", None))
             if state.fetching is not None:
                 in_flight.append(state.fetching)

@@ -15,7 +15,7 @@ from rocketraft import __version__
 from rocketraft.protocol import auth_acl, auth_internal, tls
 from rocketraft.protocol.errors import BrokerUnreachableError, OutcomeUnknownError, RocketraftError
 from rocketraft.protocol.names import NAMESPACE_HEADER
-from rocketraft.protocol.wire import GRPC_OPTIONS, Code, ipb_grpc, svc, svc_grpc
+from rocketraft.protocol.wire import GRPC_OPTIONS, Code, cpb_grpc, ipb_grpc, svc, svc_grpc
 
 SEND_MESSAGE_METHOD = "/apache.rocketmq.v2.MessagingService/SendMessage"
 _MESSAGES_FIELD_TAG = b"\x0a"  # SendMessageRequest.messages: field 1, length-delimited
@@ -33,7 +33,7 @@ CHANNEL_OPTIONS = (
 _TLS_MARKERS = ("socket closed", "handshake", "ssl", "certificate", "connection reset")
 TLS_HINT = ("; if the server enforces TLS, connect over TLS (ClientConfig(tls=True, tls_ca_file=...); the commands' "
             "--tls --ca-file), trusting the CA that signed its certificate (and, with tlsClientAuth require, present a "
-            "client certificate)")
+            "client certificate); a server that holds connectionsMax connections also closes one more at once")
 
 # gRPC failures after which the request certainly never reached a server.
 _NOT_SENT_MARKERS = ("failed to connect", "connection refused", "name resolution", "dns resolution",
@@ -55,6 +55,7 @@ class Transport:
         self._interceptors = auth_internal.signing_interceptors(signers)
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._raw_send: dict[str, object] = {}
+        self._stubs: dict[tuple[str, type], object] = {}  # a stub builds one callable per RPC: once per address
         self.metadata = (
             ("x-mq-client-id", client_id),
             ("x-mq-language", "PYTHON"),
@@ -68,8 +69,18 @@ class Transport:
             channel = self._channels[address] = self._tls.aio_channel(address, CHANNEL_OPTIONS, self._interceptors)
         return channel
 
+    def _stub(self, address: str, stub_cls):
+        stub = self._stubs.get((address, stub_cls))
+        if stub is None:
+            stub = self._stubs[(address, stub_cls)] = stub_cls(self.channel(address))
+        return stub
+
     def messaging(self, address: str) -> svc_grpc.MessagingServiceStub:
-        return svc_grpc.MessagingServiceStub(self.channel(address))
+        return self._stub(address, svc_grpc.MessagingServiceStub)
+
+    def fast_consume(self, address: str) -> cpb_grpc.FastConsumeStub:
+        """rocketraft's batched read (PullBatch); a broker without it answers UNIMPLEMENTED."""
+        return self._stub(address, cpb_grpc.FastConsumeStub)
 
     def send_message_raw(self, address: str):
         """SendMessage taking an already serialized SendMessageRequest (see encode_send_request)."""
@@ -80,14 +91,15 @@ class Transport:
         return call
 
     def broker_admin(self, address: str) -> ipb_grpc.BrokerAdminStub:
-        return ipb_grpc.BrokerAdminStub(self.channel(address))
+        return self._stub(address, ipb_grpc.BrokerAdminStub)
 
     def namesrv(self, address: str) -> ipb_grpc.NameServerStub:
-        return ipb_grpc.NameServerStub(self.channel(address))
+        return self._stub(address, ipb_grpc.NameServerStub)
 
     async def close(self) -> None:
         channels, self._channels = list(self._channels.values()), {}
         self._raw_send.clear()
+        self._stubs.clear()
         await asyncio.gather(*(c.close() for c in channels), return_exceptions=True)
 
 

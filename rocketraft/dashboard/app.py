@@ -163,8 +163,8 @@ async def _resend(admin: Admin, form: Mapping[str, str]) -> str:
 
 
 async def _recall(admin: Admin, form: Mapping[str, str]) -> str:
-    message_id = await admin.recall_message(_text(form, "topic"), _text(form, "handle"))
-    return f"delay message {message_id} recalled: it will not be delivered"
+    result = await admin.recall_message(_text(form, "topic"), _text(form, "handle"))
+    return f"message {result.message_id}: {result.answer}"
 
 
 ACTIONS: dict[str, Callable[[Admin, Mapping[str, str]], Awaitable[str]]] = {

@@ -256,7 +256,7 @@ def _recall_form(ctx: Context) -> str:
         return read_only_hint(ctx, "resend or recall messages")
     return form("/api/messages/recall", text_input("topic", "topic", placeholder="orders")
                 + text_input("recall handle", "handle", placeholder="broker-a:01...", size=44),
-                "Recall delay message")
+                "Recall message")
 
 
 def messages_table(found: list[ReceivedMessage]) -> str:

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1crocketraft/proto/store.proto\x12\x13rocketraft.store.v1\"\xc1\x01\n\x0bSendCommand\x12\x0f\n\x07message\x18\x01 \x01(\x0c\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x10\n\x08store_ms\x18\x03 \x01(\x04\x12\x15\n\rdeliver_at_ms\x18\x04 \x01(\x04\x12\x0c\n\x04half\x18\x05 \x01(\x08\x12\x1a\n\x12producer_client_id\x18\x06 \x01(\t\x12\r\n\x05topic\x18\x07 \x01(\t\x12\x12\n\nmessage_id\x18\x08 \x01(\t\x12\x0b\n\x03tag\x18\t \x01(\t\x12\x0c\n\x04keys\x18\n \x03(\t\"4\n\x0cTopicCommand\x12\x14\n\x0ctopic_config\x18\x01 \x01(\x0c\x12\x0e\n\x06\x64\x65lete\x18\x02 \x01(\x08\"J\n\x0cGroupCommand\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0c\n\x04\x66ifo\x18\x02 \x01(\x08\x12\x1d\n\x15max_delivery_attempts\x18\x03 \x01(\x05\"\x84\x02\n\nPopCommand\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x13\n\x0b\x66ilter_type\x18\x03 \x01(\x05\x12\x19\n\x11\x66ilter_expression\x18\x04 \x01(\t\x12\x12\n\nbatch_size\x18\x05 \x01(\x05\x12\x14\n\x0cinvisible_ms\x18\x06 \x01(\x04\x12\x0e\n\x06now_ms\x18\x07 \x01(\x04\x12\x13\n\x0bstart_queue\x18\x08 \x01(\x05\x12\x12\n\nonly_queue\x18\t \x01(\x05\x12\x0c\n\x04\x66ifo\x18\n \x01(\x08\x12\x1d\n\x15max_delivery_attempts\x18\x0b \x01(\x05\x12\x18\n\x10scan_offsets_max\x18\x0c \x01(\x05\"\xda\x01\n\rHandleCommand\x12\x35\n\x04kind\x18\x01 \x01(\x0e\x32\'.rocketraft.store.v1.HandleCommand.Kind\x12\r\n\x05group\x18\x02 \x01(\t\x12\r\n\x05topic\x18\x03 \x01(\t\x12\x16\n\x0ereceipt_handle\x18\x04 \x01(\t\x12\x14\n\x0cinvisible_ms\x18\x05 \x01(\x04\x12\x0e\n\x06now_ms\x18\x06 \x01(\x04\"6\n\x04Kind\x12\x07\n\x03\x41\x43K\x10\x00\x12\x14\n\x10\x43HANGE_INVISIBLE\x10\x01\x12\x0f\n\x0b\x44\x45\x41\x44_LETTER\x10\x02\"O\n\rOffsetCommand\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x04\"r\n\x15\x45ndTransactionCommand\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\nmessage_id\x18\x02 \x01(\t\x12\x16\n\x0etransaction_id\x18\x03 \x01(\t\x12\x0e\n\x06\x63ommit\x18\x04 \x01(\x08\x12\x0e\n\x06now_ms\x18\x05 \x01(\x04\"9\n\x11\x44\x65liverDueCommand\x12\x0e\n\x06now_ms\x18\x01 \x01(\x04\x12\x14\n\x0cmax_messages\x18\x02 \x01(\x05\"2\n\rRecallCommand\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\nmessage_id\x18\x02 \x01(\t\"P\n\x10RetentionCommand\x12\x11\n\tcutoff_ms\x18\x01 \x01(\x04\x12\x13\n\x0b\x66orce_floor\x18\x02 \x01(\x04\x12\x14\n\x0cmessages_max\x18\x03 \x01(\x05\"\xe9\x01\n\x0b\x41uthCommand\x12\x33\n\x04kind\x18\x01 \x01(\x0e\x32%.rocketraft.store.v1.AuthCommand.Kind\x12\x0c\n\x04user\x18\x02 \x01(\x0c\x12\x0b\n\x03\x61\x63l\x18\x03 \x01(\x0c\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x11\n\tresources\x18\x05 \x03(\t\"i\n\x04Kind\x12\x0f\n\x0b\x43REATE_USER\x10\x00\x12\x0f\n\x0bUPDATE_USER\x10\x01\x12\x0f\n\x0b\x44\x45LETE_USER\x10\x02\x12\x0e\n\nCREATE_ACL\x10\x03\x12\x0e\n\nUPDATE_ACL\x10\x04\x12\x0e\n\nDELETE_ACL\x10\x05\"\xf1\x04\n\x07\x43ommand\x12\x30\n\x04send\x18\x01 \x01(\x0b\x32 .rocketraft.store.v1.SendCommandH\x00\x12\x32\n\x05topic\x18\x02 \x01(\x0b\x32!.rocketraft.store.v1.TopicCommandH\x00\x12\x32\n\x05group\x18\x03 \x01(\x0b\x32!.rocketraft.store.v1.GroupCommandH\x00\x12.\n\x03pop\x18\x04 \x01(\x0b\x32\x1f.rocketraft.store.v1.PopCommandH\x00\x12\x34\n\x06handle\x18\x05 \x01(\x0b\x32\".rocketraft.store.v1.HandleCommandH\x00\x12\x34\n\x06offset\x18\x06 \x01(\x0b\x32\".rocketraft.store.v1.OffsetCommandH\x00\x12\x45\n\x0f\x65nd_transaction\x18\x07 \x01(\x0b\x32*.rocketraft.store.v1.EndTransactionCommandH\x00\x12=\n\x0b\x64\x65liver_due\x18\x08 \x01(\x0b\x32&.rocketraft.store.v1.DeliverDueCommandH\x00\x12\x34\n\x06recall\x18\t \x01(\x0b\x32\".rocketraft.store.v1.RecallCommandH\x00\x12:\n\tretention\x18\n \x01(\x0b\x32%.rocketraft.store.v1.RetentionCommandH\x00\x12\x30\n\x04\x61uth\x18\x0b \x01(\x0b\x32 .rocketraft.store.v1.AuthCommandH\x00\x42\x06\n\x04\x62odyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1crocketraft/proto/store.proto\x12\x13rocketraft.store.v1\"\xd7\x01\n\x0bSendCommand\x12\x0f\n\x07message\x18\x01 \x01(\x0c\x12\x10\n\x08queue_id\x18\x02 \x01(\x05\x12\x10\n\x08store_ms\x18\x03 \x01(\x04\x12\x15\n\rdeliver_at_ms\x18\x04 \x01(\x04\x12\x0c\n\x04half\x18\x05 \x01(\x08\x12\x1a\n\x12producer_client_id\x18\x06 \x01(\t\x12\r\n\x05topic\x18\x07 \x01(\t\x12\x12\n\nmessage_id\x18\x08 \x01(\t\x12\x0b\n\x03tag\x18\t \x01(\t\x12\x0c\n\x04keys\x18\n \x03(\t\x12\x14\n\x0crecall_token\x18\x0b \x01(\x0c\"4\n\x0cTopicCommand\x12\x14\n\x0ctopic_config\x18\x01 \x01(\x0c\x12\x0e\n\x06\x64\x65lete\x18\x02 \x01(\x08\"J\n\x0cGroupCommand\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0c\n\x04\x66ifo\x18\x02 \x01(\x08\x12\x1d\n\x15max_delivery_attempts\x18\x03 \x01(\x05\"\xae\x02\n\nPopCommand\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x13\n\x0b\x66ilter_type\x18\x03 \x01(\x05\x12\x19\n\x11\x66ilter_expression\x18\x04 \x01(\t\x12\x12\n\nbatch_size\x18\x05 \x01(\x05\x12\x14\n\x0cinvisible_ms\x18\x06 \x01(\x04\x12\x0e\n\x06now_ms\x18\x07 \x01(\x04\x12\x13\n\x0bstart_queue\x18\x08 \x01(\x05\x12\x12\n\nonly_queue\x18\t \x01(\x05\x12\x0c\n\x04\x66ifo\x18\n \x01(\x08\x12\x1d\n\x15max_delivery_attempts\x18\x0b \x01(\x05\x12\x18\n\x10scan_offsets_max\x18\x0c \x01(\x05\x12\x12\n\nattempt_id\x18\r \x01(\t\x12\x14\n\x0c\x61ttempts_max\x18\x0e \x01(\x05\"\xda\x01\n\rHandleCommand\x12\x35\n\x04kind\x18\x01 \x01(\x0e\x32\'.rocketraft.store.v1.HandleCommand.Kind\x12\r\n\x05group\x18\x02 \x01(\t\x12\r\n\x05topic\x18\x03 \x01(\t\x12\x16\n\x0ereceipt_handle\x18\x04 \x01(\t\x12\x14\n\x0cinvisible_ms\x18\x05 \x01(\x04\x12\x0e\n\x06now_ms\x18\x06 \x01(\x04\"6\n\x04Kind\x12\x07\n\x03\x41\x43K\x10\x00\x12\x14\n\x10\x43HANGE_INVISIBLE\x10\x01\x12\x0f\n\x0b\x44\x45\x41\x44_LETTER\x10\x02\"O\n\rOffsetCommand\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x04\"r\n\x15\x45ndTransactionCommand\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\nmessage_id\x18\x02 \x01(\t\x12\x16\n\x0etransaction_id\x18\x03 \x01(\t\x12\x0e\n\x06\x63ommit\x18\x04 \x01(\x08\x12\x0e\n\x06now_ms\x18\x05 \x01(\x04\"9\n\x11\x44\x65liverDueCommand\x12\x0e\n\x06now_ms\x18\x01 \x01(\x04\x12\x14\n\x0cmax_messages\x18\x02 \x01(\x05\"Q\n\rRecallCommand\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\nmessage_id\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\x0c\x12\x0e\n\x06now_ms\x18\x04 \x01(\x04\"`\n\x10RetentionCommand\x12\x11\n\tcutoff_ms\x18\x01 \x01(\x04\x12\x13\n\x0b\x66orce_floor\x18\x02 \x01(\x04\x12\x14\n\x0cmessages_max\x18\x03 \x01(\x05\x12\x0e\n\x06now_ms\x18\x04 \x01(\x04\"\xe9\x01\n\x0b\x41uthCommand\x12\x33\n\x04kind\x18\x01 \x01(\x0e\x32%.rocketraft.store.v1.AuthCommand.Kind\x12\x0c\n\x04user\x18\x02 \x01(\x0c\x12\x0b\n\x03\x61\x63l\x18\x03 \x01(\x0c\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x11\n\tresources\x18\x05 \x03(\t\"i\n\x04Kind\x12\x0f\n\x0b\x43REATE_USER\x10\x00\x12\x0f\n\x0bUPDATE_USER\x10\x01\x12\x0f\n\x0b\x44\x45LETE_USER\x10\x02\x12\x0e\n\nCREATE_ACL\x10\x03\x12\x0e\n\nUPDATE_ACL\x10\x04\x12\x0e\n\nDELETE_ACL\x10\x05\"\xf1\x04\n\x07\x43ommand\x12\x30\n\x04send\x18\x01 \x01(\x0b\x32 .rocketraft.store.v1.SendCommandH\x00\x12\x32\n\x05topic\x18\x02 \x01(\x0b\x32!.rocketraft.store.v1.TopicCommandH\x00\x12\x32\n\x05group\x18\x03 \x01(\x0b\x32!.rocketraft.store.v1.GroupCommandH\x00\x12.\n\x03pop\x18\x04 \x01(\x0b\x32\x1f.rocketraft.store.v1.PopCommandH\x00\x12\x34\n\x06handle\x18\x05 \x01(\x0b\x32\".rocketraft.store.v1.HandleCommandH\x00\x12\x34\n\x06offset\x18\x06 \x01(\x0b\x32\".rocketraft.store.v1.OffsetCommandH\x00\x12\x45\n\x0f\x65nd_transaction\x18\x07 \x01(\x0b\x32*.rocketraft.store.v1.EndTransactionCommandH\x00\x12=\n\x0b\x64\x65liver_due\x18\x08 \x01(\x0b\x32&.rocketraft.store.v1.DeliverDueCommandH\x00\x12\x34\n\x06recall\x18\t \x01(\x0b\x32\".rocketraft.store.v1.RecallCommandH\x00\x12:\n\tretention\x18\n \x01(\x0b\x32%.rocketraft.store.v1.RetentionCommandH\x00\x12\x30\n\x04\x61uth\x18\x0b \x01(\x0b\x32 .rocketraft.store.v1.AuthCommandH\x00\x42\x06\n\x04\x62odyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,31 +32,31 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rocketraft.proto.store_pb2'
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SENDCOMMAND']._serialized_start=54
-  _globals['_SENDCOMMAND']._serialized_end=247
-  _globals['_TOPICCOMMAND']._serialized_start=249
-  _globals['_TOPICCOMMAND']._serialized_end=301
-  _globals['_GROUPCOMMAND']._serialized_start=303
-  _globals['_GROUPCOMMAND']._serialized_end=377
-  _globals['_POPCOMMAND']._serialized_start=380
-  _globals['_POPCOMMAND']._serialized_end=640
-  _globals['_HANDLECOMMAND']._serialized_start=643
-  _globals['_HANDLECOMMAND']._serialized_end=861
-  _globals['_HANDLECOMMAND_KIND']._serialized_start=807
-  _globals['_HANDLECOMMAND_KIND']._serialized_end=861
-  _globals['_OFFSETCOMMAND']._serialized_start=863
-  _globals['_OFFSETCOMMAND']._serialized_end=942
-  _globals['_ENDTRANSACTIONCOMMAND']._serialized_start=944
-  _globals['_ENDTRANSACTIONCOMMAND']._serialized_end=1058
-  _globals['_DELIVERDUECOMMAND']._serialized_start=1060
-  _globals['_DELIVERDUECOMMAND']._serialized_end=1117
-  _globals['_RECALLCOMMAND']._serialized_start=1119
-  _globals['_RECALLCOMMAND']._serialized_end=1169
-  _globals['_RETENTIONCOMMAND']._serialized_start=1171
-  _globals['_RETENTIONCOMMAND']._serialized_end=1251
-  _globals['_AUTHCOMMAND']._serialized_start=1254
-  _globals['_AUTHCOMMAND']._serialized_end=1487
-  _globals['_AUTHCOMMAND_KIND']._serialized_start=1382
-  _globals['_AUTHCOMMAND_KIND']._serialized_end=1487
-  _globals['_COMMAND']._serialized_start=1490
-  _globals['_COMMAND']._serialized_end=2115
+  _globals['_SENDCOMMAND']._serialized_end=269
+  _globals['_TOPICCOMMAND']._serialized_start=271
+  _globals['_TOPICCOMMAND']._serialized_end=323
+  _globals['_GROUPCOMMAND']._serialized_start=325
+  _globals['_GROUPCOMMAND']._serialized_end=399
+  _globals['_POPCOMMAND']._serialized_start=402
+  _globals['_POPCOMMAND']._serialized_end=704
+  _globals['_HANDLECOMMAND']._serialized_start=707
+  _globals['_HANDLECOMMAND']._serialized_end=925
+  _globals['_HANDLECOMMAND_KIND']._serialized_start=871
+  _globals['_HANDLECOMMAND_KIND']._serialized_end=925
+  _globals['_OFFSETCOMMAND']._serialized_start=927
+  _globals['_OFFSETCOMMAND']._serialized_end=1006
+  _globals['_ENDTRANSACTIONCOMMAND']._serialized_start=1008
+  _globals['_ENDTRANSACTIONCOMMAND']._serialized_end=1122
+  _globals['_DELIVERDUECOMMAND']._serialized_start=1124
+  _globals['_DELIVERDUECOMMAND']._serialized_end=1181
+  _globals['_RECALLCOMMAND']._serialized_start=1183
+  _globals['_RECALLCOMMAND']._serialized_end=1264
+  _globals['_RETENTIONCOMMAND']._serialized_start=1266
+  _globals['_RETENTIONCOMMAND']._serialized_end=1362
+  _globals['_AUTHCOMMAND']._serialized_start=1365
+  _globals['_AUTHCOMMAND']._serialized_end=1598
+  _globals['_AUTHCOMMAND_KIND']._serialized_start=1493
+  _globals['_AUTHCOMMAND_KIND']._serialized_end=1598
+  _globals['_COMMAND']._serialized_start=1601
+  _globals['_COMMAND']._serialized_end=2226
 # @@protoc_insertion_point(module_scope)

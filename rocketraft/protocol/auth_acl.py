@@ -450,6 +450,8 @@ def needs_of(method: str, request) -> list[Need]:
         return [sub(group(request.group.name)), sub(topic(request.topic.name))]
     if method in _GROUP_AND_QUEUE:
         return [sub(group(request.group.name)), sub(topic(request.message_queue.topic.name))]
+    if method == "PullBatch":  # rocketraft's batched read (rocketraft/proto/consume.proto): as PullMessage
+        return [sub(group(request.group)), sub(topic(request.topic))]
     if method == "QueryOffset":
         return [sub(topic(request.message_queue.topic.name))]
     if method == "Telemetry":

@@ -63,10 +63,11 @@ class Guard:
         self._internal = auth_internal.Verifier(cluster_secret, cluster_window_ms) if cluster_secret else None
         self._log = auth_internal.RefusalLog("client call")
 
-    async def refusal(self, method: str, request, context) -> RocketraftError | None:
-        """None if the call may go on; otherwise the error to answer it with."""
+    async def refusal(self, method: str, request, context, path: str | None = None) -> RocketraftError | None:
+        """None if the call may go on; otherwise the error to answer it with. `path`: the call's gRPC path (default
+        the v2 MessagingService's `method`)."""
         try:
-            caller = await self.identify(V2_PATH + method, context)
+            caller = await self.identify(path or V2_PATH + method, context)
             self.authorize(caller, method, request)
         except (AuthenticationError, AuthorizationError) as exc:
             self.note(method, exc)
@@ -137,12 +138,13 @@ def guarded(servicer, service: ServiceDescriptor, guard: Guard | None, methods: 
             setattr(wrapper, method.name, impl)
             continue
         response_cls = GetMessageClass(method.output_type)
+        path = f"/{service.full_name}/{method.name}"
         if method.client_streaming:
-            setattr(wrapper, method.name, _stream(guard, method.name, impl, response_cls))
+            setattr(wrapper, method.name, _stream(guard, method.name, path, impl, response_cls))
         elif method.server_streaming:
-            setattr(wrapper, method.name, _server_streaming(guard, method.name, impl, response_cls))
+            setattr(wrapper, method.name, _server_streaming(guard, method.name, path, impl, response_cls))
         else:
-            setattr(wrapper, method.name, _unary(guard, method.name, impl, response_cls))
+            setattr(wrapper, method.name, _unary(guard, method.name, path, impl, response_cls))
     return wrapper
 
 
@@ -150,21 +152,29 @@ class _Guarded:
     pass
 
 
-def _unary(guard: Guard, name: str, impl, response_cls):
+def _refusal(response_cls, refused: RocketraftError):
+    """The answer to a refused call: in a v2 response's status, or in rocketraft's code and message fields."""
+    if "status" in response_cls.DESCRIPTOR.fields_by_name:
+        return response_cls(status=refused.to_status())
+    status = refused.to_status()
+    return response_cls(code=status.code, message=status.message)
+
+
+def _unary(guard: Guard, name: str, path: str, impl, response_cls):
     @functools.wraps(impl)
     async def handle(request, context):
-        refused = await guard.refusal(name, request, context)
+        refused = await guard.refusal(name, request, context, path)
         if refused is not None:
-            return response_cls(status=refused.to_status())
+            return _refusal(response_cls, refused)
         return await impl(request, context)
 
     return handle
 
 
-def _server_streaming(guard: Guard, name: str, impl, response_cls):
+def _server_streaming(guard: Guard, name: str, path: str, impl, response_cls):
     @functools.wraps(impl)
     async def handle(request, context):
-        refused = await guard.refusal(name, request, context)
+        refused = await guard.refusal(name, request, context, path)
         if refused is not None:
             yield response_cls(status=refused.to_status())
             return
@@ -174,13 +184,13 @@ def _server_streaming(guard: Guard, name: str, impl, response_cls):
     return handle
 
 
-def _stream(guard: Guard, name: str, impl, response_cls):
+def _stream(guard: Guard, name: str, path: str, impl, response_cls):
     """A bidirectional stream (Telemetry): authenticated once when it opens (its metadata is signed then), and each
     frame authorized as it arrives; a refused frame is answered with a status and not passed on."""
     @functools.wraps(impl)
     async def handle(request_iterator, context):
         try:
-            caller = await guard.identify(V2_PATH + name, context)
+            caller = await guard.identify(path, context)
         except AuthenticationError as exc:
             guard.note(name, exc)
             yield response_cls(status=exc.to_status())

@@ -32,6 +32,10 @@ RESERVED_PROPERTY_PREFIX = "__"       # user property keys may not start with it
 DELAY_LEVEL_PROPERTY = "DELAY"        # RocketMQ's delayTimeLevel: 1..len(DELAY_LEVELS)
 QUEUE_ID_PROPERTY = "QUEUE_ID"        # the queue the producer chose (decimal); routing only, not stored
 RESERVED_PROPERTIES = frozenset({DELAY_LEVEL_PROPERTY, QUEUE_ID_PROPERTY})
+# A recall handle (SendResultEntry.recall_handle, every message): "<broker group>:<token>:<message id>", the token
+# RECALL_TOKEN_BYTES random bytes in hex chosen by the master when it stored the message (docs/client.md, "Recall").
+RECALL_TOKEN_BYTES = 12
+RECALL_HANDLE_CHARS_MAX = 512
 
 # RocketMQ's 18 delay levels (messageDelayLevel default).
 DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -48,10 +52,19 @@ QUEUE_NUMS_MAX = 1024                 # topicQueueNumsMax default
 
 # -- consumption ----------------------------------------------------------------------------------------
 RECEIVE_BATCH_SIZE_MAX = 64           # receiveBatchSizeMax default
+# rocketraft's batched read (FastConsume.PullBatch): at most this many messages in one answer, and no message added
+# once the answer holds this many bytes (one message always fits: a body is at most 4 MiB, a gRPC message 16 MiB).
+PULL_BATCH_MESSAGES_MAX = 1024
+PULL_BATCH_BYTES_MAX = 8 * 1024 * 1024
 LONG_POLLING_MS_MAX = 30_000          # longPollingTimeoutMillisMax default
 INVISIBLE_MS_MIN = 1_000              # invisibleTimeMillisMin default
 INVISIBLE_MS_MAX = 12 * 3_600_000     # invisibleTimeMillisMax default
 MAX_RECONSUME_TIMES = 16              # then %DLQ%<group>
+# ReceiveMessageRequest.attempt_id (idempotent receive, docs/client-consumers.md): printable ASCII, this long at
+# most (the SDKs send a UUID, 36 characters). A broker group remembers at most POP_ATTEMPTS_PER_GROUP_MAX attempts
+# per consumer group (the oldest is forgotten first), each until the invisibility of its messages ends.
+POP_ATTEMPT_ID_CHARS_MAX = 64
+POP_ATTEMPTS_PER_GROUP_MAX = 1024
 # What a push consumer asks per receive and how long it long-polls (sent to the official SDKs' push consumers
 # in their settings; rocketraft's PushConsumer uses the same).
 PUSH_RECEIVE_BATCH_SIZE = 32
@@ -59,6 +72,8 @@ PUSH_LONG_POLLING_MS = 20_000
 # Redelivery backoff of a consumer group's retried messages (RocketMQ's retry levels 1s .. 2h), used by the
 # broker for pop consumers and sent to push consumers in their settings.
 RETRY_BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+# The same range as an exponential backoff (1 s doubling up to 2 h), for the SDKs that read no other kind.
+RETRY_BACKOFF_MULTIPLIER = 2.0
 # A producer's send retries, sent in its settings when it named no policy of its own (RocketMQ 5 proxy's
 # grpcClientProducer* defaults); the Node.js SDK refuses settings without an exponential backoff.
 PRODUCER_MAX_ATTEMPTS = 3
@@ -75,3 +90,8 @@ GRPC_MESSAGE_BYTES_MAX = 16 * 1024 * 1024
 # closes it (a client reconnects on its next call; 4,000 idle connections once held 4,000 descriptors for ever).
 RPCS_IN_FLIGHT_MAX = 10_000
 CONNECTION_IDLE_MS = 120_000
+# Connections a server holds at once (grpc closes one more before its handshake: the client sees UNAVAILABLE
+# "Socket closed"), and how long a new connection may take to become HTTP/2 (TLS included) before the server drops
+# it: a socket that never speaks holds a slot for this long at most, not until connectionIdleMillis.
+CONNECTIONS_MAX = 10_000
+HANDSHAKE_TIMEOUT_MS = 10_000

@@ -36,9 +36,21 @@ def permission_of(perm_bits: int) -> int:
 SCHEMELESS_TARGET_LANGUAGES = frozenset({"HTTP"})
 
 
+LANGUAGE_HEADER = "x-mq-language"
+
+
 def needs_scheme_in_host(language: str) -> bool:
     """Whether a client that sent this x-mq-language needs "ipv4:" inside the first host of a list."""
     return language.upper() in SCHEMELESS_TARGET_LANGUAGES
+
+
+def language_of(metadata) -> str:
+    """The x-mq-language header in a call's metadata ("" without one): which official SDK is asking. A broker
+    that answers QueryRoute or QueryAssignment passes it on to the NameServer, whose route depends on it."""
+    for key, value in metadata or ():
+        if key == LANGUAGE_HEADER:
+            return value if isinstance(value, str) else value.decode(errors="replace")
+    return ""
 
 
 def is_master(queue: pb.MessageQueue) -> bool:

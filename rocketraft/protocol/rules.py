@@ -80,6 +80,76 @@ def check_message_id(message_id: str) -> str:
     return message_id
 
 
+_ATTEMPT_ID = re.compile(r"[\x21-\x7e]+")
+
+
+def check_attempt_id(attempt_id: str) -> str:
+    """ReceiveMessageRequest.attempt_id: "" (none) or 1..POP_ATTEMPT_ID_CHARS_MAX printable ASCII characters, no
+    spaces (it is part of a table key on every replica)."""
+    if attempt_id and (len(attempt_id) > limits.POP_ATTEMPT_ID_CHARS_MAX or not _ATTEMPT_ID.fullmatch(attempt_id)):
+        raise BadRequestError(f"attempt_id {attempt_id[:limits.POP_ATTEMPT_ID_CHARS_MAX + 1]!r}: use 1.."
+                              f"{limits.POP_ATTEMPT_ID_CHARS_MAX} printable ASCII characters without spaces (a UUID "
+                              "is fine), or none")
+    return attempt_id
+
+
+@dataclass(frozen=True)
+class RecallHandle:
+    """What a recall handle names: "<broker group>:<token hex>:<message id>" (a delay message stored before tokens
+    existed has the old form "<broker group>:<message id>", token b"")."""
+    group: str
+    token: bytes
+    message_id: str
+
+
+_RECALL_TOKEN_HEX_CHARS = 2 * limits.RECALL_TOKEN_BYTES
+
+
+def recall_handle(group: str, token: bytes, message_id: str) -> str:
+    return f"{group}:{token.hex()}:{message_id}"
+
+
+def parse_recall_handle(handle: str) -> RecallHandle:
+    """The parts of a recall handle; BadRequestError naming what is wrong with a malformed one."""
+    group, sep, rest = handle.partition(":")
+    if not sep or not group or not rest or len(handle) > limits.RECALL_HANDLE_CHARS_MAX:
+        raise BadRequestError(f"recall handle {handle[:80]!r} is malformed: it is not <broker group>:<token>:"
+                              "<message id>; pass the recall_handle that SendMessage returned for the message")
+    token_hex, sep, message_id = rest.partition(":")
+    if not sep or len(token_hex) != _RECALL_TOKEN_HEX_CHARS or not _is_lower_hex(token_hex):
+        return RecallHandle(group, b"", rest)  # the old form, of a delay message only
+    check_message_id(message_id)
+    return RecallHandle(group, bytes.fromhex(token_hex), message_id)
+
+
+RECALL_HAD_IT = "consumer groups that had received it already: "
+RECALL_GROUPS_LISTED_MAX = 32  # groups a recall's answer names at most
+
+
+def recall_answer(delayed: bool, again: bool, had_it: Iterable[str]) -> str:
+    """The status message of a successful RecallMessage: what the recall did, and which consumer groups had the
+    message before it (the v2 response has no field for them; `groups_of_recall_answer` reads them back)."""
+    if delayed:
+        return "recalled" + (" already" if again else "") + ": the delay message will not be delivered"
+    had = sorted(had_it)
+    what = "recalled" + (" already" if again else "") + ": no consumer group gets it from now on"
+    if not had:
+        return what + "; no group had received it"
+    names = ", ".join(had[:RECALL_GROUPS_LISTED_MAX])
+    more = f" (and {len(had) - RECALL_GROUPS_LISTED_MAX} more)" if len(had) > RECALL_GROUPS_LISTED_MAX else ""
+    return f"{what}; {RECALL_HAD_IT}{names}{more}"
+
+
+def groups_of_recall_answer(text: str) -> list[str]:
+    """The consumer groups a recall's answer names as having had the message (group names hold no ', ')."""
+    _, found, names = text.partition(RECALL_HAD_IT)
+    return names.split(" (and ")[0].split(", ") if found else []
+
+
+def _is_lower_hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text)
+
+
 def check_message_group(message_group: str) -> str:
     if (not message_group.strip() or len(message_group) > limits.MESSAGE_GROUP_CHARS_MAX
             or _CONTROL.search(message_group)):
@@ -134,10 +204,30 @@ def check_delivery_time(deliver_at_ms: int, now_ms: int, delay_ms_max: int = lim
     return deliver_at_ms
 
 
+def body_md5_hex(body: bytes) -> str:
+    """The body digest the broker stores in system_properties.body_digest: MD5, 32 upper-case hex digits.
+
+    MD5 because it is the one digest every official SDK checks alike, and what RocketMQ 5's proxy sends. Their
+    CRC32 forms disagree: Java, Go and C# compare unpadded upper-case hex, Python 8 padded digits, Node.js 1.0.8
+    the decimal value, so any CRC32 text flags some messages corrupted in some SDK (Node.js: every one)."""
+    return hashlib.md5(body).hexdigest().upper()
+
+
 def body_crc32_hex(body: bytes) -> str:
-    """The body digest the broker stores in system_properties.body_digest (CRC32, 8 upper-case hex digits, as
-    RocketMQ and the official SDKs compute it)."""
-    return "%08X" % zlib.crc32(body)  # noqa: UP031 - 0.1 us faster than an f-string, once per message
+    """CRC32 as 8 upper-case hex digits: the digest brokers stored before they stored MD5 (body_md5_hex)."""
+    return "%08X" % zlib.crc32(body)  # noqa: UP031 - 0.1 us faster than an f-string
+
+
+def stored_digest_as_md5(message: pb.Message) -> None:
+    """Rewrites a CRC32 body digest stored by an older broker as MD5, if the body still matches it, so that every
+    SDK can check it (body_md5_hex). A body that does not match keeps its CRC32: the receiver flags it corrupted."""
+    digest = message.system_properties.body_digest
+    if digest.type != pb.DigestType.CRC32 or not digest.checksum:
+        return
+    body = message.body
+    if body_crc32_hex(body) == digest.checksum.upper():
+        digest.type = pb.DigestType.MD5
+        digest.checksum = body_md5_hex(body)
 
 
 def check_body_digest(message: pb.Message) -> None:
@@ -150,7 +240,7 @@ def check_body_digest(message: pb.Message) -> None:
     if digest.type == pb.DigestType.CRC32:
         actual = body_crc32_hex(body)
     elif digest.type == pb.DigestType.MD5:
-        actual = hashlib.md5(body).hexdigest().upper()
+        actual = body_md5_hex(body)
     elif digest.type == pb.DigestType.SHA1:
         actual = hashlib.sha1(body).hexdigest().upper()
     else:

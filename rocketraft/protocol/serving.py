@@ -28,11 +28,15 @@ log = logging.getLogger(__name__)
 
 
 def new_server(rpcs_in_flight_max: int = limits.RPCS_IN_FLIGHT_MAX,
-               connection_idle_ms: int = limits.CONNECTION_IDLE_MS, **kwargs) -> grpc.aio.Server:
+               connection_idle_ms: int = limits.CONNECTION_IDLE_MS, connections_max: int = limits.CONNECTIONS_MAX,
+               **kwargs) -> grpc.aio.Server:
     """A gRPC server with every server's bounds: at most rpcs_in_flight_max RPCs at once (grpc answers one more
-    with RESOURCE_EXHAUSTED "Concurrent RPC limit exceeded!"), and a connection with no RPC for
-    connection_idle_ms closed by the server (GOAWAY; the client reconnects on its next call)."""
-    options = (*GRPC_OPTIONS, ("grpc.max_connection_idle_ms", connection_idle_ms))
+    with RESOURCE_EXHAUSTED "Concurrent RPC limit exceeded!"), a connection with no RPC for connection_idle_ms
+    closed by the server (GOAWAY; the client reconnects on its next call), at most connections_max connections at
+    once (one more is closed before its handshake) and HANDSHAKE_TIMEOUT_MS for a new one to start speaking."""
+    options = (*GRPC_OPTIONS, ("grpc.max_connection_idle_ms", connection_idle_ms),
+               ("grpc.max_allowed_incoming_connections", connections_max),
+               ("grpc.server_handshake_timeout_ms", limits.HANDSHAKE_TIMEOUT_MS))
     return grpc.aio.server(options=options, maximum_concurrent_rpcs=rpcs_in_flight_max, **kwargs)
 
 

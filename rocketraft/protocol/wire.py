@@ -2,7 +2,8 @@
 
 Client traffic is apache.rocketmq.v2 (the generated modules shipped with the official SDK,
 `rocketmq-python-client`, are the single source of those wire definitions); broker <-> NameServer
-traffic is our own rocketraft/proto/internal.proto. Everything else imports from here.
+traffic is our own rocketraft/proto/internal.proto, and rocketraft's batched read (FastConsume.PullBatch, for its own
+client) rocketraft/proto/consume.proto. Everything else imports from here.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from rocketmq.grpc_protocol import definition_pb2 as pb  # noqa: F401 - re-expor
 from rocketmq.grpc_protocol import service_pb2 as svc  # noqa: F401 - re-exported
 from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc  # noqa: F401 - re-exported
 
+from rocketraft.proto import consume_pb2 as cpb  # noqa: F401 - re-exported
+from rocketraft.proto import consume_pb2_grpc as cpb_grpc  # noqa: F401 - re-exported
 from rocketraft.proto import internal_pb2 as ipb  # noqa: F401 - re-exported
 from rocketraft.proto import internal_pb2_grpc as ipb_grpc  # noqa: F401 - re-exported
 
@@ -97,3 +100,22 @@ def address_of(eps: pb.Endpoints) -> str:
 def addresses_of(eps: pb.Endpoints) -> list[str]:
     """Every address of endpoints, in order."""
     return [_host_port(a) for a in eps.addresses]
+
+
+def as_delivered(message: pb.Message, topic: str, queue_id: int, offset: int, store_ms: int) -> pb.Message:
+    """A stored message (as its producer's request carried it, with the broker's system properties of the send) as a
+    consumer of `topic`'s queue receives it: its queue, offset and queue time, delivery attempt 1 if none, and when
+    it was read from another topic's queue (a dead letter in %DLQ%<group>) that topic, naming where it came from.
+    The one rule for the broker's reads and for rocketraft's client reading the stored form (PullBatch)."""
+    props = message.system_properties
+    if message.topic.name != topic:
+        props.dead_letter_queue.topic = message.topic.name
+        props.dead_letter_queue.message_id = props.message_id
+        message.topic.name = topic
+    props.queue_id = queue_id
+    props.queue_offset = offset
+    props.store_timestamp.seconds = store_ms // 1000
+    props.store_timestamp.nanos = store_ms % 1000 * 1_000_000
+    if props.delivery_attempt == 0:
+        props.delivery_attempt = 1
+    return message

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import time
 
 import pytest
@@ -23,15 +22,14 @@ class ScriptedReplica:
         self.entries: list[list[bytes]] = []
         self.outcome = outcome or (lambda payloads: [p.upper() for p in payloads])
 
-    def append(self, payloads: list[bytes]) -> concurrent.futures.Future:
+    def append(self, payloads: list[bytes], on_done) -> None:
+        """As dledger's Replica.append with on_done: the outcome told through the callback."""
         self.entries.append(list(payloads))
-        done: concurrent.futures.Future = concurrent.futures.Future()
         outcome = self.outcome(payloads)
         if isinstance(outcome, BaseException):
-            done.set_exception(outcome)
+            on_done(None, outcome)
         else:
-            done.set_result(AppendResult(len(self.entries), 1, outcome))
-        return done
+            on_done(AppendResult(len(self.entries), 1, outcome), None)
 
 
 def run(replica, coroutine_of, **settings):
@@ -117,9 +115,8 @@ def test_write_retry_millis_bounds_the_retries_and_0_answers_after_one_attempt()
 class SilentReplica(ScriptedReplica):
     """Appends that never get an outcome (a quorum that does not answer)."""
 
-    def append(self, payloads: list[bytes]) -> concurrent.futures.Future:
+    def append(self, payloads: list[bytes], on_done) -> None:
         self.entries.append(list(payloads))
-        return concurrent.futures.Future()
 
 
 def test_a_submission_whose_deadline_passed_is_not_submitted():

@@ -44,6 +44,26 @@ def test_append_resolves_after_commit_and_apply_with_index_term_and_state_machin
     assert [e.index for e in leader.read(first.index, 10)] == [first.index, second.index]
 
 
+def test_an_append_with_on_done_is_told_once_on_the_raft_thread_after_its_tick_published_the_status(group):
+    leader = leader_of(group)
+    told: list = []
+    done = threading.Event()
+
+    def on_done(result, error):
+        told.append((result, error, threading.current_thread().name, leader.status().applied_index))
+        done.set()
+
+    assert leader.append([b"direct"], on_done) is None
+    assert done.wait(5)
+    [(result, error, thread, applied)] = told
+    assert error is None and thread.startswith("raft-") and applied >= result.index
+    [entry] = leader.read(result.index, 1, to_index=result.index)
+    assert entry.payloads == [b"direct"]
+    refused: list = []  # refused at once: told on the caller's thread, before append returns
+    leader.append([b"x" * (leader.config.entry_bytes_max + 1)], lambda r, e: refused.append((r, e)))
+    assert len(refused) == 1 and isinstance(refused[0][1], EntryTooLargeError)
+
+
 def test_role_subscribers_see_the_leader_take_over_and_the_roles_are_exclusive(group):
     replicas = group
     seen: list = []

@@ -141,12 +141,37 @@ def test_a_bare_string_with_a_comparison_or_sql_keyword_is_taken_for_sql92(expre
     assert rules.looks_like_sql92(expression) is sql
 
 
-def stored(body: bytes) -> pb.Message:
-    """A message as the broker delivers it: its body digest computed when it was stored."""
+def stored(body: bytes, digest_type: int = pb.DigestType.MD5) -> pb.Message:
+    """A message as the broker delivers it: its body digest computed when it was stored (MD5; CRC32 by a broker
+    from before MD5)."""
     message = to_pb(Message("t", body, message_id="01ABC"))
-    message.system_properties.body_digest.type = pb.DigestType.CRC32
-    message.system_properties.body_digest.checksum = rules.body_crc32_hex(body)
+    message.system_properties.body_digest.type = digest_type
+    digest = rules.body_md5_hex if digest_type == pb.DigestType.MD5 else rules.body_crc32_hex
+    message.system_properties.body_digest.checksum = digest(body)
     return message
+
+
+def test_the_stored_digest_is_md5_in_upper_case_hex_as_every_official_sdk_computes_it():
+    # the forms of rocketmq-clients' MessageView checks: Java encodeHexString(md5, false), Python
+    # hexdigest().upper(), Node.js digest('hex').toUpperCase(), Go strings.ToUpper(hex.EncodeToString)
+    assert rules.body_md5_hex(b"hello") == "5D41402ABC4B2A76B9719D911017C592"
+
+
+def test_a_crc32_digest_stored_by_an_older_broker_is_delivered_as_md5_when_the_body_still_matches_it():
+    message = stored(b"hello", pb.DigestType.CRC32)
+    rules.stored_digest_as_md5(message)
+    digest = message.system_properties.body_digest
+    assert (digest.type, digest.checksum) == (pb.DigestType.MD5, rules.body_md5_hex(b"hello"))
+    rules.check_body_digest(message)
+
+
+def test_a_crc32_digest_its_body_no_longer_matches_is_left_as_it_is_so_the_receiver_flags_it():
+    message = stored(b"hello", pb.DigestType.CRC32)
+    message.body = b"jello"
+    rules.stored_digest_as_md5(message)
+    assert message.system_properties.body_digest.type == pb.DigestType.CRC32
+    with pytest.raises(MessageCorruptedError):
+        rules.check_body_digest(message)
 
 
 def test_a_received_body_matching_its_stored_digest_passes():

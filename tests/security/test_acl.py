@@ -281,3 +281,58 @@ def test_a_user_may_make_the_admin_calls_its_acl_allows_without_the_cluster_secr
         with pytest.raises(RocketraftError) as e:
             asyncio.run(as_ops(forbidden))
         assert e.value.code == Code.FORBIDDEN and f"User:ops may not {why}" in e.value.message
+
+
+def test_the_batched_read_is_authorized_as_pull_message_sub_on_the_group_and_the_topic(cluster):
+    """rocketraft's own PullConsumer reads through FastConsume.PullBatch: a user without Sub on the topic is refused by
+    name, as PullMessage refuses it; with Sub it reads."""
+    import rocketraft
+    from rocketraft.client.message import QueueRef
+    from rocketraft.client.pull_consumer import PullConsumer
+
+    cluster.create_topic("pb-closed", queue_nums=1)
+    cluster.create_topic("pb-open", queue_nums=1)
+    auth(cluster, lambda a: a.create_acl("alice", ["Topic:pb-open"], ["Sub"]))
+    root = ClientConfig(namesrv=cluster.namesrv_address, cluster_secret="", access_key="root",
+                        secret_key="root-secret-key")
+    with rocketraft.Producer(config=root) as producer:
+        for topic in ("pb-closed", "pb-open"):
+            producer.send(rocketraft.Message(topic, b"read me"))
+    master = cluster.address_of[cluster.wait_master()]
+
+    async def read(topic: str) -> list:
+        alice = ClientConfig(namesrv=cluster.namesrv_address, cluster_secret="", access_key="alice",
+                             secret_key="alice-secret-key")
+        async with PullConsumer(group="billing", auto_commit=False, config=alice) as consumer:
+            messages, _ = await consumer._pull_batch(master, QueueRef(topic, cluster.group, 0), 0, 16, "*", 0.0, "t")
+            return messages
+
+    assert [m.body for m in asyncio.run(read("pb-open"))] == [b"read me"]
+    with pytest.raises(RocketraftError) as e:
+        asyncio.run(read("pb-closed"))
+    assert e.value.code == Code.UNAUTHORIZED and "pb-closed" in e.value.message, e.value
+
+
+def test_a_producer_with_pub_on_the_topic_cannot_recall_another_producers_message_without_its_handle(cluster):
+    """RecallMessage needs Pub on the topic (RocketMQ 5's mapping), and the handle's token: trudy holds Pub on orders
+    and knows alice's message id (consumers see it), yet recalls nothing of hers; alice recalls with her handle."""
+    import rocketraft
+
+    auth(cluster, lambda a: a.create_user("trudy", "trudy-secret-key"))
+    auth(cluster, lambda a: a.create_acl("trudy", ["Topic:orders"], ["Pub"]))
+
+    def producer(user: str) -> rocketraft.Producer:
+        return rocketraft.Producer(config=ClientConfig(namesrv=cluster.namesrv_address, cluster_secret="",
+                                                       access_key=user, secret_key=f"{user}-secret-key"))
+
+    with producer("alice") as alice, producer("trudy") as trudy:
+        receipt = alice.send(rocketraft.Message("orders", b"alice's"))
+        broker_group, token, message_id = receipt.recall_handle.split(":", 2)
+        for guess in (f"{broker_group}:{'0' * len(token)}:{message_id}", f"{broker_group}:{message_id}"):
+            with pytest.raises(RocketraftError) as e:
+                trudy.recall(guess, "orders")
+            assert e.value.code == Code.FORBIDDEN and "recall handle does not match" in e.value.message
+        with pytest.raises(RocketraftError) as e:  # no Pub on audit for trudy: refused before any handle is looked at
+            trudy.recall(receipt.recall_handle, "audit")
+        assert e.value.code == Code.UNAUTHORIZED
+        assert alice.recall(receipt).message_id == message_id
