@@ -26,6 +26,7 @@ from rocketraft.protocol import auth_internal, tls
 from rocketraft.protocol.auth_guard import Guard, admin_paths, guarded, guarded_admin
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.metrics import MetricsServer
+from rocketraft.protocol.namespaced import namespaced
 from rocketraft.protocol.routing import LANGUAGE_HEADER
 from rocketraft.protocol.rules import stored_digest_as_md5
 from rocketraft.protocol.serving import add_service, new_server
@@ -194,8 +195,10 @@ class BrokerServer:
         messaging = MessagingService(cfg, topics=self.topics, writes=self.writes, consume=self.consume,
                                      clients=self.clients, route_lookup=self.namesrvs.route, traffic=self.traffic)
         messaging_descriptor = svc.DESCRIPTOR.services_by_name["MessagingService"]
-        add_service(server, guarded(messaging, messaging_descriptor, guard), messaging_descriptor)
-        fast_descriptor = cpb.DESCRIPTOR.services_by_name["FastConsume"]
+        # the namespace door first: ACL 2.0 and the servicer see every topic and group by its stored name
+        add_service(server, namespaced(guarded(messaging, messaging_descriptor, guard), messaging_descriptor),
+                    messaging_descriptor)
+        fast_descriptor = cpb.DESCRIPTOR.services_by_name["FastConsume"]  # rocketraft's own: stored names
         add_service(server, guarded(FastConsumeService(self.consume, self.traffic), fast_descriptor, guard),
                     fast_descriptor)
         add_service(server, auth, apb.DESCRIPTOR.services_by_name["BrokerAuth"])

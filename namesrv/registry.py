@@ -207,17 +207,18 @@ class RouteRegistry:
         entry = self._master_entry(self._group_entries(group, now_ms))
         return entry.reg if entry is not None else None
 
-    def route(self, topic: str, namespace: str = "", now_ms: int | None = None,
-              scheme_in_host: bool = False) -> list[pb.MessageQueue]:
-        """Every queue of topic on every group that has it: master (brokerId 0) first, then every replica's READ
-        entry by brokerId (followers, and the master under its own follower_broker_id).
+    def route(self, topic: str, now_ms: int | None = None, scheme_in_host: bool = False) -> list[pb.MessageQueue]:
+        """Every queue of topic (its stored name: a namespaced topic's is <namespace>%<name>, which the v2 door,
+        rocketraft.protocol.namespaced, gives the client back as name and namespace) on every group that has it:
+        master (brokerId 0) first, then every replica's READ entry by brokerId (followers, and the master under its
+        own follower_broker_id).
 
         The master's entries list every live replica, master first; scheme_in_host writes that list for the
         SDKs that join it without a scheme (rocketraft.protocol.routing.needs_scheme_in_host).
         """
         queues: list[pb.MessageQueue] = []
         for group in self.groups(now_ms):
-            queues.extend(self._group_route(group, topic, namespace, now_ms, scheme_in_host))
+            queues.extend(self._group_route(group, topic, now_ms, scheme_in_host))
         if not queues:
             known = ", ".join(self.groups(now_ms)) or "none"
             raise TopicNotFoundError(f"topic {topic!r} does not exist on any broker group (groups known to this "
@@ -294,7 +295,7 @@ class RouteRegistry:
         # Two LEADERs in one term cannot happen in Raft; if bad input claims it, prefer the one heard from last.
         return max(leaders, key=lambda e: (e.reg.term, e.last_seen_ms, e.reg.replica_id), default=None)
 
-    def _group_route(self, group: str, topic: str, namespace: str, now_ms: int | None,
+    def _group_route(self, group: str, topic: str, now_ms: int | None,
                      scheme_in_host: bool = False) -> list[pb.MessageQueue]:
         entries = self._group_entries(group, now_ms)
         master = self._master_entry(entries)
@@ -308,7 +309,7 @@ class RouteRegistry:
                 return []
             config = max(having, key=lambda e: (e.reg.applied_index, e.reg.replica_id)).topics[topic]
         followers = [e for e in entries if e is not master]
-        resource = pb.Resource(name=topic, resource_namespace=namespace)
+        resource = pb.Resource(name=topic)
         accept = list(config.message_types) or list(ALL_MESSAGE_TYPES)
         follower_permission = pb.Permission.READ if config.perm & PERM_READ else pb.Permission.NONE
         readers = followers

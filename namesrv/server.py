@@ -32,6 +32,7 @@ from rocketraft.protocol.errors import (
     to_status,
 )
 from rocketraft.protocol.names import check_topic_name
+from rocketraft.protocol.namespaced import namespaced
 from rocketraft.protocol.routing import PERM_READ_WRITE, language_of, needs_scheme_in_host
 from rocketraft.protocol.serving import add_service, new_server
 from rocketraft.protocol.wire import (
@@ -120,7 +121,8 @@ class NameServer:
         server = new_server(interceptors=auth_internal.server_interceptors(  # the bounds every server has
             self.cluster_secret, self.cluster_auth_window_ms, who=f"NameServer {self.listen}",
             user_methods=admin_paths(internal) if guard is not None else frozenset()))
-        add_service(server, guarded(MessagingService(self), messaging, guard, {"QueryRoute", "RecallMessage"}),
+        served = {"QueryRoute", "RecallMessage"}  # the namespace door first: ACL 2.0 sees stored names
+        add_service(server, namespaced(guarded(MessagingService(self), messaging, guard, served), messaging, served),
                     messaging)
         # a NameServer serves every cluster: GetClusterInfo needs Get on Cluster:* (or *)
         add_service(server, guarded_admin(NameServerService(self), internal, guard, ""), internal)
@@ -242,9 +244,10 @@ class NameServer:
 
     # -- client requests -------------------------------------------------------------------------------------
 
-    async def query_route(self, topic: str, namespace: str = "", scheme_in_host: bool = False) -> list[pb.MessageQueue]:
+    async def query_route(self, topic: str, scheme_in_host: bool = False) -> list[pb.MessageQueue]:
+        """The route of `topic` (its stored name: a namespaced topic's is <namespace>%<name>)."""
         try:
-            return self.registry.route(topic, namespace, now_ms=self.clock_ms(), scheme_in_host=scheme_in_host)
+            return self.registry.route(topic, now_ms=self.clock_ms(), scheme_in_host=scheme_in_host)
         except TopicNotFoundError:
             # A name that can never exist is a different mistake from a topic nobody created.
             check_topic_name(topic)
@@ -253,7 +256,7 @@ class NameServer:
                 raise
         results = await self._auto_create(topic, queue_nums)
         try:
-            return self.registry.route(topic, namespace, now_ms=self.clock_ms(), scheme_in_host=scheme_in_host)
+            return self.registry.route(topic, now_ms=self.clock_ms(), scheme_in_host=scheme_in_host)
         except TopicNotFoundError:
             causes = "; ".join(r.message for r in results if not r.ok) or "no group allows auto-creation"
             raise TopicNotFoundError(f"topic {topic!r} did not exist and auto-creating it failed: {causes}") from None
@@ -454,8 +457,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
 
     async def QueryRoute(self, request: svc.QueryRouteRequest, context) -> svc.QueryRouteResponse:
         try:
-            queues = await self._ns.query_route(request.topic.name, request.topic.resource_namespace,
-                                                scheme_in_host=needs_scheme_in_host(language_of(context.invocation_metadata())))
+            language = language_of(context.invocation_metadata())
+            queues = await self._ns.query_route(request.topic.name, scheme_in_host=needs_scheme_in_host(language))
         except Exception as e:
             return svc.QueryRouteResponse(status=_error_status("QueryRoute", e))
         log.debug("QueryRoute %s: %d queues", request.topic.name, len(queues))

@@ -15,7 +15,7 @@ _EXPORTS = {
     "Admin": "rocketraft.client.api", "SimpleConsumer": "rocketraft.client.api",
     "PullConsumer": "rocketraft.client.api", "PushConsumer": "rocketraft.client.api",
     "ConsumeResult": "rocketraft.client.consumer", "Sql92": "rocketraft.client.consumer",
-    "BatchSendError": "rocketraft.client.producer",
+    "BatchSendError": "rocketraft.client.producer", "ClientConfig": "rocketraft.client.config",
     "Message": "rocketraft.client.message", "QueueRef": "rocketraft.client.message",
     "ReceivedMessage": "rocketraft.client.message", "SendReceipt": "rocketraft.client.message",
     "TransactionResolution": "rocketraft.client.transaction", "hash_selector": "rocketraft.client.selection",

@@ -6,6 +6,7 @@
 """
 
 from rocketraft.client.admin import Admin
+from rocketraft.client.config import ClientConfig
 from rocketraft.client.consumer import ConsumeResult
 from rocketraft.client.message import Message, QueueRef, ReceivedMessage, SendReceipt
 from rocketraft.client.producer import BatchSendError, Producer
@@ -15,6 +16,6 @@ from rocketraft.client.selection import hash_selector
 from rocketraft.client.simple_consumer import SimpleConsumer
 from rocketraft.client.transaction import TransactionProducer, TransactionResolution
 
-__all__ = ["Admin", "BatchSendError", "ConsumeResult", "Message", "Producer", "PullConsumer", "PushConsumer",
-           "QueueRef", "ReceivedMessage", "SendReceipt", "SimpleConsumer", "TransactionProducer",
+__all__ = ["Admin", "BatchSendError", "ClientConfig", "ConsumeResult", "Message", "Producer", "PullConsumer",
+           "PushConsumer", "QueueRef", "ReceivedMessage", "SendReceipt", "SimpleConsumer", "TransactionProducer",
            "TransactionResolution", "hash_selector"]

@@ -6,6 +6,7 @@
     rocketraft admin updateSubGroup -g billing --fifo
     rocketraft admin queryMsgByKey -t orders -k order-42 | queryMsgById -t orders -i <id>
     rocketraft admin consumerProgress -g billing -t orders
+    rocketraft admin updateTopic -t orders --namespace tenant-a            (a namespace's topics and groups)
     rocketraft admin createUser | updateUser | deleteUser | getUser | listUser       (ACL 2.0: rocketraft/cli_auth.py)
     rocketraft admin createAcl | updateAcl | deleteAcl | getAcl | listAcl
     rocketraft admin transferLeader --group broker-a [--to n1]
@@ -25,6 +26,7 @@ import sys
 import time
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from rocketraft.protocol.errors import RocketraftError
@@ -78,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
         result = asyncio.run(_call(args))
     except RocketraftError as exc:
-        console.print(f"[red]error ({exc.code}):[/red] {exc.message}", highlight=False)
+        console.print(f"[red]error ({exc.code}):[/red] {escape(exc.message)}", highlight=False)
         return 1
     if args.json:
         print(json.dumps(plain(result), indent=2, default=str))

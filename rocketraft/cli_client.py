@@ -15,6 +15,7 @@ import os
 import time
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rocketraft.protocol.errors import RocketraftError
@@ -62,7 +63,7 @@ def run_send(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(_send(args, console))
     except RocketraftError as exc:
-        console.print(f"[red]error ({exc.code}):[/red] {exc.message}", highlight=False)
+        console.print(f"[red]error ({exc.code}):[/red] {escape(exc.message)}", highlight=False)
         return 1
 
 
@@ -117,7 +118,7 @@ def _summary(console: Console, count: int, size: int, latencies: list[float], fa
                       f"{ok * size / elapsed / 1e6:.1f} MB/s, latency p50 {p50:.2f} ms p99 {p99:.2f} ms",
                       highlight=False)
     if failures:
-        console.print(f"[red]{len(failures)} failed[/red]; first: {failures[0]}", highlight=False)
+        console.print(f"[red]{len(failures)} failed[/red]; first: {escape(failures[0])}", highlight=False)
 
 
 def add_recall_arguments(parser: argparse.ArgumentParser) -> None:
@@ -150,7 +151,7 @@ def run_consume(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(_consume(args, console))
     except RocketraftError as exc:
-        console.print(f"[red]error ({exc.code}):[/red] {exc.message}", highlight=False)
+        console.print(f"[red]error ({exc.code}):[/red] {escape(exc.message)}", highlight=False)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -1,4 +1,5 @@
-"""The TLS flags of the client commands (send, consume, admin): one place for all three."""
+"""The connection flags of the client commands (send, consume, admin): TLS and the namespace, one place for all
+three."""
 
 from __future__ import annotations
 
@@ -19,8 +20,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cert-file", default="", metavar="PATH",
                         help="client certificate (PEM) for servers with tlsClientAuth require (mTLS)")
     parser.add_argument("--key-file", default="", metavar="PATH", help="its private key (PEM)")
+    parser.add_argument("--namespace", default="", metavar="NS",
+                        help="RocketMQ 5 namespace: topics and groups named here are the ones of this namespace "
+                             "(docs/client.md, \"Namespaces\"; default: none)")
 
 
 def client_config(args: argparse.Namespace) -> ClientConfig:
     return ClientConfig(namesrv=args.namesrvAddr, tls=args.tls, tls_ca_file=args.ca_file,
-                        tls_cert_file=args.cert_file, tls_key_file=args.key_file)
+                        tls_cert_file=args.cert_file, tls_key_file=args.key_file, namespace=args.namespace)

@@ -4,6 +4,11 @@ their members, browsing a topic's newest messages (the
 dead-letter topics), resending a stored message and recalling a delay message. NameServers are tried in turn;
 broker-side calls go to each group's master, falling back to its other replicas (reads are served from any
 replica's applied state).
+
+With a namespace (ClientConfig.namespace) every topic and group the admin client is given or shows is one of that
+namespace, by its name in it: internal calls carry the stored name (<namespace>%<name>,
+rocketraft.protocol.names), v2 calls the name and the x-mq-namespace header, and lists keep that namespace's
+topics and groups only. Without one, names are stored names and lists show every namespace.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from rocketraft.protocol import names
 from rocketraft.protocol.errors import BadRequestError, BrokerUnreachableError, RocketraftError, from_status
 from rocketraft.protocol.limits import DLQ_TOPIC_PREFIX
 from rocketraft.protocol.names import check_group_name, check_topic_name
@@ -135,6 +141,22 @@ class Admin(AsyncClient):
 
     def __init__(self, namesrv="127.0.0.1:9876", *, config: ClientConfig | None = None):
         super().__init__(config or ClientConfig(namesrv=namesrv))
+
+    # -- names in the client's namespace ----------------------------------------------------------------------
+    def _topic(self, name: str) -> str:
+        """The stored name of topic `name` of this client's namespace, checked."""
+        return check_topic_name(names.stored_name(self.config.namespace, name, names.TOPIC))
+
+    def _group(self, name: str) -> str:
+        return check_group_name(names.stored_name(self.config.namespace, name, names.GROUP))
+
+    def _shown(self, stored: str) -> str:
+        """How this client names stored topic or group `stored`."""
+        return names.name_in(stored, self.config.namespace)
+
+    def _mine(self, stored: str) -> bool:
+        """Whether stored topic or group `stored` is listed: every one without a namespace, else the namespace's."""
+        return not self.config.namespace or names.namespace_of(stored) == self.config.namespace
 
     # -- NameServer calls ----------------------------------------------------------------------------------
     async def _namesrv_call(self, what: str, call: Callable[[object], Awaitable], messaging: bool = False):
@@ -264,7 +286,7 @@ class Admin(AsyncClient):
             await asyncio.sleep(0.02)
 
     async def topic_list(self) -> list[str]:
-        return sorted({t for g in await self.cluster_list() for t in g.topics})
+        return sorted({self._shown(t) for g in await self.cluster_list() for t in g.topics if self._mine(t)})
 
     async def topic_infos(self) -> list[TopicInfo]:
         """Every topic on every broker group with its queue count, permission and message types."""
@@ -272,36 +294,33 @@ class Admin(AsyncClient):
         for g in (await self._cluster_info()).groups:
             replicas = sorted(g.replicas, key=lambda r: r.replica_id != g.master_replica_id)  # the master first
             if replicas:
-                out.extend(TopicInfo(t.name, g.group, t.queue_nums, t.perm, tuple(t.message_types))
-                           for t in replicas[0].topics)
+                out.extend(TopicInfo(self._shown(t.name), g.group, t.queue_nums, t.perm, tuple(t.message_types))
+                           for t in replicas[0].topics if self._mine(t.name))
         return sorted(out, key=lambda t: (t.name, t.group))
 
     async def topic_route(self, topic: str) -> TopicRoute:
-        check_topic_name(topic)
+        self._topic(topic)
         return await self.routes.refresh(topic)
 
     async def create_topic(self, name: str, queue_nums: int = 8, message_types: tuple[int, ...] = (),
                            cluster: str = "", perm: int = PERM_READ_WRITE) -> list[str]:
         """Create or update a topic on every broker group of `cluster` ("" = every group); returns the groups."""
-        check_topic_name(name)
         request = ipb.CreateTopicRequest(cluster=cluster, topic=ipb.TopicConfig(
-            name=name, queue_nums=queue_nums, perm=perm, message_types=list(message_types)))
+            name=self._topic(name), queue_nums=queue_nums, perm=perm, message_types=list(message_types)))
         return await self._fan_out(f"topic {name}", lambda ns: ns.CreateTopic(request, timeout=ADMIN_TIMEOUT_S))
 
     update_topic = create_topic
 
     async def delete_topic(self, name: str, cluster: str = "") -> list[str]:
-        check_topic_name(name)
-        request = ipb.DeleteTopicRequest(cluster=cluster, topic=name)
+        request = ipb.DeleteTopicRequest(cluster=cluster, topic=self._topic(name))
         return await self._fan_out(f"deleting topic {name}",
                                    lambda ns: ns.DeleteTopic(request, timeout=ADMIN_TIMEOUT_S), gone_ok=True)
 
     async def create_group(self, name: str, fifo: bool = False, max_delivery_attempts: int = 0,
                            cluster: str = "") -> list[str]:
         """Create or update a consumer group on every broker group (RocketMQ's updateSubGroup)."""
-        check_group_name(name)
         request = ipb.CreateGroupRequest(cluster=cluster, group=ipb.GroupConfig(
-            name=name, fifo=fifo, max_delivery_attempts=max_delivery_attempts))
+            name=self._group(name), fifo=fifo, max_delivery_attempts=max_delivery_attempts))
         return await self._fan_out(f"group {name}", lambda ns: ns.CreateGroup(request, timeout=ADMIN_TIMEOUT_S))
 
     async def _fan_out(self, what: str, call, gone_ok: bool = False) -> list[str]:
@@ -336,36 +355,42 @@ class Admin(AsyncClient):
         return list(await asyncio.gather(*(on_group(g) for g in route.groups.values())))
 
     async def query_message_by_key(self, topic: str, key: str, max_messages: int = 32) -> list[ReceivedMessage]:
-        return await self._query(topic, ipb.QueryMessageRequest(topic=topic, key=key, max_messages=max_messages))
+        return await self._query(topic, ipb.QueryMessageRequest(topic=self._topic(topic), key=key,
+                                                                max_messages=max_messages))
 
     async def query_message_by_id(self, topic: str, message_id: str) -> list[ReceivedMessage]:
         """Usually one message; a message stored on two groups (a retry after a lost connection) shows twice."""
-        return await self._query(topic, ipb.QueryMessageRequest(topic=topic, message_id=message_id, max_messages=32))
+        return await self._query(topic, ipb.QueryMessageRequest(topic=self._topic(topic), message_id=message_id,
+                                                                max_messages=32))
 
     async def _query(self, topic: str, request: ipb.QueryMessageRequest) -> list[ReceivedMessage]:
         if not 1 <= request.max_messages <= QUERY_MESSAGES_MAX:
             raise RocketraftError(f"max_messages must be 1..{QUERY_MESSAGES_MAX}", Code.BAD_REQUEST)
         route = await self.routes.refresh(topic)
-        names = list(route.groups)
+        groups = list(route.groups)
         responses = await self._each_group(topic, f"query messages of {topic}", lambda stub: stub.QueryMessage(
             request, timeout=ADMIN_TIMEOUT_S))
         found = []
-        for group, response in zip(names, responses, strict=True):
+        for group, response in zip(groups, responses, strict=True):
             _check(response.code, response.message)
-            found.extend(from_pb(pb.Message.FromString(raw), group) for raw in response.messages)
+            found.extend(from_pb(self._as_shown(pb.Message.FromString(raw)), group) for raw in response.messages)
         return sorted(found, key=lambda m: (m.store_ms, m.queue.broker, m.queue.queue_id, m.queue_offset))
+
+    def _as_shown(self, message: pb.Message) -> pb.Message:
+        """A stored message (an internal call's answer) with its topic as this client names it."""
+        message.topic.name = self._shown(message.topic.name)
+        return message
 
     async def consumer_progress(self, group: str, topic: str) -> list[QueueProgress]:
         """Lag per queue of `topic` for consumer group `group`, on every broker group."""
-        check_group_name(group)
-        request = ipb.ConsumerProgressRequest(group=group, topic=topic)
+        request = ipb.ConsumerProgressRequest(group=self._group(group), topic=self._topic(topic) if topic else "")
         responses = await self._each_group(topic, f"progress of {group}", lambda stub: stub.ConsumerProgress(
             request, timeout=ADMIN_TIMEOUT_S))
         out = []
         for response in responses:
             _check(response.code, response.message)
-            out.extend(QueueProgress(q.topic, q.broker_group, q.queue_id, q.broker_offset, q.consumer_offset,
-                                     q.inflight, q.lag, q.last_store_ms) for q in response.queues)
+            out.extend(QueueProgress(self._shown(q.topic), q.broker_group, q.queue_id, q.broker_offset,
+                                     q.consumer_offset, q.inflight, q.lag, q.last_store_ms) for q in response.queues)
         return sorted(out, key=lambda q: (q.topic, q.broker, q.queue_id))
 
 
@@ -378,7 +403,14 @@ class Admin(AsyncClient):
                     if not isinstance(a, BaseException)]
         if asked and not answered:
             raise answers[0]
-        return _merge_groups(answered)
+        return [self._group_shown(g) for g in _merge_groups(answered) if self._mine(g.name)]
+
+    def _group_shown(self, g: ConsumerGroupInfo) -> ConsumerGroupInfo:
+        """A consumer group with its name, topics and members' subscriptions as this client names them."""
+        members = tuple(dataclasses.replace(m, subscriptions=tuple((self._shown(t), e) for t, e in m.subscriptions))
+                        for m in g.members)
+        return dataclasses.replace(g, name=self._shown(g.name), topics=tuple(self._shown(t) for t in g.topics),
+                                   members=members)
 
     async def _list_groups(self, address: str) -> ipb.ListGroupsResponse:
         try:
@@ -392,7 +424,7 @@ class Admin(AsyncClient):
     async def browse_messages(self, topic: str, max_messages: int = 32) -> list[ReceivedMessage]:
         """The newest messages of `topic` (at most max_messages per queue, newest last), read from each broker
         group's master without any consumer group: nothing is consumed or acknowledged. For dead-letter topics."""
-        check_topic_name(topic)
+        self._topic(topic)
         if not 1 <= max_messages <= BROWSE_MESSAGES_MAX:
             raise RocketraftError(f"max_messages must be 1..{BROWSE_MESSAGES_MAX}", Code.BAD_REQUEST)
         route = await self.routes.refresh(topic)
@@ -433,7 +465,7 @@ class Admin(AsyncClient):
                                   "deleted by retention)", Code.MESSAGE_NOT_FOUND)
         original = found[0]
         target = to_topic or original.topic
-        check_topic_name(target)
+        self._topic(target)
         if target.startswith(DLQ_TOPIC_PREFIX):
             raise BadRequestError(f"message {message_id} is a dead letter: name the topic to resend it to (one its "
                                   "consumer group subscribes); resent into its dead-letter topic no one gets it")

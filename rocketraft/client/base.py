@@ -38,7 +38,7 @@ class AsyncClient:
         self.group = group
         self.transport = Transport(config.client_id, config.cluster_secret, sign_every_call=self.signs_every_call,
                                    access_key=config.access_key, secret_key=config.secret_key,
-                                   client_tls=config.client_tls)
+                                   client_tls=config.client_tls, namespace=config.namespace)
         self.routes = Routes(self.transport, config.namesrv, config.request_timeout_s,
                              config.route_refresh_interval_s)
         self.routes.listeners.append(self._on_route)

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 import grpc
 
-from rocketraft.protocol import limits, rules, sql92
+from rocketraft.protocol import limits, names, rules, sql92
 from rocketraft.protocol.errors import (
     BadRequestError,
     BrokerUnreachableError,
@@ -396,7 +396,10 @@ class ConsumerBase(AsyncClient):
     async def _pull_batch(self, address: str, queue: QueueRef, offset: int, batch_size: int, expression: str,
                           polling_s: float, what: str) -> tuple[list[ReceivedMessage], int]:
         kind, text = filter_parts(expression)
-        request = cpb.PullBatchRequest(group=self.group, topic=queue.topic, queue_id=queue.queue_id, offset=offset,
+        namespace = self.config.namespace  # rocketraft's own call: stored names (<namespace>%<name>), no v2 door
+        topic = names.stored_name(namespace, queue.topic)
+        request = cpb.PullBatchRequest(group=names.stored_name(namespace, self.group, names.GROUP), topic=topic,
+                                       queue_id=queue.queue_id, offset=offset,
                                        batch_size=min(batch_size, limits.PULL_BATCH_MESSAGES_MAX), filter_type=kind,
                                        filter_expression=text, long_polling_timeout_ms=duration_ms(polling_s))
         response = await self.transport.fast_consume(address).PullBatch(
@@ -406,10 +409,12 @@ class ConsumerBase(AsyncClient):
                                response.next_offset, what)
         if response.code not in (Code.OK, Code.MESSAGE_NOT_FOUND):
             raise from_status(pb.Status(code=response.code, message=response.message))
-        topic, queue_id, broker = queue.topic, queue.queue_id, queue.broker
+        queue_id, broker = queue.queue_id, queue.broker
         messages = []
         for raw, at, store_ms in zip(response.messages, response.queue_offsets, response.store_times_ms, strict=True):
             message = as_delivered(pb.Message.FromString(raw), topic, queue_id, at, store_ms)
+            if namespace:  # as the v2 door answers: the topic's name in the namespace
+                message.topic.name, message.topic.resource_namespace = queue.topic, namespace
             rules.check_body_digest(message)  # a pull consumer must not skip it: raise
             messages.append(from_pb(message, broker, address))
         return messages, max(response.next_offset, offset)

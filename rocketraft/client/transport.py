@@ -14,6 +14,7 @@ import grpc
 from rocketraft import __version__
 from rocketraft.protocol import auth_acl, auth_internal, tls
 from rocketraft.protocol.errors import BrokerUnreachableError, OutcomeUnknownError, RocketraftError
+from rocketraft.protocol.names import NAMESPACE_HEADER
 from rocketraft.protocol.wire import GRPC_OPTIONS, Code, cpb_grpc, ipb_grpc, svc, svc_grpc
 
 SEND_MESSAGE_METHOD = "/apache.rocketmq.v2.MessagingService/SendMessage"
@@ -41,12 +42,16 @@ _NOT_SENT_MARKERS = ("failed to connect", "connection refused", "name resolution
 
 class Transport:
     def __init__(self, client_id: str, cluster_secret: str = "", sign_every_call: bool = False,
-                 access_key: str = "", secret_key: str = "", client_tls: tls.ClientTls = tls.PLAINTEXT):
+                 access_key: str = "", secret_key: str = "", client_tls: tls.ClientTls = tls.PLAINTEXT,
+                 namespace: str = ""):
         self.client_id = client_id
         self._tls = client_tls
         signers = [auth_internal.cluster_signer(cluster_secret, sign_every_call)] if cluster_secret else []
         if access_key:  # every call: admin calls too, which an ACL 2.0 user may make if its ACL allows
             signers.append(lambda _method: auth_acl.client_metadata(access_key, secret_key))
+        if namespace:  # every v2 call, as the official SDKs send it: the servers read its names in this namespace
+            header = ((NAMESPACE_HEADER, namespace),)  # (internal calls, the admin's, name topics by stored names)
+            signers.append(lambda method: () if auth_internal.is_internal(method) else header)
         self._interceptors = auth_internal.signing_interceptors(signers)
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._raw_send: dict[str, object] = {}

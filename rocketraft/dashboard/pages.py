@@ -11,7 +11,7 @@ from rocketraft.client.admin import Admin, ConsumerGroupInfo, GroupInfo, TopicIn
 from rocketraft.client.message import ReceivedMessage
 from rocketraft.protocol.errors import BadRequestError, BrokerUnreachableError, RocketraftError
 from rocketraft.protocol.limits import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX
-from rocketraft.protocol.names import check_topic_name, dlq_topic
+from rocketraft.protocol.names import check_topic_name, dlq_topic, name_in, namespace_of
 from rocketraft.protocol.routing import PERM_READ, PERM_WRITE
 from rocketraft.protocol.wire import Code, MessageType
 
@@ -124,8 +124,9 @@ async def topics(ctx: Context, q: Mapping[str, str]) -> Page:
     for t in infos:
         by_name.setdefault(t.name, []).append(t)
     rows = [_topic_row(ctx, name, per_group) for name, per_group in sorted(by_name.items())]
-    return Page("Topics", {"topics": table(["topic", "kind", "queues per broker group", "permission", "message types",
-                                            ""], rows, "no topic yet", table_id="topic-table")}, plain(infos))
+    return Page("Topics", {"topics": table(["topic", "namespace", "kind", "queues per broker group", "permission",
+                                            "message types", ""], rows, "no topic yet", table_id="topic-table")},
+                plain(infos))
 
 
 def topics_forms(ctx: Context, q: Mapping[str, str]) -> str:
@@ -150,8 +151,15 @@ def _topic_row(ctx: Context, name: str, per_group: list[TopicInfo]) -> list[str]
     types = sorted({_types(t.message_types) for t in per_group})
     action = form("/api/topics/delete", hidden("name", name), "Delete", confirm=f"Delete topic {name} and its "
                   "messages on every broker group?", inline=True) if ctx.allow_changes else ""
-    return [link("/messages", name, topic=name), _topic_kind(name), queues, esc(", ".join(perms)),
+    return [*_named("/messages", "topic", name), _topic_kind(name), queues, esc(", ".join(perms)),
             esc(", ".join(types)), action]
+
+
+def _named(page: str, parameter: str, stored: str) -> list[str]:
+    """A topic's or group's two cells: its name in its namespace (a link to `page` with its stored name) and the
+    namespace ("" for none). Pages take stored names: <namespace>%<name>, as the admin client without one does."""
+    namespace = namespace_of(stored)
+    return [link(page, name_in(stored, namespace), **{parameter: stored}), esc(namespace)]
 
 
 def _perm(perm: int) -> str:
@@ -166,11 +174,12 @@ def _types(message_types: tuple[int, ...]) -> str:
 async def groups(ctx: Context, q: Mapping[str, str]) -> Page:
     listed = await ctx.admin.consumer_groups()
     lags = await asyncio.gather(*(_total_lag(ctx.admin, g) for g in listed[:GROUPS_WITH_LAG_MAX]))
-    rows = [[link("/groups", g.name, group=g.name), badge("created" if g.created else "state only"),
-             "FIFO" if g.fifo else "", str(g.max_delivery_attempts or "default"), esc(", ".join(g.topics)),
-             str(len(g.members)), lag] for g, lag in zip(listed, [*lags, *["?"] * len(listed)], strict=False)]
-    sections = {"groups": table(["group", "", "order", "max deliveries", "topics consumed", "members", "lag"], rows,
-                                "no consumer group yet", numeric=(5, 6), table_id="group-table")}
+    rows = [[*_named("/groups", "group", g.name), badge("created" if g.created else "state only"),
+             "FIFO" if g.fifo else "", str(g.max_delivery_attempts or "default"),
+             esc(", ".join(name_in(t, namespace_of(g.name)) for t in g.topics)), str(len(g.members)), lag]
+            for g, lag in zip(listed, [*lags, *["?"] * len(listed)], strict=False)]
+    sections = {"groups": table(["group", "namespace", "", "order", "max deliveries", "topics consumed", "members",
+                                 "lag"], rows, "no consumer group yet", numeric=(6, 7), table_id="group-table")}
     data: dict = {"groups": plain(listed)}
     chosen = q.get("group", "")
     if chosen:

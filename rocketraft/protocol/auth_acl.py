@@ -6,6 +6,10 @@ Compatible with RocketMQ 5's auth module: the `authorization` header is
 HMAC-SHA1(password, value of x-mq-date-time); resources are RocketMQ resource keys ("Topic:orders",
 "Group:g-*", "*"); the most specific matching entry decides (LITERAL, then the longest PREFIXED, then ANY), and
 of equally specific entries a DENY wins; no matching entry denies; SUPER users are not checked.
+
+A topic or group of a namespace is decided by its stored name ("Topic:tenant-a%orders": rocketraft.protocol.names)
+and, when no Topic or Group entry names or prefixes it, by the entries of its namespace ("Namespace:tenant-a",
+"Namespace:tenant-*"), before any Type:* or "*" entry.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from rocketraft.proto import auth_pb2 as apb
 
 from .errors import BadRequestError, RocketraftError
 from .limits import RETRY_TOPIC_PREFIX
+from .names import namespace_of
 from .wire import Code
 
 AUTHORIZATION_HEADER = "authorization"
@@ -382,12 +387,27 @@ class Policy:
         self.patterns.sort(key=lambda r: r.rank)
 
     def deciding(self, need: Need, source_ip: str) -> _Rule | None:
-        """The entry that decides `need` (None: no entry matches, which denies)."""
+        """The entry that decides `need` (None: no entry matches, which denies): the resource's own LITERAL, then
+        PREFIXED entries; for a topic or group of a namespace then the namespace's LITERAL and PREFIXED entries;
+        then the Type:* and "*" entries."""
         wanted = need.resource
+        named = [wanted]
+        if wanted.type in (ResourceType.TOPIC, ResourceType.GROUP) and namespace_of(wanted.name):
+            named.append(Resource(ResourceType.NAMESPACE, namespace_of(wanted.name), Pattern.LITERAL))
+        for resource in named:
+            rule = self._naming(resource, need, source_ip)
+            if rule is not None:
+                return rule
+        return next((r for r in self.patterns if r.resource.pattern is Pattern.ANY and
+                     any(r.resource.matches(w) for w in named) and r.applies(need, source_ip)), None)
+
+    def _naming(self, wanted: Resource, need: Need, source_ip: str) -> _Rule | None:
+        """The most specific LITERAL or PREFIXED entry of `wanted` that applies."""
         literal = [r for r in self.literal.get((wanted.type, wanted.name), ()) if r.applies(need, source_ip)]
         if literal:
             return min(literal, key=lambda r: r.rank)
-        return next((r for r in self.patterns if r.resource.matches(wanted) and r.applies(need, source_ip)), None)
+        return next((r for r in self.patterns if r.resource.pattern is Pattern.PREFIXED
+                     and r.resource.matches(wanted) and r.applies(need, source_ip)), None)
 
 
 def _ip_in(ip: str, networks: Iterable) -> bool:

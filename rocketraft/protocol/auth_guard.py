@@ -209,36 +209,10 @@ def _stream(guard: Guard, name: str, path: str, impl, response_cls):
                 else:
                     await refusals.put(response_cls(status=problem.to_status()))
 
-        async for response in _merged(impl(checked(), context), refusals):
+        async for response in serving.merged(impl(checked(), context), refusals):
             yield response
 
     return handle
-
-
-async def _merged(responses, refusals: asyncio.Queue):
-    """Everything `responses` yields and everything put on `refusals`, in the order they come, until `responses`
-    ends."""
-    responses = responses.__aiter__()
-    next_response = asyncio.ensure_future(responses.__anext__())
-    next_refusal = asyncio.ensure_future(refusals.get())
-    try:
-        while True:
-            done, _ = await asyncio.wait({next_response, next_refusal}, return_when=asyncio.FIRST_COMPLETED)
-            if next_refusal in done:
-                yield next_refusal.result()
-                next_refusal = asyncio.ensure_future(refusals.get())
-            if next_response in done:
-                try:
-                    response = next_response.result()
-                except StopAsyncIteration:
-                    return
-                yield response
-                next_response = asyncio.ensure_future(responses.__anext__())
-    finally:
-        for task in (next_response, next_refusal):
-            task.cancel()
-        await asyncio.gather(next_response, next_refusal, return_exceptions=True)
-        await responses.aclose()
 
 
 # -- admin calls (rocketraft.internal.v1) an ACL 2.0 user may make -----------------------------------------------

@@ -206,8 +206,11 @@ def cluster_signer(secret: str, every_call: bool) -> Signer:
     return sign
 
 
-class _AioSigner(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor,
-                 grpc.aio.StreamUnaryClientInterceptor, grpc.aio.StreamStreamClientInterceptor):
+class _AioSigning:
+    """Adds what each signer gives a call. grpc.aio files an interceptor under the first of the four call kinds it
+    is an instance of (an if/elif chain in its channel), so one object of all four kinds intercepts unary-unary
+    calls only: ReceiveMessage, PullMessage and Telemetry went out unsigned. One object per kind (_aio_signers)."""
+
     def __init__(self, signers: list[Signer]):
         self.signers = signers
 
@@ -219,29 +222,42 @@ class _AioSigner(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClien
         metadata = grpc.aio.Metadata(*(d.metadata or ()), *extra)
         return grpc.aio.ClientCallDetails(d.method, d.timeout, metadata, d.credentials, d.wait_for_ready)
 
+
+class _AioUnaryUnarySigner(_AioSigning, grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(self, continuation, details, request):
         return await continuation(self._details(details), request)
 
+
+class _AioUnaryStreamSigner(_AioSigning, grpc.aio.UnaryStreamClientInterceptor):
     async def intercept_unary_stream(self, continuation, details, request):
         return await continuation(self._details(details), request)
 
+
+class _AioStreamUnarySigner(_AioSigning, grpc.aio.StreamUnaryClientInterceptor):
     async def intercept_stream_unary(self, continuation, details, request_iterator):
         return await continuation(self._details(details), request_iterator)
 
+
+class _AioStreamStreamSigner(_AioSigning, grpc.aio.StreamStreamClientInterceptor):
     async def intercept_stream_stream(self, continuation, details, request_iterator):
         return await continuation(self._details(details), request_iterator)
+
+
+def _aio_signers(signers: list[Signer]) -> list:
+    return [kind(signers) for kind in (_AioUnaryUnarySigner, _AioUnaryStreamSigner, _AioStreamUnarySigner,
+                                       _AioStreamStreamSigner)]
 
 
 def aio_interceptors(secret: str, every_call: bool = True) -> list | None:
     """Interceptors for grpc.aio channels that sign calls with `secret` (None when there is none): every call (a
     server's or an admin's: their client calls then pass ACL 2.0 as the cluster's own), or only internal ones
     (producers and consumers, whose client calls are a user's business)."""
-    return [_AioSigner([cluster_signer(secret, every_call)])] if secret else None
+    return _aio_signers([cluster_signer(secret, every_call)]) if secret else None
 
 
 def signing_interceptors(signers: list[Signer]) -> list | None:
     """One interceptor for grpc.aio channels adding what each signer gives a call (None when there are none)."""
-    return [_AioSigner(signers)] if signers else None
+    return _aio_signers(signers) if signers else None
 
 
 class _SyncDetails(grpc.ClientCallDetails):

@@ -13,6 +13,8 @@ TOPIC_NAME_CHARS_MAX = 127
 GROUP_NAME_CHARS_MAX = 255
 RETRY_TOPIC_PREFIX = "%RETRY%"        # %RETRY%<group>: messages a consumer group will get again
 DLQ_TOPIC_PREFIX = "%DLQ%"            # %DLQ%<group>: messages past maxReconsumeTimes
+NAMESPACE_CHARS_MAX = 64              # of [a-zA-Z0-9_-]; a namespaced name is stored as <namespace>%<name>, and
+                                      # that stored name must still fit TOPIC_NAME_CHARS_MAX / GROUP_NAME_CHARS_MAX
 
 # -- message fields -------------------------------------------------------------------------------------
 BODY_BYTES_MAX = 4 * 1024 * 1024      # maxMessageSize default (RocketMQ's 4 MiB)

@@ -11,6 +11,7 @@ each names the message type and the decoder's complaint. A bidirectional stream 
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from dataclasses import dataclass
@@ -125,3 +126,29 @@ def add_service(server: grpc.aio.Server, servicer, service: ServiceDescriptor) -
     """Serve every method of `service` from `servicer` (an instance of its generated Servicer class)."""
     handlers = {method.name: _handler(servicer, method) for method in service.methods}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
+
+
+async def merged(responses, refusals: asyncio.Queue):
+    """Everything `responses` yields and everything put on `refusals`, in the order they come, until `responses`
+    ends."""
+    responses = responses.__aiter__()
+    next_response = asyncio.ensure_future(responses.__anext__())
+    next_refusal = asyncio.ensure_future(refusals.get())
+    try:
+        while True:
+            done, _ = await asyncio.wait({next_response, next_refusal}, return_when=asyncio.FIRST_COMPLETED)
+            if next_refusal in done:
+                yield next_refusal.result()
+                next_refusal = asyncio.ensure_future(refusals.get())
+            if next_response in done:
+                try:
+                    response = next_response.result()
+                except StopAsyncIteration:
+                    return
+                yield response
+                next_response = asyncio.ensure_future(responses.__anext__())
+    finally:
+        for task in (next_response, next_refusal):
+            task.cancel()
+        await asyncio.gather(next_response, next_refusal, return_exceptions=True)
+        await responses.aclose()

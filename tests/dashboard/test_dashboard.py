@@ -93,7 +93,7 @@ def test_every_page_shows_live_data_of_the_cluster(cluster, read_only, browser):
 
     browser.get(read_only + "/topics")
     orders = [r for r in rows_of(browser, "topic-table") if r[0] == "orders"]
-    assert orders and orders[0][2] == "broker-a: 4", orders
+    assert orders and orders[0][1:4] == ["", "normal", "broker-a: 4"], orders
 
     browser.get(read_only + "/groups?group=billing")
     progress = wait_for(lambda: rows_of(browser, "progress"), "billing's progress per queue")
@@ -101,7 +101,7 @@ def test_every_page_shows_live_data_of_the_cluster(cluster, read_only, browser):
     assert sum(int(r[4]) for r in progress) == CONSUMED        # consumer offsets
     assert sum(int(r[3]) for r in progress) == CONSUMED + PENDING  # broker offsets
     assert f"total lag {PENDING}" in text_of(browser, "progress")
-    assert ["billing"] == [r[0] for r in rows_of(browser, "group-table") if r[6] == str(PENDING)]
+    assert ["billing"] == [r[0] for r in rows_of(browser, "group-table") if r[7] == str(PENDING)]
 
     browser.get(read_only + "/messages?topic=orders&key=order-3")
     found = rows_of(browser, "messages")
@@ -114,12 +114,24 @@ def test_every_page_shows_live_data_of_the_cluster(cluster, read_only, browser):
     assert "no dead letter" in text_of(browser, "dlq")
 
 
+def test_topics_and_groups_show_their_namespace_and_link_by_stored_name(cluster, read_only, browser):
+    cluster.create_topic("tenant-a%ledger", 2)
+    cluster.create_group("tenant-a%auditors")
+    browser.get(read_only + "/topics")
+    ledger = wait_for(lambda: [r for r in rows_of(browser, "topic-table") if r[:2] == ["ledger", "tenant-a"]],
+                      "tenant-a's ledger in the topic table")
+    assert ledger[0][3] == "broker-a: 2", ledger
+    assert "topic=tenant-a%25ledger" in browser.find_element(By.LINK_TEXT, "ledger").get_attribute("href")
+    browser.get(read_only + "/groups")
+    assert ["auditors", "tenant-a"] in [r[:2] for r in rows_of(browser, "group-table")]
+
+
 def test_a_topic_created_in_the_browser_is_in_admin_topic_list(cluster, read_write, browser):
     browser.get(read_write + "/topics")
     answer = submit(browser, "/api/topics/create", name="made-in-ui", queues="2")
     assert "topic made-in-ui created on broker groups broker-a" in answer
     assert "made-in-ui" in admin_topic_list(cluster)
-    wait_for(lambda: any(r[0] == "made-in-ui" and r[2] == "broker-a: 2" for r in rows_of(browser, "topic-table")),
+    wait_for(lambda: any(r[0] == "made-in-ui" and r[3] == "broker-a: 2" for r in rows_of(browser, "topic-table")),
              "the new topic in the live topic table")
 
 

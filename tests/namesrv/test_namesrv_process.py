@@ -180,13 +180,14 @@ def test_illegal_topic_name_answers_illegal_topic_with_the_rule(namesrv):
 
 
 def test_route_echoes_the_namespace_and_orders_by_group_queue_and_broker_id_every_time(namesrv):
-    namesrv.register(*group_of_three("broker-b", leader="n3"), *group_of_three("broker-a", leader=None))
+    namesrv.register(*group_of_three("broker-b", leader="n3", topics=("tenant-1%T",)),
+                     *group_of_three("broker-a", leader=None, topics=("tenant-1%T",)))
     first = namesrv.route("T", namespace="tenant-1")
-    assert {q.topic.resource_namespace for q in first.message_queues} == {"tenant-1"}
+    assert {(q.topic.name, q.topic.resource_namespace) for q in first.message_queues} == {("T", "tenant-1")}
     keys = [(q.broker.name, q.id, q.broker.id) for q in first.message_queues]
     assert keys == sorted(keys)
     assert not any(q.broker.name == "broker-a" and q.broker.id == 0 for q in first.message_queues)
-    namesrv.register(*group_of_three("broker-a", leader=None))  # heartbeats in another order
+    namesrv.register(*group_of_three("broker-a", leader=None, topics=("tenant-1%T",)))  # heartbeats in another order
     assert shape(namesrv.route("T", namespace="tenant-1")) == shape(first)
 
 

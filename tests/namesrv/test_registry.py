@@ -64,12 +64,14 @@ def test_leader_is_broker_id_0_read_write_and_every_replica_follows_read_only_so
     ]
 
 
-def test_route_entries_carry_topic_namespace_group_and_all_message_types_by_default():
+def test_route_entries_carry_the_stored_topic_name_group_and_all_message_types_by_default():
+    """The registry routes stored names; the v2 door gives a namespaced client back its name and namespace."""
     r = RouteRegistry()
-    three_replicas(r)
-    q = r.route("T", namespace="ns1")[0]
-    assert (q.topic.name, q.topic.resource_namespace, q.broker.name) == ("T", "ns1", "broker-a")
+    three_replicas(r, topics=(topic("T"), topic("ns1%T")))
+    q = r.route("ns1%T")[0]
+    assert (q.topic.name, q.topic.resource_namespace, q.broker.name) == ("ns1%T", "", "broker-a")
     assert list(q.accept_message_types) == list(ALL_MESSAGE_TYPES)
+    assert {q.topic.name for q in r.route("T")} == {"T"}
 
 
 def test_route_keeps_the_topics_own_message_types():

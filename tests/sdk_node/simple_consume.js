@@ -2,7 +2,7 @@
 // messages arrived or stdin closes; one "received" line per delivery, with the SDK's own `corrupted` verdict.
 // A failed receive or ack is reported ("receive_failed", "ack_failed") and the loop goes on: a message whose ack
 // failed comes again after its invisible duration.
-// Usage: node simple_consume.js <endpoints> <group> <topic> <count>
+// Usage: node simple_consume.js <endpoints> <group> <topic> <count> [namespace]
 'use strict';
 const { SimpleConsumer } = require('rocketmq-client-nodejs');
 const { emit, logger, view, errorText, stdinClosed, run } = require('./lib');
@@ -11,10 +11,10 @@ const INVISIBLE_MS = 15000;
 const AWAIT_MS = 2000;
 
 run(async () => {
-  const [endpoints, consumerGroup, topic, count] = process.argv.slice(2);
+  const [endpoints, consumerGroup, topic, count, namespace = ''] = process.argv.slice(2);
   let closed = false;
   stdinClosed().then(() => { closed = true; });
-  const consumer = new SimpleConsumer({ endpoints, consumerGroup, subscriptions: new Map([[topic, '*']]),
+  const consumer = new SimpleConsumer({ endpoints, namespace, consumerGroup, subscriptions: new Map([[topic, '*']]),
     awaitDuration: AWAIT_MS, logger });
   await consumer.startup();
   const distinct = new Set();

@@ -20,6 +20,7 @@ from devkit.devcluster import DevCluster
 from rocketraft.client.admin import Admin
 from rocketraft.client.auth_admin import AuthAdmin
 from rocketraft.client.config import ClientConfig
+from rocketraft.client.simple_consumer import SimpleConsumer as OurSimpleConsumer
 from rocketraft.protocol import auth_acl
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.wire import Code, pb, svc, svc_grpc
@@ -57,9 +58,9 @@ def auth(cluster: DevCluster, call, secret: str = SECRET):
     return asyncio.run(run())
 
 
-def send(cluster: DevCluster, topic: str, ak: str = "", sk: str = "") -> str:
-    producer = Producer(ClientConfiguration(cluster.namesrv_address, Credentials(ak, sk), request_timeout=3),
-                        (topic,))
+def send(cluster: DevCluster, topic: str, ak: str = "", sk: str = "", namespace: str = "") -> str:
+    producer = Producer(ClientConfiguration(cluster.namesrv_address, Credentials(ak, sk), namespace,
+                                            request_timeout=3), (topic,))
     producer.startup()
     try:
         msg = Message()
@@ -78,7 +79,7 @@ class _Collect(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-def refused(cluster: DevCluster, topic: str, ak: str = "", sk: str = "") -> str:
+def refused(cluster: DevCluster, topic: str, ak: str = "", sk: str = "", namespace: str = "") -> str:
     """What the SDK's user sees of a refused send: the exception and the SDK's own error log (where the SDK puts
     the server's status when route lookup fails)."""
     sdk_log = logging.getLogger("rocketmq-python-client")
@@ -87,7 +88,7 @@ def refused(cluster: DevCluster, topic: str, ak: str = "", sk: str = "") -> str:
     sdk_log.setLevel(logging.ERROR)
     try:
         with pytest.raises(Exception) as e:  # the SDK raises its own exception types
-            send(cluster, topic, ak, sk)
+            send(cluster, topic, ak, sk, namespace)
     finally:
         sdk_log.removeHandler(collect)
         sdk_log.setLevel(level)
@@ -135,6 +136,35 @@ def test_deny_beats_allow_for_the_same_resource_and_the_more_specific_entry_deci
     acl = auth(cluster, lambda a: a.get_acl("alice"))
     assert {(e.resource, tuple(e.actions), e.decision) for e in acl.entries if e.resource.startswith("Topic:s")} \
         == {("Topic:secret-*", ("Pub",), 2)}, "createAcl of an existing resource replaced its entry"
+
+
+def test_a_namespaced_call_is_authorized_by_its_stored_name_then_its_namespace(cluster):
+    for namespace in ("tenant-a", "tenant-b"):
+        cluster.create_topic(f"{namespace}%orders")
+    auth(cluster, lambda a: a.create_user("tenant", "tenant-secret-key"))
+    try:
+        auth(cluster, lambda a: a.create_acl("tenant", ["Namespace:tenant-a"], ["Pub", "Sub"]))
+        assert send(cluster, "orders", "tenant", "tenant-secret-key", namespace="tenant-a")
+        elsewhere = refused(cluster, "orders", "tenant", "tenant-secret-key", namespace="tenant-b")
+        assert "User:tenant may not" in elsewhere and "Topic:tenant-b%orders" in elsewhere
+        alice = refused(cluster, "orders", "alice", "alice-secret-key", namespace="tenant-a")
+        assert "Topic:tenant-a%orders" in alice, "her entry for Topic:orders is the topic of no namespace"
+        assert [m.topic for m in asyncio.run(receive_as(cluster, "tenant", "tenant-secret-key", "tenant-a"))] \
+            == ["orders"]
+    finally:
+        auth(cluster, lambda a: a.delete_user("tenant"))  # the module's other tests count the users
+
+
+async def receive_as(cluster: DevCluster, user: str, key: str, namespace: str) -> list:
+    """rocketraft's SimpleConsumer as `user`: its streaming calls (ReceiveMessage, Telemetry) are signed too."""
+    config = ClientConfig(namesrv=cluster.namesrv_address, access_key=user, secret_key=key, namespace=namespace)
+    async with OurSimpleConsumer(group="tenant-readers", subscriptions={"orders": "*"}, await_duration_s=1,
+                                 config=config) as consumer:
+        got: list = []
+        deadline = time.monotonic() + 15
+        while not got and time.monotonic() < deadline:
+            got = await consumer.receive()
+        return got
 
 
 def test_admin_calls_need_the_cluster_secret_and_bad_policies_are_refused_at_the_door(cluster):

@@ -108,6 +108,25 @@ def test_actions_and_source_ips_must_match_and_retry_topics_stand_for_their_grou
     assert allowed(policy, auth_acl.sub(auth_acl.group("%RETRY%billing")))
 
 
+def test_a_namespaced_topic_is_decided_by_its_own_entries_then_its_namespaces_then_the_wildcards():
+    orders_a, orders_b = auth_acl.pub("tenant-a%orders"), auth_acl.pub("tenant-b%orders")
+    tenant = acl(("Namespace:tenant-a", ["Pub", "Sub"], apb.ALLOW, []))
+    assert allowed(tenant, orders_a) and not allowed(tenant, orders_b)
+    assert allowed(tenant, auth_acl.sub(auth_acl.group("%RETRY%tenant-a%billing")))
+    assert not allowed(tenant, auth_acl.pub("orders")), "a namespace entry covers nothing outside it"
+    assert not allowed(acl(("Topic:orders", ["Pub"], apb.ALLOW, [])), orders_a), \
+        "an entry for the bare name is the topic of no namespace"
+    assert allowed(acl(("Topic:tenant-a%orders", ["Pub"], apb.ALLOW, [])), orders_a)
+    topic_denied = acl(("Namespace:tenant-a", ["All"], apb.ALLOW, []), ("Topic:tenant-a%orders", ["Pub"], apb.DENY, []))
+    assert not allowed(topic_denied, orders_a) and allowed(topic_denied, auth_acl.pub("tenant-a%audit"))
+    prefixed = acl(("Namespace:tenant-*", ["Pub"], apb.ALLOW, []), ("Namespace:tenant-b", ["Pub"], apb.DENY, []))
+    assert allowed(prefixed, orders_a) and not allowed(prefixed, orders_b)
+    namespace_beats_wildcard = acl(("Topic:*", ["Pub"], apb.ALLOW, []), ("Namespace:tenant-b", ["Pub"], apb.DENY, []))
+    assert allowed(namespace_beats_wildcard, orders_a) and not allowed(namespace_beats_wildcard, orders_b)
+    assert not allowed(acl(("Namespace:*", ["Pub"], apb.DENY, []), ("Topic:*", ["Pub"], apb.ALLOW, [])), orders_a), \
+        "equally specific wildcards: a DENY wins"
+
+
 def test_rocketmqs_mapping_from_rpc_to_permission():
     send = svc.SendMessageRequest(messages=[pb.Message(topic=pb.Resource(name="a")),
                                             pb.Message(topic=pb.Resource(name="b"))])

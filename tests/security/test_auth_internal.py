@@ -57,3 +57,59 @@ def test_the_secret_comes_from_value_then_file_then_environment_and_has_no_defau
         load_secret("short", environ={})
     with pytest.raises(SecretError, match="cannot read"):
         load_secret(path=str(tmp_path / "missing"), environ={})
+
+
+def test_a_channels_signers_add_their_metadata_to_calls_of_every_kind_streams_included():
+    """grpc.aio files an interceptor under only the first call kind it is an instance of: signing objects of all four
+    kinds once left ReceiveMessage, PullMessage and Telemetry (and the namespace header) unsigned."""
+    import asyncio
+
+    import grpc
+
+    seen: dict[str, str] = {}
+
+    def record(kind: str, context) -> None:
+        seen[kind] = dict(context.invocation_metadata()).get("x-test-signed", "")
+
+    async def unary_unary(request, context):
+        record("unary_unary", context)
+        return b""
+
+    async def unary_stream(request, context):
+        record("unary_stream", context)
+        yield b""
+
+    async def stream_unary(requests, context):
+        record("stream_unary", context)
+        async for _ in requests:
+            pass
+        return b""
+
+    async def stream_stream(requests, context):
+        record("stream_stream", context)
+        async for _ in requests:
+            yield b""
+
+    async def scenario():
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("t.S", {
+            "UU": grpc.unary_unary_rpc_method_handler(unary_unary),
+            "US": grpc.unary_stream_rpc_method_handler(unary_stream),
+            "SU": grpc.stream_unary_rpc_method_handler(stream_unary),
+            "SS": grpc.stream_stream_rpc_method_handler(stream_stream)}),))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        signers = [lambda method: (("x-test-signed", method),)]
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}",
+                                             interceptors=auth_internal.signing_interceptors(signers)) as channel:
+            await channel.unary_unary("/t.S/UU")(b"", timeout=5)
+            async for _ in channel.unary_stream("/t.S/US")(b"", timeout=5):
+                pass
+            await channel.stream_unary("/t.S/SU")(iter([b""]), timeout=5)
+            async for _ in channel.stream_stream("/t.S/SS")(iter([b""]), timeout=5):
+                pass
+        await server.stop(0)
+
+    asyncio.run(scenario())
+    assert seen == {"unary_unary": "/t.S/UU", "unary_stream": "/t.S/US", "stream_unary": "/t.S/SU",
+                    "stream_stream": "/t.S/SS"}
