@@ -34,7 +34,7 @@ from broker import config as broker_config
 from rocketraft import parentwatch
 from rocketraft.protocol import auth_internal, tls
 from rocketraft.protocol.routing import MASTER_BROKER_ID
-from rocketraft.protocol.wire import GRPC_OPTIONS, ipb, ipb_grpc, pb, svc, svc_grpc
+from rocketraft.protocol.wire import GRPC_OPTIONS, Code, ipb, ipb_grpc, pb, svc, svc_grpc
 
 from . import certs as dev_certs
 from .localcluster import free_port as dledger_free_port
@@ -369,11 +369,20 @@ class DevCluster:
         """Delete the topic on every group of this cluster, through a NameServer."""
         self._fan_out("DeleteTopic", f"deleting topic {name}", ipb.DeleteTopicRequest(cluster=self.cluster, topic=name))
 
-    def _fan_out(self, method: str, what: str, request) -> None:
-        response = self._namesrv_call(method, request, 10)
-        if response is None:
-            raise RuntimeError(f"{what} failed: no NameServer answered ({', '.join(self.namesrv_addresses)})")
-        failed = [r for r in response.results if not r.ok]
+    def _fan_out(self, method: str, what: str, request, timeout_s: float = 15.0) -> None:
+        """The change on every group, through a NameServer. A group that has no master right now (an election: on a
+        loaded machine a group just started may elect twice) is asked again once it has one, as the refusal says,
+        until timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            response = self._namesrv_call(method, request, 10)
+            if response is None:
+                raise RuntimeError(f"{what} failed: no NameServer answered ({', '.join(self.namesrv_addresses)})")
+            failed = [r for r in response.results if not r.ok]
+            electing = failed and all(r.code == Code.HA_NOT_AVAILABLE for r in failed)
+            if not electing or time.monotonic() >= deadline:
+                break
+            self.wait_master(max(0.1, deadline - time.monotonic()))
         if failed or not response.results:
             raise RuntimeError(f"{what} failed: {failed or 'no group answered'}")
 
