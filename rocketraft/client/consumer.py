@@ -288,11 +288,9 @@ class ConsumerBase(AsyncClient):
                         raise from_status(response.status)
                     if kind == "message":
                         try:
-                            rules.check_body_digest(response.message)
+                            messages.append(from_pb(response.message, broker, address, verify=True))
                         except MessageCorruptedError as exc:  # redelivered after its invisible time
                             log.error("%s from %s: %s", what, address, exc.message)
-                            continue
-                        messages.append(from_pb(response.message, broker, address))
             except grpc.aio.AioRpcError as exc:
                 raise rpc_error(exc, address, what) from None
             return messages
@@ -415,8 +413,7 @@ class ConsumerBase(AsyncClient):
             message = as_delivered(pb.Message.FromString(raw), topic, queue_id, at, store_ms)
             if namespace:  # as the v2 door answers: the topic's name in the namespace
                 message.topic.name, message.topic.resource_namespace = queue.topic, namespace
-            rules.check_body_digest(message)  # a pull consumer must not skip it: raise
-            messages.append(from_pb(message, broker, address))
+            messages.append(from_pb(message, broker, address, verify=True))  # a pull consumer must not skip it: raise
         return messages, max(response.next_offset, offset)
 
     async def _pull_stream(self, address: str, queue: QueueRef, offset: int, batch_size: int, expression: str,
@@ -436,8 +433,8 @@ class ConsumerBase(AsyncClient):
                 elif kind == "status" and response.status.code not in (Code.OK, Code.MESSAGE_NOT_FOUND):
                     raise from_status(response.status)
                 if kind == "message":
-                    rules.check_body_digest(response.message)  # a pull consumer must not skip it: raise
-                    messages.append(from_pb(response.message, queue.broker, address))
+                    # a pull consumer must not skip a corrupted message: raise
+                    messages.append(from_pb(response.message, queue.broker, address, verify=True))
                 elif kind == "next_offset":
                     next_offset = response.next_offset
         except grpc.aio.AioRpcError as exc:

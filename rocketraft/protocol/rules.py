@@ -230,26 +230,33 @@ def stored_digest_as_md5(message: pb.Message) -> None:
         digest.checksum = body_md5_hex(body)
 
 
-def check_body_digest(message: pb.Message) -> None:
+_CRC32, _MD5, _SHA1 = int(pb.DigestType.CRC32), int(pb.DigestType.MD5), int(pb.DigestType.SHA1)
+
+
+def check_body_digest(message: pb.Message, body: bytes | None = None) -> None:
     """Raise MessageCorruptedError if a received message's body does not match its stored digest (CRC32, MD5 or
-    SHA1; a message without a digest passes)."""
+    SHA1; a message without a digest passes). `body`: the message's body when the caller has read it already (each
+    read of a protobuf bytes field copies it)."""
     digest = message.system_properties.body_digest
-    if not digest.checksum:
+    checksum = digest.checksum
+    if not checksum:
         return
-    body = message.body
-    if digest.type == pb.DigestType.CRC32:
-        actual = body_crc32_hex(body)
-    elif digest.type == pb.DigestType.MD5:
+    if body is None:
+        body = message.body
+    kind = digest.type
+    if kind == _MD5:
         actual = body_md5_hex(body)
-    elif digest.type == pb.DigestType.SHA1:
+    elif kind == _CRC32:
+        actual = body_crc32_hex(body)
+    elif kind == _SHA1:
         actual = hashlib.sha1(body).hexdigest().upper()
     else:
         return
-    if actual != digest.checksum.upper():
+    if actual != checksum and actual != checksum.upper():
         raise MessageCorruptedError(
             f"message {message.system_properties.message_id} ({message.topic.name}, queue "
             f"{message.system_properties.queue_id}, offset {message.system_properties.queue_offset}): its body's "
-            f"{pb.DigestType.Name(digest.type)} is {actual}, the broker stored {digest.checksum}: the body was "
+            f"{pb.DigestType.Name(kind)} is {actual}, the broker stored {checksum}: the body was "
             "damaged after it was stored; it is not delivered")
 
 
