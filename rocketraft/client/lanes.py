@@ -66,6 +66,11 @@ class Lane:
         self.messages_sent = 0
         self._task = asyncio.get_running_loop().create_task(self._run())
 
+    @property
+    def busy(self) -> bool:
+        """A request is in flight or messages wait to be sent."""
+        return bool(self._requests) or bool(self._items)
+
     def submit(self, message: bytes, deadline: float) -> asyncio.Future:
         """One serialized message; the future gives its SendResultEntry or raises its error."""
         future = asyncio.get_running_loop().create_future()

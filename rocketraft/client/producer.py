@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -107,7 +108,7 @@ class Producer(AsyncClient):
                  linger_ms: float = 0.0, batch_messages_max: int = 256, batch_bytes_max: int = 4 * 1024 * 1024,
                  requests_in_flight_max: int = 4, selector: Selector | None = None,
                  latency_fault_enable: bool = False, outbox_dir: str | None = None,
-                 attempt_timeout_s: float = 1.0, config: ClientConfig | None = None):
+                 attempt_timeout_s: float = 1.0, spread_writes: bool = True, config: ClientConfig | None = None):
         super().__init__(config or ClientConfig(namesrv=namesrv))
         if not 0 <= retries <= RETRIES_MAX:
             raise BadRequestError(f"retries must be 0..{RETRIES_MAX}, not {retries}")
@@ -125,6 +126,12 @@ class Producer(AsyncClient):
         self._chooser = QueueChooser(self.faults)
         self._ids = MessageIdGenerator()
         self._lanes: dict[str, Lane] = {}
+        # With spread_writes, a send_batch call whose master's lane is busy goes through the next replica of its group,
+        # which forwards it to the master through Raft (FIFO messages always go to the master: two paths could
+        # reorder them). Groups whose replicas refused to forward are not spread again.
+        self.spread_writes = bool(spread_writes)
+        self._spread_turn = itertools.count()
+        self._no_spread: set[str] = set()
         self._background: set[asyncio.Task] = set()
         # The brokers' maxMessageSize, from their answer to our publishing settings (the smallest of the groups
         # asked); None until one answered.
@@ -214,15 +221,19 @@ class Producer(AsyncClient):
             bucket = buckets.setdefault(group.master, (group, [], []))
             bucket[1].append(i)
             bucket[2].append(queue_id)
-        sent = [(group, indexes, queue_ids, self.lane(address).submit_many(
-                    [to_wire(messages[i], q) for i, q in zip(indexes, queue_ids, strict=True)], deadline))
-                for address, (group, indexes, queue_ids) in buckets.items()]
-        for group, indexes, queue_ids, future in sent:
+        sent = []
+        for group, indexes, queue_ids in buckets.values():
+            lane = self._write_lane(group, any(messages[i].message_group is not None for i in indexes))
+            sent.append((group, indexes, queue_ids, lane.address, lane.submit_many(
+                [to_wire(messages[i], q) for i, q in zip(indexes, queue_ids, strict=True)], deadline)))
+        for group, indexes, queue_ids, address, future in sent:
             for i, queue_id, entry in zip(indexes, queue_ids, await future, strict=True):
                 if not isinstance(entry, BaseException):
                     results[i] = self._receipt(messages[i], group, queue_id, entry)
                 elif classify(entry) == "fatal":
                     results[i] = entry
+                else:
+                    self._note_refused_forward(group, address, entry)
         retry = [i for i, r in enumerate(results) if r is None]
         if retry:
             retried = await asyncio.gather(*(self.deliver(messages[i], selector) for i in retry),
@@ -261,13 +272,15 @@ class Producer(AsyncClient):
         if group is None or not group.master or queue_id not in group.write_queue_ids:
             return None
         started = time.monotonic()
-        attempt = self.lane(group.master).submit(to_wire(message, queue_id), started + self.send_timeout_s)
+        lane = self.lane(group.master)
+        attempt = lane.submit(to_wire(message, queue_id), started + self.send_timeout_s)
         future = loop.create_future()
 
         def first_done(done: asyncio.Future) -> None:
             elapsed_ms = (time.monotonic() - started) * 1000
             exc = done.exception()
             self.faults.record(group.name, elapsed_ms, failed=exc is not None)
+            self._note_refused_forward(group, lane.address, exc)
             if exc is None:
                 if not future.done():
                     future.set_result(self._receipt(message, group, queue_id, done.result()))
@@ -454,6 +467,24 @@ class Producer(AsyncClient):
     def stats(self) -> dict[str, dict[str, int]]:
         """Per broker address written to: SendMessage requests and messages sent (retries included)."""
         return {a: {"requests": lane.requests_sent, "messages": lane.messages_sent} for a, lane in self._lanes.items()}
+
+    def _write_lane(self, group: GroupRoute, fifo: bool) -> Lane:
+        """The lane a first attempt goes through: the master's, or (spread_writes, not FIFO, the master's lane busy
+        with a request) the next replica's of the group, the master included: a lone sender always goes straight to
+        the master, concurrent ones share the group's front doors."""
+        master = self.lane(group.master)
+        if (not self.spread_writes or fifo or not master.busy or len(group.replicas) < 2
+                or group.name in self._no_spread):
+            return master
+        return self.lane(group.replicas[next(self._spread_turn) % len(group.replicas)])
+
+    def _note_refused_forward(self, group: GroupRoute, address: str, exc: BaseException | None) -> None:
+        """A replica that does not forward writes (slaveForwardEnable=false) answered: its group is not spread to
+        again (the message itself goes on through deliver()'s retries, to the master)."""
+        if address != group.master and exc_code(exc) == Code.HA_NOT_AVAILABLE and group.name not in self._no_spread:
+            self._no_spread.add(group.name)
+            log.info("group %s: replica %s does not forward writes (%s); sending only to its master", group.name,
+                     address, exc)
 
     def lane(self, address: str) -> Lane:
         lane = self._lanes.get(address)

@@ -232,3 +232,46 @@ def test_a_send_whose_master_lost_its_quorum_mid_send_is_unknown_never_not_store
             for follower in followers:
                 cluster.brokers[follower].signal(signal.SIGCONT)
     assert no_master_seen, "the master never stepped down: the test did not reach the no-master path"
+
+
+def test_concurrent_send_batches_share_the_groups_replicas_and_every_message_is_stored_once(shared_cluster):
+    """spread_writes: a send_batch whose master's lane is busy goes through the next replica, which forwards it to
+    the master through Raft; FIFO batches stay on the master (two paths could reorder a message group)."""
+    topic = "p-spread"
+    shared_cluster.create_topic(topic)
+
+    async def scenario():
+        async with aio.Producer(shared_cluster.namesrv_address, topics=[topic], requests_in_flight_max=8) as producer:
+            batches = [[rocketraft.Message(topic, f"{b}-{i}".encode()) for i in range(64)] for b in range(24)]
+            receipts = [r for got in await asyncio.gather(*(producer.send_batch(b) for b in batches)) for r in got]
+            fifo = [rocketraft.Message(topic, f"fifo-{i}".encode(), message_group="g") for i in range(32)]
+            fifo_receipts = [r for b in (fifo[:16], fifo[16:]) for r in await producer.send_batch(b)]
+            return receipts, fifo_receipts, producer.stats()
+
+    receipts, fifo_receipts, stats = asyncio.run(scenario())
+    master = shared_cluster.address_of[shared_cluster.wait_master()]
+    assert len([a for a, s in stats.items() if s["messages"]]) == 3, stats  # every replica took some
+    messages = stored(shared_cluster, topic)
+    assert {r.message_id for r in receipts + fifo_receipts} == set(messages)
+    assert len(messages) == 24 * 64 + 32
+    fifo_stored = sorted((m.system_properties.queue_offset, m.body) for m in messages.values()
+                         if m.system_properties.message_group == "g")
+    assert [body for _, body in fifo_stored] == [f"fifo-{i}".encode() for i in range(32)]
+    assert all(r.queue.queue_id == fifo_receipts[0].queue.queue_id for r in fifo_receipts)
+    assert stats[master]["messages"] >= 32
+
+
+def test_a_group_whose_replicas_do_not_forward_gets_every_send_batch_on_its_master(make_cluster):
+    cluster = make_cluster(broker_settings={"slaveForwardEnable": False}, metrics=False)
+    topic = "p-no-spread"
+    cluster.create_topic(topic)
+
+    async def scenario():
+        async with aio.Producer(cluster.namesrv_address, topics=[topic], requests_in_flight_max=8) as producer:
+            batches = [[rocketraft.Message(topic, f"{b}-{i}".encode()) for i in range(32)] for b in range(12)]
+            receipts = [r for got in await asyncio.gather(*(producer.send_batch(b) for b in batches)) for r in got]
+            return receipts, producer._no_spread
+
+    receipts, no_spread = asyncio.run(scenario())
+    assert no_spread == {cluster.group}
+    assert {r.message_id for r in receipts} == set(stored(cluster, topic)) and len(receipts) == 12 * 32
