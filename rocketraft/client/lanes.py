@@ -44,12 +44,49 @@ class BatchLimits:
                 raise BadRequestError(text)
 
 
-@dataclass
+class _Collected:
+    """The outcomes of one submit_many: one future for all of them (a future per message cost more than sending)."""
+
+    __slots__ = ("results", "left", "future")
+
+    def __init__(self, count: int, future: asyncio.Future):
+        self.results: list = [None] * count
+        self.left = count
+        self.future = future
+
+    def settle(self, index: int, outcome) -> None:
+        self.results[index] = outcome
+        self.left -= 1
+        if self.left == 0 and not self.future.done():
+            self.future.set_result(self.results)
+
+
+class _Slot:
+    """One message's place in a _Collected, answering what a lane asks of a message's future."""
+
+    __slots__ = ("_collected", "_index", "_done")
+
+    def __init__(self, collected: _Collected, index: int):
+        self._collected, self._index, self._done = collected, index, False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, result) -> None:
+        self._done = True
+        self._collected.settle(self._index, result)
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._done = True
+        self._collected.settle(self._index, exc)
+
+
+@dataclass(slots=True)
 class _Item:
     message: bytes            # a serialized apache.rocketmq.v2.Message
     size: int
     deadline: float
-    future: asyncio.Future
+    future: asyncio.Future | _Slot
     queued_at: float
 
 
@@ -82,15 +119,12 @@ class Lane:
     def submit_many(self, messages: list[bytes], deadline: float) -> asyncio.Future:
         """Several messages sent together (split only by the batch limits); the future gives one
         SendResultEntry or exception per message, in order, and never raises itself."""
-        loop = asyncio.get_running_loop()
+        collected = _Collected(len(messages), asyncio.get_running_loop().create_future())
         now = time.monotonic()
-        futures = []
-        for message in messages:
-            future = loop.create_future()
-            self._items.append(_Item(message, len(message) + MESSAGE_FRAMING_BYTES, deadline, future, now))
-            futures.append(future)
+        for i, message in enumerate(messages):
+            self._items.append(_Item(message, len(message) + MESSAGE_FRAMING_BYTES, deadline, _Slot(collected, i), now))
         self._wake.set()
-        return asyncio.gather(*futures, return_exceptions=True)
+        return collected.future
 
     async def close(self) -> None:
         self._task.cancel()

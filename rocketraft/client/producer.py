@@ -36,7 +36,7 @@ from rocketraft.protocol.wire import Code, pb, svc
 from .base import AsyncClient, spawn_callback
 from .config import ClientConfig
 from .lanes import BatchLimits, Lane
-from .message import Message, MessageIdGenerator, QueueRef, SendReceipt, to_wire
+from .message import Message, MessageIdGenerator, SendReceipt, queue_ref, to_wire
 from .recall import RecallResult
 from .recall import recall as recall_message
 from .routes import GroupRoute
@@ -197,7 +197,8 @@ class Producer(AsyncClient):
         BatchSendError whose `.results` holds a receipt or the error for each message."""
         self._require_started()
         for message in messages:
-            await self.prepare(message)
+            if not self._prepare_now(message):  # (a coroutine per message cost more than the check itself)
+                await self.prepare(message)
         if self.outbox is not None:
             results = await asyncio.gather(*(self.outbox.send(m) for m in messages), return_exceptions=True)
         else:
@@ -495,7 +496,7 @@ class Producer(AsyncClient):
     @staticmethod
     def _receipt(message: Message, group: GroupRoute, queue_id: int, entry: svc.SendResultEntry) -> SendReceipt:
         return SendReceipt(message_id=entry.message_id or message.message_id,
-                           queue=QueueRef(message.topic, group.name, queue_id), offset=entry.offset,
+                           queue=queue_ref(message.topic, group.name, queue_id), offset=entry.offset,
                            transaction_id=entry.transaction_id, recall_handle=entry.recall_handle)
 
 
