@@ -140,6 +140,10 @@ class NameServers:
         await asyncio.gather(*(c.close() for c in self._channels.values()))
 
 
+AUTH_CATCH_UP_S = 0.5  # a follower about to refuse a client waits this long at most for a user or ACL change
+AUTH_CATCH_UP_POLL_S = 0.02
+
+
 class BrokerServer:
     def __init__(self, config: config_mod.BrokerConfig):
         self.config = config
@@ -175,6 +179,22 @@ class BrokerServer:
             raft_peers=sorted(f"{i}-{a}" for i, a in (st.members or cfg.peers).items()),
             non_voter=not st.voter, catch_up_index=st.catch_up_index)
 
+    async def _auth_catch_up(self) -> bool:
+        """Before a follower refuses a client's call (ACL 2.0): it may be a few milliseconds behind the master, which
+        has already applied the user or ACL that would allow it (a client right after `createAcl`, on a route that
+        lists every replica). Wait at most AUTH_CATCH_UP_S for a change of users or ACLs to be applied here; True if
+        one was (the call is decided again). The master's answer stands at once: it applied every acknowledged
+        change."""
+        if self.broker.is_master:
+            return False
+        generation = self.broker.sm.auth_generation
+        deadline = time.monotonic() + AUTH_CATCH_UP_S
+        while time.monotonic() < deadline:
+            await asyncio.sleep(AUTH_CATCH_UP_POLL_S)
+            if self.broker.sm.auth_generation != generation:
+                return True
+        return False
+
     async def _change_membership(self, kind: str, replica: str, timeout_s: float | None) -> int:
         change = self.broker.add_replica if kind == "add" else self.broker.remove_replica
         index = await change(replica, timeout_s)
@@ -184,8 +204,8 @@ class BrokerServer:
     async def start(self) -> None:
         cfg = self.config
         auth = BrokerAuthService(self.broker, AuthView(self.broker))
-        guard = Guard(cfg.guard_config, auth.lookup, cfg.cluster_secret,
-                      cfg.clusterAuthWindowMillis) if cfg.guard_config.on else None
+        guard = Guard(cfg.guard_config, auth.lookup, cfg.cluster_secret, cfg.clusterAuthWindowMillis,
+                      recheck=self._auth_catch_up) if cfg.guard_config.on else None
         admin_descriptor = ipb.DESCRIPTOR.services_by_name["BrokerAdmin"]
         interceptors = auth_internal.server_interceptors(
             cfg.cluster_secret, cfg.clusterAuthWindowMillis, who=f"broker {cfg.brokerName}/{cfg.dLegerSelfId}",

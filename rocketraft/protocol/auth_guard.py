@@ -57,22 +57,30 @@ def check_config(config: GuardConfig, cluster_secret: str) -> None:
 
 class Guard:
     def __init__(self, config: GuardConfig, lookup: Lookup, cluster_secret: str,
-                 cluster_window_ms: int = auth_internal.WINDOW_MS_DEFAULT):
+                 cluster_window_ms: int = auth_internal.WINDOW_MS_DEFAULT,
+                 recheck: Callable[[], Awaitable[bool]] | None = None):
+        """`recheck()`: asked once before a client's call is refused; True means the users and ACLs may have changed
+        since (a follower that applied a change it was behind on), and the call is decided again."""
         self.config = config
         self.lookup = lookup
+        self.recheck = recheck
         self._internal = auth_internal.Verifier(cluster_secret, cluster_window_ms) if cluster_secret else None
         self._log = auth_internal.RefusalLog("client call")
 
     async def refusal(self, method: str, request, context, path: str | None = None) -> RocketraftError | None:
         """None if the call may go on; otherwise the error to answer it with. `path`: the call's gRPC path (default
         the v2 MessagingService's `method`)."""
-        try:
-            caller = await self.identify(path or V2_PATH + method, context)
-            self.authorize(caller, method, request)
-        except (AuthenticationError, AuthorizationError) as exc:
-            self.note(method, exc)
-            return exc
-        return None
+        for decided_again in (False, True):
+            try:
+                caller = await self.identify(path or V2_PATH + method, context)
+                self.authorize(caller, method, request)
+                return None
+            except (AuthenticationError, AuthorizationError) as exc:
+                if decided_again or self.recheck is None or _carries_internal_proof(context) \
+                        or not await self.recheck():
+                    self.note(method, exc)
+                    return exc
+        raise AssertionError("unreachable")
 
     def note(self, method: str, exc: RocketraftError) -> None:
         self._log.note(f"{method}: {exc.message}")
@@ -117,6 +125,11 @@ class Guard:
             self.note(method, exc)
             return exc
         return None
+
+
+def _carries_internal_proof(context) -> bool:
+    """A server's or admin's call (its proof is checked once: a nonce seen twice reads as a replay)."""
+    return any(key == auth_internal.HEADER_SIGNATURE for key, _ in context.invocation_metadata() or ())
 
 
 @dataclass(frozen=True)

@@ -336,3 +336,33 @@ def test_a_producer_with_pub_on_the_topic_cannot_recall_another_producers_messag
             trudy.recall(receipt.recall_handle, "audit")
         assert e.value.code == Code.UNAUTHORIZED
         assert alice.recall(receipt).message_id == message_id
+
+
+def test_a_follower_behind_on_a_new_acl_decides_again_once_it_applied_it_instead_of_refusing(cluster):
+    """Routes list every replica, so a client may call a follower right after `createAcl`: a follower that was
+    behind (here: paused while the user and its ACL were created) answers by the change once it applied it. (A race
+    by nature: resumed, the follower usually applies the change before it serves the call; a CI run caught the other
+    order, the test of namespaced ACLs then failing with 'no policy entry matches'.)"""
+    import signal
+
+    import rocketraft
+    from rocketraft.client.message import MessageIdGenerator, to_pb
+
+    master = cluster.wait_master()
+    follower = next(r for r in cluster.ids if r != master)
+    cluster.brokers[follower].signal(signal.SIGSTOP)
+    try:
+        auth(cluster, lambda a: a.create_user("late", "late-secret-key"))
+        auth(cluster, lambda a: a.create_acl("late", ["Topic:orders"], ["Pub"]))
+    finally:
+        cluster.brokers[follower].signal(signal.SIGCONT)
+    try:
+        with grpc.insecure_channel(cluster.address_of[follower]) as channel:
+            sent = svc_grpc.MessagingServiceStub(channel).SendMessage(
+                svc.SendMessageRequest(messages=[to_pb(rocketraft.Message("orders", b"right after createAcl",
+                                                                          message_id=MessageIdGenerator().next()))]),
+                timeout=10,
+                metadata=auth_acl.client_metadata("late", "late-secret-key"))
+        assert sent.status.code == Code.OK, sent.status
+    finally:
+        auth(cluster, lambda a: a.delete_user("late"))  # the module's other tests count the users
