@@ -14,11 +14,19 @@ import threading
 import time
 
 import pytest
-from brokerkit import client_metadata, message, messaging_stub, sdk_config, started, wait_until
+from brokerkit import (
+    TelemetryStream,
+    client_metadata,
+    message,
+    messaging_stub,
+    replica_metric,
+    sdk_config,
+    started,
+    wait_until,
+)
 from rocketmq import ConsumeResult, FilterExpression, MessageListener, Producer, PushConsumer, SimpleConsumer
 
 from broker import config as broker_config
-from devkit.devcluster import metric_value, scrape_metrics
 from rocketraft.protocol.wire import Code, ipb, ipb_grpc, pb, svc
 
 INVISIBLE_MS = 2_000
@@ -48,13 +56,9 @@ def send(cluster, topic: str, bodies: list[bytes]) -> list[str]:
         return [producer.send(message(topic, body)).message_id for body in bodies]
 
 
-def metric(cluster, replica_id: str, name: str, **labels: str) -> float:
-    return metric_value(scrape_metrics(cluster.metrics_address_of[replica_id]), name, **labels) or 0
-
-
 def everywhere(cluster, name: str, **labels: str) -> float:
     """A metric summed over the replicas (renewals are done by whichever replica served the receive)."""
-    return sum(metric(cluster, i, name, **labels) for i in cluster.ids)
+    return sum(replica_metric(cluster, i, name, **labels) for i in cluster.ids)
 
 
 def all_acknowledged(cluster, group: str, topic: str) -> bool:
@@ -145,25 +149,12 @@ def test_a_message_held_longer_than_renew_max_time_is_delivered_again_while_its_
     assert everywhere(cluster, "rocketraft_renewals_total", result="expired") > expired_before
 
 
-class TelemetryStream:
-    """A client's open Telemetry stream: while it is open the replica counts the client as live."""
-
-    def __init__(self, stub, client_id: str):
-        self._commands: queue.Queue = queue.Queue()
-        self._commands.put(svc.TelemetryCommand(settings=pb.Settings(client_type=pb.ClientType.PUSH_CONSUMER)))
-        self._replies = stub.Telemetry(iter(self._commands.get, None), metadata=client_metadata(client_id))
-        next(self._replies)  # the stream is open on the replica
-
-    def close(self) -> None:
-        self._commands.put(None)
-        self._replies.cancel()
-
-
 def test_auto_renew_receives_beyond_renew_handles_max_are_refused_by_name_before_anything_is_popped(cluster):
     topic, group, client_id = "renew-bounded", "g-renew-bounded", "raw-bounded"
     cluster.create_topic(topic, queue_nums=1)
     replica = cluster.wait_master()
-    wait_until(lambda: metric(cluster, replica, "rocketraft_renewing_messages") == 0, WAIT_S, "no renewals held")
+    wait_until(lambda: replica_metric(cluster, replica, "rocketraft_renewing_messages") == 0, WAIT_S,
+               "no renewals held")
     ids = send(cluster, topic, [f"b{i}".encode() for i in range(HANDLES_MAX + 2)])
     stub = messaging_stub(cluster, cluster.address_of[replica])
     stream = TelemetryStream(stub, client_id)
@@ -200,7 +191,7 @@ def test_renewal_settings_default_to_rocketmqs_and_an_order_that_could_miss_a_re
         broker_config.load(None, {"renewAheadTimeMillis": 5_000}, environ={})
     with pytest.raises(ValueError, match="renewAheadTimeMillis 10000, defaultInvisibleTimeMillis 8000"):
         broker_config.load(None, {"defaultInvisibleTimeMillis": 8_000}, environ={})
-    assert broker_config.load(None, {"defaultInvisibleTimeMillis": 8_000},
+    assert broker_config.load(None, {"defaultInvisibleTimeMillis": 8_000, "enableProxyAutoRenew": False},
                               environ={}).defaultInvisibleTimeMillis == 8_000
     with pytest.raises(ValueError, match=r"defaultInvisibleTimeMillis 500: use 1000\.\.43200000"):
         broker_config.load(None, {"defaultInvisibleTimeMillis": 500}, environ={})
