@@ -98,6 +98,13 @@ class ClientRegistry:
     def remove(self, client_id: str) -> None:
         self._sessions.pop(client_id, None)
 
+    def is_live(self, client_id: str) -> bool:
+        """Whether this replica still counts the client as connected: its Telemetry stream is open, or it was heard from
+        within clientExpiryMillis (and did not say goodbye: NotifyClientTermination forgets it at once)."""
+        session = self._sessions.get(client_id)
+        return session is not None and (session.outbox is not None
+                                        or session.last_seen >= time.monotonic() - self._expiry_s)
+
     def _live(self) -> list[ClientSession]:
         self._sweep()
         cutoff = time.monotonic() - self._expiry_s

@@ -95,7 +95,19 @@ class BrokerConfig:
     topicQueueNumsMax: int = limits.QUEUE_NUMS_MAX
     maxReconsumeTimes: int = limits.MAX_RECONSUME_TIMES  # delivery attempts = maxReconsumeTimes + 1, then %DLQ%<group>
     # consumption
-    defaultInvisibleTimeMillis: int = 60_000  # push consumers (auto_renew) get this invisibility
+    # a receive with auto_renew (the official SDKs' push consumers) makes its messages invisible this long, and the
+    # replica that served it renews them while the client lives (broker/renewal.py; RocketMQ 5 proxy's names and
+    # defaults): it looks every renewSchedulePeriodMillis, renews a message renewAheadTimeMillis before its
+    # invisibility ends, for another defaultInvisibleTimeMillis, at most renewMaxTimeMillis after its receive; a
+    # client that is gone gets its messages back after invisibleTimeMillisWhenClear. enableProxyAutoRenew=false:
+    # no renewal (the invisibility stays defaultInvisibleTimeMillis)
+    defaultInvisibleTimeMillis: int = 60_000
+    enableProxyAutoRenew: bool = True
+    renewSchedulePeriodMillis: int = 5_000
+    renewAheadTimeMillis: int = 10_000
+    renewMaxTimeMillis: int = 3 * 3_600_000
+    invisibleTimeMillisWhenClear: int = 1_000
+    renewHandlesMax: int = 20_000  # messages one replica renews at once; an auto_renew receive beyond is refused
     invisibleTimeMillisMin: int = limits.INVISIBLE_MS_MIN
     invisibleTimeMillisMax: int = limits.INVISIBLE_MS_MAX
     longPollingTimeoutMillisMax: int = limits.LONG_POLLING_MS_MAX
@@ -257,6 +269,7 @@ class BrokerConfig:
         self.delay_levels_ms  # noqa: B018 - validates the format
         self._validate_raft()
         self._validate_client_limits()
+        self._validate_renewal()
         self._validate_auth()
         return self
 
@@ -264,6 +277,25 @@ class BrokerConfig:
         for key in ("clientsMax", "rpcsInFlightMax", "connectionIdleMillis", "connectionsMax"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} {getattr(self, key)}: use at least 1")
+
+    def _validate_renewal(self) -> None:
+        low, high = self.invisibleTimeMillisMin, self.invisibleTimeMillisMax
+        if not low <= self.defaultInvisibleTimeMillis <= high:
+            raise ValueError(f"defaultInvisibleTimeMillis {self.defaultInvisibleTimeMillis}: use {low}..{high} (ms: "
+                             "invisibleTimeMillisMin..invisibleTimeMillisMax)")
+        for key in ("renewMaxTimeMillis", "invisibleTimeMillisWhenClear"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"{key} {getattr(self, key)}: use 0 or more (ms)")
+        if self.renewHandlesMax < 1:
+            raise ValueError(f"renewHandlesMax {self.renewHandlesMax}: use at least 1")
+        period, ahead = self.renewSchedulePeriodMillis, self.renewAheadTimeMillis
+        if self.enableProxyAutoRenew and not 1 <= period < ahead < self.defaultInvisibleTimeMillis:
+            raise ValueError(
+                f"renewSchedulePeriodMillis {period}, renewAheadTimeMillis {ahead}, defaultInvisibleTimeMillis "
+                f"{self.defaultInvisibleTimeMillis}: each must be larger than the one before (and the period at least "
+                "1 ms): a message is looked at every period and renewed once its invisibility ends within the ahead "
+                "time, so a period as long as the ahead time could miss it, and an ahead time as long as the "
+                "invisibility would renew every message at every look (or set enableProxyAutoRenew = false)")
 
     def _validate_metrics(self) -> None:
         if not 0 <= self.metricsPort <= PORT_MAX:

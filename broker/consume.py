@@ -16,6 +16,7 @@ from rocketraft.protocol.wire import Code, ipb, pb
 from . import reads, validation
 from . import tables as t
 from .core import Broker, now_ms
+from .renewal import Renewals
 from .statemachine import HandleResult, Popped
 from .topics import Topics
 from .traffic import Traffic
@@ -25,18 +26,21 @@ EMPTY_POPS_BEFORE_WAIT = 4  # pops that found nothing (all filtered out) before 
 
 
 class Consume:
-    def __init__(self, broker: Broker, topics: Topics):
+    def __init__(self, broker: Broker, topics: Topics, renewals: Renewals | None = None):
         self.broker = broker
         self.topics = topics
+        self.renewals = renewals  # None: no receive is renewed (auto_renew is then answered as a plain receive)
         self.config = broker.config
         self._pop_start: dict[tuple[str, str], int] = collections.defaultdict(int)
         self.traffic: Traffic | None = None  # set while metrics are on (broker/metrics.py)
 
     # -- pop consumption (ReceiveMessage) --------------------------------------------------------------------
     async def receive(self, group: str, topic: str, expression: pb.FilterExpression, batch_size: int,
-                      invisible_ms: int, long_polling_ms: int, attempt_id: str = "") -> list[pb.Message]:
+                      invisible_ms: int, long_polling_ms: int, attempt_id: str = "",
+                      renew_for: str = "") -> list[pb.Message]:
         """Pop up to batch_size messages. With an attempt id, a retry of a receive that delivered messages gets
-        the same ones back (broker/attempts.py)."""
+        the same ones back (broker/attempts.py). With renew_for (a client id; auto_renew), this replica keeps them
+        invisible while that client lives (broker/renewal.py)."""
         validation.group_name(group)
         validation.filter_expression(expression)
         validation.batch_size(batch_size, self.config)
@@ -54,9 +58,9 @@ class Consume:
             else:
                 maybe, earliest = self._poppable(group, topic, config.queue_nums, now, group_config.fifo)
             if maybe and empty_pops < EMPTY_POPS_BEFORE_WAIT:
-                popped = await self.broker.commit(self._pop_command(group, topic, expression, batch_size,
-                                                                    invisible_ms, now, group_config, config,
-                                                                    attempt_id))
+                popped = await self._pop(renew_for, self._pop_command(group, topic, expression, batch_size,
+                                                                      invisible_ms, now, group_config, config,
+                                                                      attempt_id))
                 if popped:
                     messages = self._read_popped(popped, invisible_ms)
                     if self.traffic is not None:
@@ -72,6 +76,20 @@ class Consume:
             if earliest is not None:
                 wait_s = min(wait_s, max(0.0, (earliest - now) / 1000) + 0.001)
             await self.broker.wait_for_topic(topic, wait_s)
+
+    async def _pop(self, renew_for: str, command: spb.Command) -> list[Popped]:
+        """Commit a pop; for a renewed receive, of no more messages than the renewals have room for."""
+        if not renew_for or self.renewals is None:
+            return await self.broker.commit(command)
+        pop = command.pop
+        granted = self.renewals.reserve(pop.batch_size)
+        pop.batch_size = granted
+        try:
+            popped = await self.broker.commit(command)
+            self.renewals.track(renew_for, pop.group, pop.topic, popped, pop.invisible_ms)
+            return popped
+        finally:
+            self.renewals.unreserve(granted)
 
     def _read_popped(self, popped: list[Popped], invisible_ms: int) -> list[pb.Message]:
         return self.broker.read(lambda txn: reads.popped_messages(self.broker.sm, txn, popped, invisible_ms))
@@ -139,6 +157,8 @@ class Consume:
         validation.group_name(group)
         validation.topic_name(topic)
         validation.receipt_handle(handle)
+        if self.renewals is not None:  # the client settles the message itself: no more renewals, whatever comes
+            self.renewals.forget(group, topic, handle)
         return await self.broker.commit(spb.Command(handle=spb.HandleCommand(
             kind=kind, group=group, topic=topic, receipt_handle=handle, invisible_ms=invisible_ms,
             now_ms=now_ms())))

@@ -22,6 +22,7 @@ from .clients import ClientRegistry
 from .config import BrokerConfig
 from .core import Broker
 from .queries import Queries, StateView
+from .renewal import Renewals
 from .retention import Retention
 from .traffic import MESSAGE_SIZE_BUCKETS_BYTES, RPC_LATENCY_BUCKETS_MS, Traffic
 
@@ -48,8 +49,9 @@ RAFT_COUNTERS = {
 
 class BrokerCollector:
     def __init__(self, config: BrokerConfig, broker: Broker, queries: Queries, clients: ClientRegistry,
-                 traffic: Traffic, retention: Retention):
+                 traffic: Traffic, retention: Retention, renewals: Renewals):
         self.config = config
+        self.renewals = renewals
         self.broker = broker
         self.queries = queries
         self.clients = clients
@@ -67,6 +69,7 @@ class BrokerCollector:
         status = self.broker.status
         self._raft(f, status)
         self._node(f)
+        self._renewals(f)
         self._retention(f)
         self._traffic(f)
         if status.role is dledger.Role.LEADER and status.failure is None:
@@ -137,6 +140,19 @@ class BrokerCollector:
         for (group, kind), n in sorted(by_type.items()):
             if kind in CONSUMER_TYPES:
                 consumers(n, group)
+
+    def _renewals(self, f: m.Families) -> None:
+        r = self.renewals
+        f.gauge("rocketraft_renewing_messages", "messages this replica keeps invisible for push consumers that "
+                "received them with auto_renew (at most renewHandlesMax)")(r.held())
+        outcomes = f.counter("rocketraft_renewals_total", "what this replica's renewals of auto_renew receives did: "
+                             "renewed (a renewal committed), expired (renewMaxTimeMillis reached: delivered again), "
+                             "released (its client is gone: visible again in invisibleTimeMillisWhenClear), stale "
+                             "(acknowledged elsewhere or delivered again), refused (a receive refused at "
+                             "renewHandlesMax)", "result")
+        counts = r.counts
+        for result in ("renewed", "expired", "released", "stale", "refused"):
+            outcomes(getattr(counts, result), result)
 
     def _retention(self, f: m.Families) -> None:
         r = self.retention
@@ -229,6 +245,7 @@ class BrokerCollector:
 
 
 def serve(config: BrokerConfig, broker: Broker, queries: Queries, clients: ClientRegistry,
-          traffic: Traffic, retention: Retention) -> m.MetricsServer:
+          traffic: Traffic, retention: Retention, renewals: Renewals) -> m.MetricsServer:
     host, port = config.metrics_address
-    return m.serve(BrokerCollector(config, broker, queries, clients, traffic, retention), host, port, "metricsPort")
+    return m.serve(BrokerCollector(config, broker, queries, clients, traffic, retention, renewals), host, port,
+                   "metricsPort")

@@ -40,6 +40,7 @@ from .clients import ClientRegistry
 from .consume import Consume
 from .core import Broker, now_ms
 from .queries import Queries
+from .renewal import Renewals
 from .retention import Retention
 from .service import BrokerAdminService, FastConsumeService, MessagingService
 from .topics import Topics
@@ -150,10 +151,11 @@ class BrokerServer:
         self.broker = Broker(config)
         self.topics = Topics(self.broker)
         self.writes = Writes(self.broker, self.topics)
-        self.consume = Consume(self.broker, self.topics)
+        self.clients = ClientRegistry(config.clientExpiryMillis, config.clientsMax)
+        self.renewals = Renewals(self.broker, self.clients)
+        self.consume = Consume(self.broker, self.topics, self.renewals)
         self.queries = Queries(self.broker, self.topics)
         self.retention = Retention(self.broker, config)
-        self.clients = ClientRegistry(config.clientExpiryMillis, config.clientsMax)
         self.traffic = Traffic() if config.metrics_address else None  # nothing is counted while metrics are off
         self.writes.traffic = self.consume.traffic = self.traffic
         self._metrics: MetricsServer | None = None
@@ -234,7 +236,7 @@ class BrokerServer:
                           f"this host's; set listenAddress to a free local host:port")
         if self.traffic is not None:
             self._metrics = metrics.serve(self.config, self.broker, self.queries, self.clients, self.traffic,
-                                          self.retention)
+                                          self.retention, self.renewals)
         self.broker.start()
         self.broker.on_role_change(self._register_now.set)
         self.broker.on_topic_change(self._register_now.set)
@@ -244,7 +246,8 @@ class BrokerServer:
         self._tasks = [loop.create_task(self._register_loop(), name="register"),
                        loop.create_task(self._timer_loop(), name="timers"),
                        loop.create_task(self._transaction_check_loop(), name="tx-check"),
-                       loop.create_task(self.retention.run(), name="retention")]
+                       loop.create_task(self.retention.run(), name="retention"),
+                       loop.create_task(self.renewals.run(), name="renewals")]
 
     async def shutdown(self) -> None:
         """A graceful stop (SIGTERM, SIGINT): the master first hands leadership to an up-to-date replica and waits

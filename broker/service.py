@@ -273,7 +273,10 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         client_id = client_id_of(context)
         validation.subscription(group, topic, request.filter_expression)  # checked before it is recorded
         self.clients.subscribe(client_id, group, topic, request.filter_expression)
-        if request.HasField("invisible_duration"):
+        # auto_renew (push consumers): defaultInvisibleTimeMillis whatever the request says, renewed while the client
+        # lives, as RocketMQ 5's proxy does (broker/renewal.py); a client with no id cannot be told alive: not renewed
+        renew_for = client_id if request.auto_renew and config.enableProxyAutoRenew else ""
+        if request.HasField("invisible_duration") and not renew_for:
             invisible_ms = _ms(request.invisible_duration)
         else:
             invisible_ms = config.defaultInvisibleTimeMillis
@@ -282,7 +285,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         if remaining is not None:
             polling_ms = max(0, min(polling_ms, int((remaining - DEADLINE_MARGIN_S) * 1000)))
         return await self.consume.receive(group, topic, request.filter_expression, request.batch_size or 1,
-                                         invisible_ms, polling_ms, request.attempt_id)
+                                         invisible_ms, polling_ms, request.attempt_id, renew_for)
 
     @unary(svc.AckMessageResponse)
     async def AckMessage(self, request, context):

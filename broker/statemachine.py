@@ -666,9 +666,10 @@ class BrokerStateMachine:
                 "delivered again (use the newest delivery's handle)"))
         state = t.inflight_of(raw)
         if command.kind == spb.HandleCommand.CHANGE_INVISIBLE:
-            txn.put(key, t.inflight_value(command.now_ms + command.invisible_ms, state.attempt, index),
+            gen = gen if command.keep_handle else index  # a renewal keeps the delivery's handle
+            txn.put(key, t.inflight_value(command.now_ms + command.invisible_ms, state.attempt, gen),
                     db=self.db[t.INFLIGHT])
-            return HandleResult(t.receipt_handle(queue, offset, index))
+            return HandleResult(t.receipt_handle(queue, offset, gen))
         txn.delete(key, db=self.db[t.INFLIGHT])
         self._touched.add(command.topic)  # wakes long polls: for a FIFO group the queue is unlocked now
         if command.kind == spb.HandleCommand.DEAD_LETTER:

@@ -84,3 +84,29 @@ def namesrv_stub(cluster, address: str | None = None):
 
 def client_metadata(client_id: str) -> tuple:
     return (("x-mq-client-id", client_id),)
+
+
+def replica_metric(cluster, replica_id: str, name: str, **labels: str) -> float:
+    """One replica's metric (summed over the samples with those labels; 0 when it has none)."""
+    from devkit.devcluster import metric_value, scrape_metrics
+
+    return metric_value(scrape_metrics(cluster.metrics_address_of[replica_id]), name, **labels) or 0
+
+
+class TelemetryStream:
+    """A client's Telemetry stream, open on one replica until close(): while it is open the replica counts the
+    client as live (broker/clients.py)."""
+
+    def __init__(self, stub, client_id: str):
+        import queue
+
+        from rocketraft.protocol.wire import pb, svc
+
+        self._commands: queue.Queue = queue.Queue()
+        self._commands.put(svc.TelemetryCommand(settings=pb.Settings(client_type=pb.ClientType.PUSH_CONSUMER)))
+        self._replies = stub.Telemetry(iter(self._commands.get, None), metadata=client_metadata(client_id))
+        next(self._replies)  # answered: the stream is open on the replica
+
+    def close(self) -> None:
+        self._commands.put(None)
+        self._replies.cancel()

@@ -158,6 +158,31 @@ def test_a_send_command_without_copied_fields_is_applied_as_one_with_them(sm):
     assert sm.apply_entry([old]) == [SendResult(0, 0, True)]
 
 
+def test_a_renewal_keeps_the_deliverys_handle_and_a_clients_change_of_invisibility_replaces_it(sm):
+    """The broker's renewal of an auto_renew receive (keep_handle) moves the deadline and keeps the receipt handle the
+    client holds, so its ack still works on any replica; a ChangeInvisibleDuration gives a new handle, as before."""
+    sm.apply_entry([topic("T", 1), send("T", "a", 0)])
+    pop = spb.Command(pop=spb.PopCommand(group="G", topic="T", batch_size=1, invisible_ms=1000, now_ms=1,
+                                         only_queue=-1, scan_offsets_max=10)).SerializeToString()
+    [[popped]] = sm.apply_entry([pop])
+
+    def change(receipt_handle: str, now_ms: int, keep_handle: bool) -> bytes:
+        return spb.Command(handle=spb.HandleCommand(
+            kind=spb.HandleCommand.CHANGE_INVISIBLE, group="G", topic="T", receipt_handle=receipt_handle,
+            invisible_ms=1000, now_ms=now_ms, keep_handle=keep_handle)).SerializeToString()
+
+    [renewed] = sm.apply_entry([change(popped.handle, 900, True)])
+    assert renewed.handle == popped.handle
+    state = t.inflight_of(read(sm, t.INFLIGHT, t.inflight_key("G", "T", 0, 0)))
+    assert (state.deadline_ms, state.attempt) == (1900, 1)
+    [changed] = sm.apply_entry([change(popped.handle, 1000, False)])
+    assert changed.handle != popped.handle
+    [stale, acked] = sm.apply_entry([handle(spb.HandleCommand.ACK, popped.handle), handle(spb.HandleCommand.ACK,
+                                                                                          changed.handle)])
+    assert isinstance(stale, ApplyError) and stale.code == Code.INVALID_RECEIPT_HANDLE
+    assert acked.handle == changed.handle and read(sm, t.INFLIGHT, t.inflight_key("G", "T", 0, 0)) is None
+
+
 # -- what apply refuses by name, and what stops the replica ---------------------------------------------------
 def handle(kind, receipt_handle: str, group: str = "G", topic_name: str = "T") -> bytes:
     return spb.Command(handle=spb.HandleCommand(kind=kind, group=group, topic=topic_name,

@@ -2,6 +2,7 @@
 //   ok          SUCCESS
 //   later-once  FAILURE ("consume later") at a message's first delivery attempt, SUCCESS after
 //   fail        FAILURE every time
+//   slow-<ms>   SUCCESS after <ms> milliseconds (a listener that outlasts the message's invisibility)
 // Lines: "consume" per listener call (the message and the answer); "ack", "change_invisible" and "dead_letter"
 // per call the SDK makes for a result, with the broker's status code (or the error).
 // Usage: node push_consume.js <endpoints> <group> <topic> <behaviour>
@@ -9,7 +10,11 @@
 const { PushConsumer, ConsumeResult } = require('rocketmq-client-nodejs');
 const { emit, logger, view, probe, stdinClosed, run } = require('./lib');
 
-function answer(behaviour, message) {
+async function answer(behaviour, message) {
+  if (behaviour.startsWith('slow-')) {
+    await new Promise((resolve) => { setTimeout(resolve, Number(behaviour.slice('slow-'.length))); });
+    return ConsumeResult.SUCCESS;
+  }
   if (behaviour === 'ok') return ConsumeResult.SUCCESS;
   if (behaviour === 'later-once') return message.deliveryAttempt > 1 ? ConsumeResult.SUCCESS : ConsumeResult.FAILURE;
   if (behaviour === 'fail') return ConsumeResult.FAILURE;
@@ -23,9 +28,10 @@ function code(response) {
 run(async () => {
   const [endpoints, consumerGroup, topic, behaviour] = process.argv.slice(2);
   const messageListener = {
-    consume(message) {
-      const result = answer(behaviour, message);
-      emit('consume', { ...view(message), result: result.toString(), at_ms: Date.now() });
+    async consume(message) {
+      const at_ms = Date.now();
+      const result = await answer(behaviour, message);
+      emit('consume', { ...view(message), result: result.toString(), at_ms });
       return result;
     },
   };
