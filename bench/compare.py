@@ -42,9 +42,11 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from . import client as cb
+
 FIGURES = ("publish", "batch", "latency", "drain", "failover")
 PEERS = ("nats", "rabbitmq")
-TOPIC = "bench-compare"
+TOPIC = cb.TOPIC  # bench.client's latency scenario is this one's
 BODY_BYTES = 1024
 LOCK = "/tmp/bench.lock"  # the peers' scripts hold it around every timed run; so do we
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -106,23 +108,6 @@ async def _pub_window(namesrv: str, window: int, warmup_s: float, seconds: float
     return {"msgs_per_s": counts["in_window"] / seconds, "failed": counts["failed"]}
 
 
-async def _latency(namesrv: str, count: int, warmup: int) -> dict:
-    from rocketraft.client.message import Message
-    from rocketraft.client.producer import Producer
-
-    body = b"x" * BODY_BYTES
-    async with Producer(namesrv, topics=[TOPIC]) as producer:
-        for _ in range(warmup):
-            await producer.send(Message(TOPIC, body))
-        samples = []
-        for _ in range(count):
-            began = time.perf_counter()
-            await producer.send(Message(TOPIC, body))
-            samples.append((time.perf_counter() - began) * 1000)
-    samples.sort()
-    return {"p50_ms": samples[len(samples) // 2], "p99_ms": samples[min(len(samples) - 1, int(len(samples) * 0.99))]}
-
-
 async def _drain(namesrv: str, prefill: int) -> dict:
     from rocketraft.client.message import Message
     from rocketraft.client.producer import Producer
@@ -151,8 +136,8 @@ def _worker(argv: list[str]) -> int:
     if figure in ("publish", "batch"):
         window, warmup_s, seconds, batch = int(rest[0]), float(rest[1]), float(rest[2]), int(rest[3])
         result = asyncio.run(_pub_window(namesrv, window, warmup_s, seconds, batch))
-    elif figure == "latency":
-        result = asyncio.run(_latency(namesrv, int(rest[0]), int(rest[1])))
+    elif figure == "latency":  # bench.client's: 200 sends to warm up, then `count` timed ones
+        result = asyncio.run(cb.latency(namesrv, int(rest[0])))
     elif figure == "drain":
         result = asyncio.run(_drain(namesrv, int(rest[0])))
     else:
@@ -172,8 +157,6 @@ def _client_process(cluster, args: list[str], timeout_s: float) -> dict:
 def measure_rocketraft(opts, figures: Figures, base: str, round_no: int) -> None:
     from devkit.devcluster import DevCluster
 
-    from . import client as cb
-
     for figure in opts.only:
         cluster = DevCluster(os.path.join(base, f"rocketraft-{round_no}-{figure}"), flush=opts.flush,
                              log_level="WARNING")
@@ -190,7 +173,7 @@ def measure_rocketraft(opts, figures: Figures, base: str, round_no: int) -> None
                     r = _client_process(cluster, [figure, ns, "8", "2", str(opts.seconds), "256"], 120)
                     figures.add("batch", r["msgs_per_s"])
                 elif figure == "latency":
-                    r = _client_process(cluster, [figure, ns, str(opts.latency_count), "500"], 300)
+                    r = _client_process(cluster, [figure, ns, str(opts.latency_count)], 300)
                     figures.add("latency_p50", r["p50_ms"])
                     figures.add("latency_p99", r["p99_ms"])
                 elif figure == "drain":
@@ -387,7 +370,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--peers-python", default=os.path.join(os.environ.get("VENV", "/work/peers-venv"), "bin", "python"),
                    help="a Python with nats-py, pika and hdrhistogram (default $VENV/bin/python)")
     p.add_argument("--seconds", type=float, default=10.0, help="throughput: the counted window after a 2 s warm-up")
-    p.add_argument("--latency-count", type=int, default=5000, help="latency: timed sends (after 500 warm-up)")
+    p.add_argument("--latency-count", type=int, default=5000, help="latency: timed sends")
     p.add_argument("--prefill", type=int, default=200_000, help="drain: messages stored first")
     p.add_argument("--flush", default="ASYNC_FLUSH", choices=["ASYNC_FLUSH", "SYNC_FLUSH"], help="rocketraft's")
     p.add_argument("--dir", help="where rocketraft's clusters keep data and logs (default: a temp dir)")
