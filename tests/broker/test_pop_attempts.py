@@ -108,6 +108,10 @@ def test_bad_attempt_ids_are_refused_by_name_and_a_good_one_still_receives(clust
     for attempt_id in BAD_ATTEMPT_IDS:
         status, messages = receive(cluster, master, "g-door", "door", attempt_id)
         assert status.code == Code.BAD_REQUEST and "attempt_id" in status.message and not messages, status
+    # A follower serves what it has applied (a receive without a long poll answers at once): wait for all of them.
+    sent_at = cluster.replica_status(master).applied_index
+    wait_until(lambda: all(s is not None and s.applied_index >= sent_at for s in cluster.statuses().values()), 15,
+               "every replica to apply the send")
     for replica in cluster.ids:  # nothing reached Raft: every replica still serves
         status, messages = receive(cluster, replica, "g-door", "door", "y" * POP_ATTEMPT_ID_CHARS_MAX)
         assert status.code == Code.OK and len(messages) == 1
