@@ -136,10 +136,10 @@ class BrokerStateMachine:
         self._retention_floor = 0
         self._floor_told = -1
         self._lock = threading.Lock()
-        # Queue counts of topics read during the current entry: every message of an entry usually goes to one
-        # topic. Cleared before each entry and whenever a topic is written, so it only ever repeats what the
-        # transaction holds (apply stays deterministic).
-        self._queue_nums: dict[str, int | None] = {}
+        # Topics read during the current entry (name -> its key prefix, its queue count or None): every message of
+        # an entry usually goes to one topic. Cleared before each entry and whenever a topic is written, so it only
+        # ever repeats what the transaction holds (apply stays deterministic).
+        self._entry_topics: dict[str, tuple[bytes, int | None]] = {}
         # Next offset of each queue written during the current entry (qmax key -> offset). Sends read and
         # advance it here and it is written to the qmax table once per queue, at the end of the entry (or
         # before a command that is not a send), in the same transaction: one LMDB get and put per queue per
@@ -206,7 +206,7 @@ class BrokerStateMachine:
         if index <= self._applied_index:
             raise InvariantError(f"entry {index} came to apply after entry {self._applied_index}: the applied "
                                  "index only grows (an entry applied twice, or out of order)")
-        self._queue_nums.clear()
+        self._entry_topics.clear()
         self._qmax.clear()
         if self._applied_index == 0:  # a new store keeps the refs table from its first entry (index 1 is a Raft no-op)
             txn.put(t.RETAIN_REFS_BUILT, b"", db=self.db[t.RETAIN])
@@ -275,7 +275,7 @@ class BrokerStateMachine:
                 return ApplyError(Code.BAD_REQUEST, f"topic {config.name} has {existing} queues; queues are never "
                                   f"removed (asked for {config.queue_nums})")
             txn.put(config.name.encode(), config.SerializeToString(), db=self.db[t.TOPICS])
-        self._queue_nums.clear()
+        self._entry_topics.clear()
         self._touched.add(config.name)
         self._configs_changed = True
         return None
@@ -316,18 +316,26 @@ class BrokerStateMachine:
         if txn.get(name.encode(), db=self.db[t.TOPICS]) is None:
             config = ipb.TopicConfig(name=name, queue_nums=queue_nums, perm=6)
             txn.put(name.encode(), config.SerializeToString(), db=self.db[t.TOPICS])
-            self._queue_nums.clear()
+            self._entry_topics.clear()
             self._configs_changed = True
 
     def _queue_nums_of(self, topic: str, txn) -> int | None:
         """The topic's queue count, None if it does not exist."""
-        if topic not in self._queue_nums:
+        return self._topic_of_entry(topic, txn)[1]
+
+    def _topic_of_entry(self, topic: str, txn) -> tuple[bytes, int | None]:
+        """(the topic's key prefix, its queue count or None if it does not exist), read once per entry."""
+        known = self._entry_topics.get(topic)
+        if known is None:
             raw = txn.get(topic.encode(), db=self.db[t.TOPICS])
-            self._queue_nums[topic] = ipb.TopicConfig.FromString(raw).queue_nums if raw is not None else None
-        return self._queue_nums[topic]
+            known = self._entry_topics[topic] = (topic.encode() + t.SEP, ipb.TopicConfig.FromString(raw).queue_nums
+                                               if raw is not None else None)
+        return known
 
     # -- sending --------------------------------------------------------------------------------------
     def _send(self, command: spb.SendCommand, index: int, slot: int, txn):
+        # The hottest code of every replica (each stored message passes here once on each): keys are built inline
+        # from the topic's encoded prefix, kept per entry (bench/README.md, "apply").
         topic = command.topic
         if topic:
             message_id, tag, keys = command.message_id, command.tag, command.keys
@@ -335,19 +343,18 @@ class BrokerStateMachine:
             message = pb.Message.FromString(command.message)
             topic, props = message.topic.name, message.system_properties
             message_id, tag, keys = props.message_id, props.tag, props.keys
-        queue_nums = self._queue_nums.get(topic)
+        prefix, queue_nums = self._entry_topics.get(topic) or self._topic_of_entry(topic, txn)
         if queue_nums is None:
-            queue_nums = self._queue_nums_of(topic, txn)
-            if queue_nums is None:
-                return ApplyError(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist on this group")
+            return ApplyError(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist on this group")
         queue = command.queue_id
         if not 0 <= queue < queue_nums:
             return ApplyError(Code.BAD_REQUEST, f"queue {queue} does not exist in topic {topic}")
-        id_key = t.msgid_key(topic, message_id)
+        id_key = prefix + message_id.encode()
         if len(id_key) > t.KEY_BYTES_MAX:
             return ApplyError(Code.ILLEGAL_MESSAGE_ID, f"message id {message_id[:100]!r} is too long to index: "
                               f"{len(id_key)} bytes with its topic, LMDB keys hold {t.KEY_BYTES_MAX}")
-        seen = txn.get(id_key, db=self._msgid_db)
+        msgid_db = self._msgid_db
+        seen = txn.get(id_key, db=msgid_db)
         if seen is not None:
             known = t.msgid_entry(seen)
             stored = self.stored_send(txn, known.index, known.slot)
@@ -356,16 +363,27 @@ class BrokerStateMachine:
             refused = self._index_keys(topic, message_id, keys, index, slot, txn)
             if refused is not None:
                 return refused
+        store_ms = command.store_ms
         if command.half:
             txn.put(t.position_key(index, slot), b"", db=self.db[t.HALF])
             offset = t.NO_OFFSET
-        elif command.deliver_at_ms > command.store_ms:
+        elif command.deliver_at_ms > store_ms:
             txn.put(t.timer_key(command.deliver_at_ms, index, slot), b"", db=self.db[t.TIMER])
             txn.put(t.ref_key(index, slot, t.REF_TIMER), b"", db=self.db[t.REFS])  # pins it against retention
             offset = t.NO_OFFSET
-        else:
-            offset = self._enqueue(topic, queue, index, slot, command.store_ms, tag, txn)
-        txn.put(id_key, t.msgid_value(index, slot, queue, offset), db=self._msgid_db)
+        else:  # into its queue (as _enqueue, inline)
+            qkey = prefix + t.pack_queue(queue)
+            qmax = self._qmax
+            offset = qmax.get(qkey)
+            if offset is None:
+                offset = self._queue_end(qkey, txn)
+                self._touched.add(topic)
+            if not txn.put(prefix + t.pack_queue_offset(queue, offset), t.pack_cq_value(index, slot, store_ms) +
+                           (tag.encode() if tag else b""), db=self._cq_db, overwrite=False):
+                raise InvariantError(f"consume queue {topic}/{queue}: offset {offset}, the queue's stored max offset, "
+                                     "already holds an entry (the qmax table is behind the consume queue)")
+            qmax[qkey] = offset + 1
+        txn.put(id_key, t.pack_msgid_value(index, slot, queue, offset), db=msgid_db)
         return SendResult(queue, offset, False)
 
     def _index_keys(self, topic: str, message_id: str, keys, index: int, slot: int, txn) -> ApplyError | None:

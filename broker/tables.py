@@ -88,6 +88,13 @@ _ATTEMPT_HEAD = struct.Struct(">QQ")  # expires_ms, gen
 _U32 = struct.Struct(">I")
 
 
+# The packers of the hottest keys and values, for apply's inline send path (broker/statemachine.py)
+pack_queue = _Q.pack  # queue -> the queue part of a qmax key
+pack_queue_offset = _QO.pack  # (queue, offset) -> the queue and offset part of a cq key
+pack_cq_value = _CQ_VALUE.pack  # (index, slot, store_ms) -> a cq value without its tag
+pack_msgid_value = _MSGID_VALUE.pack  # (index, slot, queue, offset) -> a msgid value
+
+
 def u64(n: int) -> bytes:
     return _U64.pack(n)
 

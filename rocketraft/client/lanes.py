@@ -2,8 +2,8 @@
 
 A lane sends at once while it has a free slot in its in-flight window; messages that arrive while the
 window is full, or within `linger_ms`, go out together in the next request (up to `batch_messages_max`
-messages / `batch_bytes_max` bytes). So a lone sync send pays no extra latency, and concurrent sends batch
-themselves.
+messages / `batch_bytes_max` bytes; a burst is spread over the free slots). So a lone sync send pays no extra
+latency, and concurrent sends batch themselves.
 """
 
 from __future__ import annotations
@@ -23,6 +23,10 @@ from rocketraft.protocol.wire import Code, pb, svc
 from .transport import Transport, encode_send_request, rpc_error
 
 MESSAGE_FRAMING_BYTES = 6  # tag + length of each entry in the request
+# A burst that arrives while requests are free is split over them (but never into requests of fewer messages than
+# this), so the broker works on one request while the next is on its way: send_async with 256 messages in flight
+# otherwise sent them as one request and waited for it (bench/README.md, issue 16).
+SPLIT_MESSAGES_MIN = 32
 
 
 @dataclass(frozen=True)
@@ -108,9 +112,11 @@ class Lane:
         """A request is in flight or messages wait to be sent."""
         return bool(self._requests) or bool(self._items)
 
-    def submit(self, message: bytes, deadline: float) -> asyncio.Future:
-        """One serialized message; the future gives its SendResultEntry or raises its error."""
-        future = asyncio.get_running_loop().create_future()
+    def submit(self, message: bytes, deadline: float, target=None) -> asyncio.Future:
+        """One serialized message; the future gives its SendResultEntry or raises its error. With `target` (an object
+        with done(), set_result() and set_exception(), called at once when the answer comes), no future is made:
+        a future's callbacks each cost an event-loop round, which send_async pays for every message."""
+        future = asyncio.get_running_loop().create_future() if target is None else target
         size = len(message) + MESSAGE_FRAMING_BYTES
         self._items.append(_Item(message, size, deadline, future, time.monotonic()))
         self._wake.set()
@@ -157,7 +163,9 @@ class Lane:
 
     def _take(self) -> list[_Item]:
         batch, size = [], 0
-        while self._items and len(batch) < self._limits.batch_messages_max:
+        free = self._limits.requests_in_flight_max - len(self._requests)  # this request's slot included
+        count_max = min(self._limits.batch_messages_max, max(SPLIT_MESSAGES_MIN, -(-len(self._items) // max(1, free))))
+        while self._items and len(batch) < count_max:
             item = self._items[0]
             if batch and size + item.size > self._limits.batch_bytes_max:
                 break

@@ -246,16 +246,18 @@ class Producer(AsyncClient):
     def send_async(self, message: Message, callback: Callable | None = None,
                    selector: Selector | None = None) -> asyncio.Future:
         """Start a send; the future gives the SendReceipt. callback(receipt, error) runs when it completes.
-        A message whose route is known goes straight into its master's lane (no task of its own: the per-message
-        cost of many sends in flight); only a first attempt that fails goes on through deliver()'s retries."""
-        future = self._send_now(message, selector or self.selector)
+        A message whose route is known goes straight into a lane (no task, no future callbacks of its own: the
+        per-message cost of many sends in flight); only a first attempt that fails goes on through deliver()'s
+        retries."""
+        future = self._send_now(message, selector or self.selector, callback)
         if future is None:
             future = asyncio.ensure_future(self.send(message, selector))
-        self._track(future)
-        spawn_callback(callback, future)
+            self._track(future)
+            spawn_callback(callback, future)
         return future
 
-    def _send_now(self, message: Message, selector: Selector | None) -> asyncio.Future | None:
+    def _send_now(self, message: Message, selector: Selector | None,
+                  callback: Callable | None = None) -> asyncio.Future | None:
         """The first attempt of a send made at once, or None when it needs to wait (limits or route unknown, no
         master, a durable outbox): send() then does it all."""
         route = self.routes.cached(message.topic) if self._started and not self._closed else None
@@ -268,29 +270,17 @@ class Producer(AsyncClient):
         except RocketraftError as exc:  # a bad message: as send() would fail it
             failed = loop.create_future()
             failed.set_exception(exc)
+            spawn_callback(callback, failed)
             return failed
         group, queue_id = self._chooser.choose(route, message, set(), selector)
         if group is None or not group.master or queue_id not in group.write_queue_ids:
             return None
-        started = time.monotonic()
-        lane = self.lane(group.master)
-        attempt = lane.submit(to_wire(message, queue_id), started + self.send_timeout_s)
-        future = loop.create_future()
-
-        def first_done(done: asyncio.Future) -> None:
-            elapsed_ms = (time.monotonic() - started) * 1000
-            exc = done.exception()
-            self.faults.record(group.name, elapsed_ms, failed=exc is not None)
-            self._note_refused_forward(group, lane.address, exc)
-            if exc is None:
-                if not future.done():
-                    future.set_result(self._receipt(message, group, queue_id, done.result()))
-                return
-            retry = asyncio.ensure_future(self.deliver(message, selector, first=(group, queue_id, started, exc)))
-            retry.add_done_callback(lambda r: _settle_from(future, r))
-
-        attempt.add_done_callback(first_done)
-        return future
+        attempt = _FirstAttempt(self, message, selector, callback, group, queue_id, loop.create_future())
+        self._background.add(attempt.future)
+        # The master's lane: spread over the group's replicas as send_batch's are, send_async's smaller requests
+        # measured slower (bench/README.md, issue 16)
+        self.lane(group.master).submit(to_wire(message, queue_id), attempt.started + self.send_timeout_s, attempt)
+        return attempt.future
 
     def send_oneway(self, message: Message) -> None:
         """Send without waiting or reporting (RocketMQ's sendOneway): failures are only logged."""
@@ -510,16 +500,58 @@ class BatchSendError(RocketraftError):
         self.results = results
 
 
-def _settle_from(future: asyncio.Future, done: asyncio.Future) -> None:
-    """future gets done's outcome (unless it has one already)."""
-    if future.done():
-        return
-    if done.cancelled():
-        future.cancel()
-    elif done.exception() is not None:
-        future.set_exception(done.exception())
-    else:
-        future.set_result(done.result())
+class _FirstAttempt:
+    """send_async's first attempt, the lane's target for its message: the answer settles the send's future and runs
+    the user's callback at once (no event-loop round per message); a failed attempt goes on through deliver()."""
+
+    __slots__ = ("producer", "message", "selector", "callback", "group", "queue_id", "future", "started", "_done")
+
+    def __init__(self, producer: Producer, message: Message, selector, callback, group: GroupRoute, queue_id: int,
+                 future: asyncio.Future):
+        self.producer, self.message, self.selector, self.callback = producer, message, selector, callback
+        self.group, self.queue_id, self.future = group, queue_id, future
+        self.started = time.monotonic()
+        self._done = False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, entry: svc.SendResultEntry) -> None:
+        self._done = True
+        producer = self.producer
+        producer.faults.record(self.group.name, (time.monotonic() - self.started) * 1000, failed=False)
+        self.finish(producer._receipt(self.message, self.group, self.queue_id, entry), None)
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._done = True
+        producer = self.producer
+        producer.faults.record(self.group.name, (time.monotonic() - self.started) * 1000, failed=True)
+        retry = asyncio.ensure_future(producer.deliver(self.message, self.selector,
+                                                       first=(self.group, self.queue_id, self.started, exc)))
+        retry.add_done_callback(self._retried)
+
+    def _retried(self, retry: asyncio.Future) -> None:
+        if retry.cancelled():
+            self.finish(None, asyncio.CancelledError())
+        else:
+            error = retry.exception()
+            self.finish(None if error else retry.result(), error)
+
+    def finish(self, receipt: SendReceipt | None, error: BaseException | None) -> None:
+        future = self.future
+        self.producer._background.discard(future)
+        if not future.done():
+            if isinstance(error, asyncio.CancelledError):
+                future.cancel()
+            elif error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(receipt)
+        if self.callback is not None:
+            try:
+                self.callback(receipt, error)
+            except Exception:  # noqa: BLE001 - a user callback's failure is logged, not propagated
+                log.exception("send callback failed")
 
 
 def exc_code(exc: BaseException) -> int | None:
