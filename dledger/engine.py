@@ -973,14 +973,20 @@ class RaftEngine:
         self._throttled.clear()
 
     def release_acks(self) -> None:
-        """Commit the store (fsync under SYNC_FLUSH if it holds new log entries), then send held acks."""
+        """Commit the store (fsync under SYNC_FLUSH if it holds new log entries), then send held acks; apply what
+        the leader's messages just committed."""
         if not self._held_acks:
             return
         held, self._held_acks = self._held_acks, []
-        # Apply what the leader's messages just committed in the same transaction: one durable commit
-        # per burst instead of one for the log and another for the apply.
-        self.so._SyncObj__applyLogEntries()
+        sync = self.store.sync_commits
+        if sync:  # in the same transaction: one fsync per burst instead of one for the log and one for the apply
+            self.so._SyncObj__applyLogEntries()
         self._commit_store()
+        self._send_acks(held)
+        if not sync:  # after the acks: a commit without fsync is cheap, and the leader waits for the ack, not for this
+            self.so._SyncObj__applyLogEntries()
+
+    def _send_acks(self, held: list) -> None:
         latest: dict = {}
         for node, message in held:  # only the newest ack per leader matters
             latest[node] = message
