@@ -595,6 +595,8 @@ class RaftEngine:
         """Leader: the commit index counts voters only (membership.quorum_commit_index), never below the one the
         tick started with. pysyncobj counts every member, so a replica catching up would make commits wait."""
         so = self.so
+        if self.journal.last_index <= so.raftCommitIndex:  # nothing to commit (most ticks)
+            return
         match = so._SyncObj__raftMatchIndex
         voters = self.voters()
         matches = []
