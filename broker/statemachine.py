@@ -353,37 +353,40 @@ class BrokerStateMachine:
         if len(id_key) > t.KEY_BYTES_MAX:
             return ApplyError(Code.ILLEGAL_MESSAGE_ID, f"message id {message_id[:100]!r} is too long to index: "
                               f"{len(id_key)} bytes with its topic, LMDB keys hold {t.KEY_BYTES_MAX}")
+        store_ms = command.store_ms
+        queued = not command.half and command.deliver_at_ms <= store_ms
+        if queued:
+            qkey = prefix + t.pack_queue(queue)
+            offset = self._qmax.get(qkey)
+            first_of_queue = offset is None
+            if first_of_queue:
+                offset = self._queue_end(qkey, txn)
+        else:
+            offset = t.NO_OFFSET
+        # The message id entry first, written only if the id is new: one LMDB call tells a retry (deduplicated)
         msgid_db = self._msgid_db
-        seen = txn.get(id_key, db=msgid_db)
-        if seen is not None:
-            known = t.msgid_entry(seen)
+        if not txn.put(id_key, t.pack_msgid_value(index, slot, queue, offset), db=msgid_db, overwrite=False):
+            known = t.msgid_entry(txn.get(id_key, db=msgid_db))
             stored = self.stored_send(txn, known.index, known.slot)
             return SendResult(known.queue, known.offset, True, stored.recall_token if stored is not None else b"")
         if keys:
             refused = self._index_keys(topic, message_id, keys, index, slot, txn)
             if refused is not None:
+                txn.delete(id_key, db=msgid_db)
                 return refused
-        store_ms = command.store_ms
-        if command.half:
-            txn.put(t.position_key(index, slot), b"", db=self.db[t.HALF])
-            offset = t.NO_OFFSET
-        elif command.deliver_at_ms > store_ms:
-            txn.put(t.timer_key(command.deliver_at_ms, index, slot), b"", db=self.db[t.TIMER])
-            txn.put(t.ref_key(index, slot, t.REF_TIMER), b"", db=self.db[t.REFS])  # pins it against retention
-            offset = t.NO_OFFSET
-        else:  # into its queue (as _enqueue, inline)
-            qkey = prefix + t.pack_queue(queue)
-            qmax = self._qmax
-            offset = qmax.get(qkey)
-            if offset is None:
-                offset = self._queue_end(qkey, txn)
-                self._touched.add(topic)
+        if queued:  # into its queue (as _enqueue, inline)
             if not txn.put(prefix + t.pack_queue_offset(queue, offset), t.pack_cq_value(index, slot, store_ms) +
                            (tag.encode() if tag else b""), db=self._cq_db, overwrite=False):
                 raise InvariantError(f"consume queue {topic}/{queue}: offset {offset}, the queue's stored max offset, "
                                      "already holds an entry (the qmax table is behind the consume queue)")
-            qmax[qkey] = offset + 1
-        txn.put(id_key, t.pack_msgid_value(index, slot, queue, offset), db=msgid_db)
+            self._qmax[qkey] = offset + 1
+            if first_of_queue:
+                self._touched.add(topic)
+        elif command.half:
+            txn.put(t.position_key(index, slot), b"", db=self.db[t.HALF])
+        else:
+            txn.put(t.timer_key(command.deliver_at_ms, index, slot), b"", db=self.db[t.TIMER])
+            txn.put(t.ref_key(index, slot, t.REF_TIMER), b"", db=self.db[t.REFS])  # pins it against retention
         return SendResult(queue, offset, False)
 
     def _index_keys(self, topic: str, message_id: str, keys, index: int, slot: int, txn) -> ApplyError | None:
