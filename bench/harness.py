@@ -16,6 +16,7 @@
     python -m bench rolling-restart [--clients rocketraft,sdk]         (SIGTERM each replica under load: rolling.py)
     python -m bench soak --minutes 30 --retention-s 60                 (disk, memory, gaps, loss over time: soak.py)
     python -m bench compare --rounds 3                                 (beside NATS JetStream and RabbitMQ: compare.py)
+    python -m bench hotpath                                            (CPU per message of each send step: hotpath.py)
 
 Each run starts its own local cluster (a NameServer and a 3-replica group, ASYNC_FLUSH unless --flush) under
 --dir, or targets a running one with --namesrv (not for failover and scale log, which kill replicas). It shows
@@ -103,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["compare"]:
         from . import compare
         return compare.main(argv[1:])
+    if argv[:1] == ["hotpath"]:
+        from . import hotpath
+        return hotpath.main(argv[1:])
     args = parser().parse_args(argv)
     name = args.scenario + (f"-{args.kind}" if args.kind else "")
     if args.scenario == "scale" and args.kind not in ("topics", "producers", "log"):
