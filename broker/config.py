@@ -26,6 +26,9 @@ STORE_MAP_SIZE_BYTES_MIN = 16 * 1024 * 1024
 ENTRY_OVERHEAD_BYTES = 64 * 1024  # a send command's fields around the message, and the batch header
 _DLEDGER = dledger.ReplicaConfig  # its class attributes are dledger's defaults
 WRITE_RETRY_MILLIS_MAX = 60_000
+MESSAGE_SIZE_MAX = 64 * 1024 * 1024  # maxMessageSize's ceiling: one message is one Raft payload, sent whole
+PROPERTIES_BYTES_MIN = 64  # messagePropertiesBytesMax's floor: room for the routing properties (QUEUE_ID, DELAY)
+PROPERTIES_BYTES_LIMIT = 1024 * 1024  # and its ceiling
 SHUTDOWN_TRANSFER_MILLIS_MAX = 60_000
 METRICS_PORT_DEFAULT = 5557  # RocketMQ 5's metricsPromExporterPort
 PORT_MAX = 65_535
@@ -277,6 +280,12 @@ class BrokerConfig:
         for key in ("clientsMax", "rpcsInFlightMax", "connectionIdleMillis", "connectionsMax"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} {getattr(self, key)}: use at least 1")
+        if not 1 <= self.maxMessageSize <= MESSAGE_SIZE_MAX:
+            raise ValueError(f"maxMessageSize {self.maxMessageSize}: use 1..{MESSAGE_SIZE_MAX} (bytes of a body)")
+        if not PROPERTIES_BYTES_MIN <= self.messagePropertiesBytesMax <= PROPERTIES_BYTES_LIMIT:
+            raise ValueError(f"messagePropertiesBytesMax {self.messagePropertiesBytesMax}: use {PROPERTIES_BYTES_MIN}.."
+                             f"{PROPERTIES_BYTES_LIMIT} (bytes of a message's user properties; at least room for the "
+                             "routing properties producers add)")
 
     def _validate_renewal(self) -> None:
         low, high = self.invisibleTimeMillisMin, self.invisibleTimeMillisMax

@@ -55,8 +55,9 @@ def message(msg: pb.Message, config: BrokerConfig, now_ms: int) -> int:
     message_group = props.message_group
     if message_group:
         rules.check_message_group(message_group)
-    if msg.user_properties:
-        rules.check_user_properties(msg.user_properties, config.messagePropertiesBytesMax, reserved_ok=True)
+    user = msg.user_properties
+    if user and not _only_a_queue_id(user):
+        rules.check_user_properties(user, config.messagePropertiesBytesMax, reserved_ok=True)
     delayed = props.HasField("delivery_timestamp")
     if props.message_type in NOT_BUILT or props.HasField("lite_topic") or props.HasField("priority"):
         what = NOT_BUILT.get(props.message_type) or \
@@ -72,6 +73,15 @@ def message(msg: pb.Message, config: BrokerConfig, now_ms: int) -> int:
         deliver_at_ms = timestamp_ms(props.delivery_timestamp, "delivery_timestamp", Code.ILLEGAL_DELIVERY_TIME)
         rules.check_delivery_time(deliver_at_ms, now_ms, config.timerMaxDelayMillis)
     return kind
+
+
+def _only_a_queue_id(user) -> bool:
+    """The user properties are just the queue our client chose (QUEUE_ID, routing only, checked where the queue is
+    taken: broker/writes.py): the general check's regex and sizes cost 2 us per message, this 0.3 us."""
+    if len(user) != 1:
+        return False
+    value = user.get(limits.QUEUE_ID_PROPERTY)
+    return value is not None and len(value) <= DECIMAL_DIGITS_MAX
 
 
 def _type_matches_properties(kind: int, message_group: str, delayed: bool) -> None:

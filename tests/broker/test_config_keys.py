@@ -48,6 +48,18 @@ def test_store_map_size_defaults_to_dledgers_reaches_the_replica_and_a_tiny_map_
         broker_config.load(None, {"storeMapSizeBytes": 1024}, environ={})
 
 
+@pytest.mark.parametrize("key, value, words", [
+    ("maxMessageSize", 0, "maxMessageSize 0: use 1..67108864"),
+    ("maxMessageSize", 2**26 + 1, "maxMessageSize 67108865: use 1..67108864"),
+    ("messagePropertiesBytesMax", 63, "messagePropertiesBytesMax 63: use 64..1048576"),
+    ("messagePropertiesBytesMax", 2**20 + 1, "messagePropertiesBytesMax 1048577: use 64..1048576"),
+])
+def test_message_size_limits_out_of_range_are_refused_naming_the_key_and_the_range(key, value, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        broker_config.load(None, {key: value}, environ={})
+    assert broker_config.load(None, {key: 64}, environ={}).validate()
+
+
 def test_write_retry_millis_defaults_to_2500_reads_toml_and_env_and_refuses_a_bad_value(tmp_path):
     assert broker_config.load(None, {}, environ={}).writeRetryMillis == 2500
     path = tmp_path / "broker.toml"
