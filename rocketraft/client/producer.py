@@ -545,6 +545,8 @@ class _FirstAttempt:
                 future.cancel()
             elif error is not None:
                 future.set_exception(error)
+                if self.callback is not None:
+                    future.exception()  # told through the callback: asyncio must not log it as never retrieved
             else:
                 future.set_result(receipt)
         if self.callback is not None:
