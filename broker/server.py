@@ -416,11 +416,7 @@ def run(args: argparse.Namespace) -> int:
                         format=f"%(asctime)s %(levelname)s {config.brokerName}/{config.dLegerSelfId} %(name)s: "
                                "%(message)s")
     try:
-        if __import__("os").environ.get("ROCKETRAFT_UVLOOP"):
-            import uvloop
-            uvloop.run(serve(config))
-        else:
-            asyncio.run(serve(config))
+        asyncio.run(serve(config))
     except (OSError, DledgerError) as exc:  # cannot listen; a store that must not be used: the log says why
         logging.getLogger("broker").error("cannot start: %s: %s", type(exc).__name__, exc)
         return 1
