@@ -24,7 +24,9 @@ Figures (rocketraft / NATS JetStream with nats-py / RabbitMQ quorum queue with p
   leader -> longest gap between acks (the client on a follower).
 
 Throughput: a 2 s warm-up, then acks counted over `--seconds` (10). The goals are issue 16's, checked against the
-best peer of the same run.
+best peer of the same run. For rocketraft's publish and batch it also prints the CPU its servers and its client spent
+per message acknowledged in that window (/proc and getrusage): on a machine shared with other work this moves far
+less than the rate, so it is the figure to compare two versions by.
 """
 
 from __future__ import annotations
@@ -75,18 +77,41 @@ class Figures:
 
 
 # -- rocketraft's side: a client process of our library against a fresh cluster ------------------------------------
-async def _pub_window(namesrv: str, window: int, warmup_s: float, seconds: float, batch: int) -> dict:
+async def _pub_window(namesrv: str, window: int, warmup_s: float, seconds: float, batch: int,
+                      server_pids: list[int]) -> dict:
     """Acks inside [warmup, warmup + seconds): send_async with `window` single messages in flight (batch 1), or
-    send_batch calls of `batch` messages with `window` calls in flight."""
+    send_batch calls of `batch` messages with `window` calls in flight. Also the CPU the servers (server_pids) and
+    this client spent in that window per message acknowledged in it: a figure that other load on the machine moves
+    much less than the rate."""
+    import resource
+
     from rocketraft.client.message import Message
     from rocketraft.client.producer import Producer
 
+    from .metrics_cost import cpu_s
+
     body = b"x" * BODY_BYTES
     counts = {"in_window": 0, "acked": 0, "failed": 0}
+    cpu: dict[str, float] = {}
+
+    def sample(at: str) -> None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        cpu[f"client_{at}"] = usage.ru_utime + usage.ru_stime
+        cpu[f"servers_{at}"] = sum(cpu_s(pid) for pid in server_pids)
+
     async with Producer(namesrv, topics=[TOPIC], requests_in_flight_max=max(4, window if batch > 1 else 4)) as p:
         began = time.perf_counter()
         window_from, window_to = began + warmup_s, began + warmup_s + seconds
         slots = asyncio.Semaphore(window)
+        batches: set[asyncio.Task] = set()
+
+        async def sample_window() -> None:
+            await asyncio.sleep(window_from - time.perf_counter())
+            sample("from")
+            await asyncio.sleep(window_to - time.perf_counter())
+            sample("to")
+
+        sampler = asyncio.ensure_future(sample_window())
 
         def done(count: int, error: BaseException | None) -> None:
             slots.release()
@@ -103,9 +128,16 @@ async def _pub_window(namesrv: str, window: int, warmup_s: float, seconds: float
                 p.send_async(Message(TOPIC, body), lambda _r, e: done(1, e))
             else:
                 task = asyncio.ensure_future(p.send_batch([Message(TOPIC, body) for _ in range(batch)]))
-                task.add_done_callback(lambda f: done(batch, f.exception()))
+                batches.add(task)
+                task.add_done_callback(lambda f: (batches.discard(f), done(batch, f.exception())))
+        await sampler
         await p.flush(timeout_s=30)
-    return {"msgs_per_s": counts["in_window"] / seconds, "failed": counts["failed"]}
+        if batches:  # send_batch calls still in flight: theirs to finish before the producer closes
+            await asyncio.wait(batches, timeout=30)
+    acked = max(1, counts["in_window"])
+    return {"msgs_per_s": counts["in_window"] / seconds, "failed": counts["failed"],
+            "servers_cpu_us_per_msg": (cpu["servers_to"] - cpu["servers_from"]) / acked * 1e6,
+            "client_cpu_us_per_msg": (cpu["client_to"] - cpu["client_from"]) / acked * 1e6}
 
 
 async def _drain(namesrv: str, prefill: int) -> dict:
@@ -135,7 +167,8 @@ def _worker(argv: list[str]) -> int:
     figure, namesrv, *rest = argv
     if figure in ("publish", "batch"):
         window, warmup_s, seconds, batch = int(rest[0]), float(rest[1]), float(rest[2]), int(rest[3])
-        result = asyncio.run(_pub_window(namesrv, window, warmup_s, seconds, batch))
+        pids = [int(pid) for pid in rest[4].split(",") if pid]
+        result = asyncio.run(_pub_window(namesrv, window, warmup_s, seconds, batch, pids))
     elif figure == "latency":  # bench.client's: 200 sends to warm up, then `count` timed ones
         result = asyncio.run(cb.latency(namesrv, int(rest[0])))
     elif figure == "drain":
@@ -165,13 +198,14 @@ def measure_rocketraft(opts, figures: Figures, base: str, round_no: int) -> None
             cluster.wait_master()
             cluster.create_topic(TOPIC)
             ns = cluster.namesrv_address
+            pids = ",".join(str(proc.process.pid) for proc in [*cluster.brokers.values(), *cluster.namesrv_procs])
             with _locked():
-                if figure == "publish":
-                    r = _client_process(cluster, [figure, ns, "256", "2", str(opts.seconds), "1"], 120)
-                    figures.add("publish", r["msgs_per_s"])
-                elif figure == "batch":
-                    r = _client_process(cluster, [figure, ns, "8", "2", str(opts.seconds), "256"], 120)
-                    figures.add("batch", r["msgs_per_s"])
+                if figure in ("publish", "batch"):
+                    window, batch = ("256", "1") if figure == "publish" else ("8", "256")
+                    r = _client_process(cluster, [figure, ns, window, "2", str(opts.seconds), batch, pids], 120)
+                    figures.add(figure, r["msgs_per_s"])
+                    figures.add(f"{figure}_cpu_servers_us", r["servers_cpu_us_per_msg"])
+                    figures.add(f"{figure}_cpu_client_us", r["client_cpu_us_per_msg"])
                 elif figure == "latency":
                     r = _client_process(cluster, [figure, ns, str(opts.latency_count)], 300)
                     figures.add("latency_p50", r["p50_ms"])
@@ -415,6 +449,11 @@ def main(argv: list[str]) -> int:
     rows = report(ours, peers)
     notes = ours.notes + [n for f in peers.values() for n in f.notes]
     print_report(rows, peer_names, notes)
+    for figure in ("publish", "batch"):
+        servers, client = ours.median(f"{figure}_cpu_servers_us"), ours.median(f"{figure}_cpu_client_us")
+        if servers is not None:
+            print(f"rocketraft {figure}: CPU per acknowledged message {servers:.0f} us in the servers (3 brokers and "
+                  f"the NameServer), {client:.0f} us in the client (medians)")
     os.makedirs(opts.out, exist_ok=True)
     path = os.path.join(opts.out, f"compare-{time.strftime('%Y%m%d-%H%M%S')}.json")
     with open(path, "w") as f:

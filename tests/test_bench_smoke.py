@@ -60,6 +60,7 @@ def test_the_comparison_runs_rocketrafts_side_and_judges_ratios_against_the_best
     [path] = glob.glob(str(tmp_path / "out" / "compare-*.json"))
     ours = json.load(open(path))["rocketraft"]
     assert ours["publish"][0] > 0 and ours["latency_p50"][0] > 0
+    assert ours["publish_cpu_servers_us"][0] > 0 and ours["publish_cpu_client_us"][0] > 0  # CPU per message
     ours, nats, rabbit = compare.Figures(), compare.Figures(), compare.Figures()
     for figures, publish, p50, drain in ((ours, 12_000, 2.0, 30_000), (nats, 10_000, 0.8, 10_000),
                                          (rabbit, 8_000, 1.5, 20_000)):
