@@ -127,6 +127,7 @@ def rewrite_append_entries(message: dict, journal: LmdbJournal) -> dict:
 
 
 ApplyFn = Callable[[int, int, bytes, object], object]  # (index, term, blob, txn) -> result
+_STATE_NAMES = {RaftState.FOLLOWER: "follower", RaftState.CANDIDATE: "candidate", RaftState.LEADER: "leader"}
 
 
 @dataclass
@@ -698,6 +699,32 @@ class RaftEngine:
         if self._removed or not self.identity.voter:
             return False
         return self._vote_floor is None or tuple(candidate_last) >= self._vote_floor
+
+    def vote_state(self) -> tuple:
+        """What log_vote compares: (term, voted for, Raft state, (last term, last index)) before a request_vote."""
+        so = self.so
+        return so.raftCurrentTerm, so._SyncObj__votedForNodeId, so._SyncObj__raftState, self._last()
+
+    def log_vote(self, node, message: dict, before: tuple) -> None:
+        """pysyncobj handled a request_vote: say whether it voted and on what (it logs nothing, so a failed
+        election, such as a leadership transfer whose target won no vote, could not be explained)."""
+        term, voted_for, state, last = before
+        so = self.so
+        voted_now = so.raftCurrentTerm == message["term"] and so._SyncObj__votedForNodeId == node.id
+        granted = voted_now and (term, voted_for) != (message["term"], node.id)
+        log.info("vote for %s in term %d: %s (its log ends at term %d index %d, mine at term %d index %d; I was %s "
+                 "in term %d, voted for %s)", self.peer_id(node.address) or node.address, message["term"],
+                 "granted" if granted else "refused", message["last_log_term"], message["last_log_index"], *last,
+                 _STATE_NAMES.get(state, state), term, self.peer_id(voted_for) or voted_for or "nobody")
+
+    def log_timeout_now(self, node, message: dict) -> None:
+        """pysyncobj handled a timeout_now (it starts an election only if it came from the leader it follows)."""
+        so = self.so
+        leader = so._getLeader()
+        log.info("timeout_now from %s (term %d): %s (my term %d, my leader %s, my log ends at term %d index %d)",
+                 self.peer_id(node.address) or node.address, message["term"],
+                 "election at once" if so._SyncObj__transferInProgress else "ignored", so.raftCurrentTerm,
+                 self.peer_id(leader.address) if leader is not None else "unknown", *self._last())
 
     def on_hello(self, node, message: dict) -> None:
         before = self.identity
