@@ -398,7 +398,7 @@ class Transport(TCPTransport):
                 return  # a non-voter gives no vote (and takes no term from a candidate); see engine.grants_vote
             before = engine.vote_state()
             super()._onMessageReceived(node, message)
-            engine.log_vote(node, message, before)
+            engine.after_vote_request(node, message, before)
             return
         if kind == "timeout_now":
             super()._onMessageReceived(node, message)

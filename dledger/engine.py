@@ -705,13 +705,16 @@ class RaftEngine:
         so = self.so
         return so.raftCurrentTerm, so._SyncObj__votedForNodeId, so._SyncObj__raftState, self._last()
 
-    def log_vote(self, node, message: dict, before: tuple) -> None:
-        """pysyncobj handled a request_vote: say whether it voted and on what (it logs nothing, so a failed
+    def after_vote_request(self, node, message: dict, before: tuple) -> None:
+        """pysyncobj handled a request_vote: a vote given ends this replica's pre-vote round (raftrules.
+        prevote_grant_counts). Logged with what it decided and on what (pysyncobj logs nothing, so a failed
         election, such as a leadership transfer whose target won no vote, could not be explained)."""
         term, voted_for, state, last = before
         so = self.so
         voted_now = so.raftCurrentTerm == message["term"] and so._SyncObj__votedForNodeId == node.id
         granted = voted_now and (term, voted_for) != (message["term"], node.id)
+        if granted and self._prevote is not None:
+            self._prevote["voted"] = True
         log.info("vote for %s in term %d: %s (its log ends at term %d index %d, mine at term %d index %d; I was %s "
                  "in term %d, voted for %s)", self.peer_id(node.address) or node.address, message["term"],
                  "granted" if granted else "refused", message["last_log_term"], message["last_log_index"], *last,
@@ -870,7 +873,7 @@ class RaftEngine:
         c = self.config
         log.info("election timer fired in term %d (leader %s, last contact %.0f ms ago): pre-vote", term,
                  so._getLeader(), (now - self._leader_contact_at) * 1000 if self._leader_contact_at else -1)
-        self._prevote = {"term": term + 1, "votes": {c.self_address}}
+        self._prevote = {"term": term + 1, "votes": {c.self_address}, "voted": False}
         self.stats["prevote_rounds"] += 1
         last = self.journal[-1]
         message = {"type": "dl_prevote", "term": term + 1, "last_log_index": last[1], "last_log_term": last[2]}
@@ -900,6 +903,8 @@ class RaftEngine:
             so._SyncObj__transport.send(node, {"type": "dl_prevote_resp", "term": message["term"],
                                                "granted": granted})
         elif self._prevote and message["term"] == self._prevote["term"] and message["granted"]:
+            if not raftrules.prevote_grant_counts(self._prevote["term"], so.raftCurrentTerm, self._prevote["voted"]):
+                return  # a stale round: another candidate's election is under way
             self._prevote["votes"].add(node.address)
             self._maybe_prevote_won()
 

@@ -8,7 +8,8 @@ scripted cases (tests/dledger/test_raftrules.py). The engine gathers the inputs 
 Pre-vote (Raft thesis 9.6): before a replica whose election timer fired raises its term, it asks its
 peers whether they would vote for it; only with a majority does it start a real election. A peer
 refuses while it still hears from a live leader, so a partitioned minority or a flapping link never
-bumps the term of a healthy group.
+bumps the term of a healthy group. A round is over once its replica adopts a newer term or votes for another
+candidate: grants arriving later no longer count.
 
 Leadership transfer (Raft thesis 3.10): the leader stops taking new appends, waits until the target holds
 its whole log and everything is committed, then sends it `timeout_now`; the target starts an election at
@@ -51,6 +52,16 @@ def prevote_granted(candidate_term: int, candidate_last: LogPosition, my_term: i
 def prevote_won(votes: int, cluster_size: int) -> bool:
     """A strict majority of the whole group, the candidate's own vote included."""
     return votes * 2 > cluster_size
+
+
+def prevote_grant_counts(round_term: int, my_term: int, voted_since_round_began: bool) -> bool:
+    """A grant counts toward my pre-vote round for term `round_term` (begun in the term before it) only while I
+    am still in that term and have given no vote since the round began. Once I adopted a newer term or voted
+    for another candidate, that candidate's election is under way: winning my stale round would fire my election
+    timer at once and start an election against it (seen right after a group's first election: a replica voted
+    for the winner of term 1, then won its own round begun in term 0 and started term 2 7 ms after the new leader
+    had won; the new leader stepped down and the group had no leader for 0.9 s)."""
+    return my_term == round_term - 1 and not voted_since_round_began
 
 
 def leader_presumed_alive(i_lead: bool, leader_connected: bool, since_leader_contact_s: float,

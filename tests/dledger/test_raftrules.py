@@ -19,6 +19,7 @@ from dledger.raftrules import (
     leader_presumed_alive,
     log_up_to_date,
     prevote_delay_rank,
+    prevote_grant_counts,
     prevote_granted,
     prevote_won,
     timeout_now_due,
@@ -85,6 +86,24 @@ def test_a_candidate_alone_wins_the_prevote_only_in_a_group_of_one():
 
 
 # -- pre-vote: is the leader alive ------------------------------------------------------------------------
+def test_a_prevote_grant_counts_while_the_candidate_is_still_in_the_term_its_round_began_in():
+    assert prevote_grant_counts(round_term=5, my_term=4, voted_since_round_began=False)
+
+
+def test_prevote_grants_no_longer_count_once_the_candidate_adopted_a_newer_term():
+    """Right after a group's first election: the replica granted the winner's request_vote for term 1 (adopting
+    term 1), then the grants of its own round begun in term 0 arrived. Counted, they started a term-2 election
+    that deposed the new leader."""
+    assert not prevote_grant_counts(round_term=1, my_term=1, voted_since_round_began=True)
+    assert not prevote_grant_counts(round_term=1, my_term=2, voted_since_round_began=False)
+
+
+def test_prevote_grants_no_longer_count_once_the_candidate_voted_for_another_in_the_same_term():
+    """A vote given resets the election timer to let that candidate's election run; a pre-vote won later must not
+    cut it short."""
+    assert not prevote_grant_counts(round_term=5, my_term=4, voted_since_round_began=True)
+
+
 def test_a_leader_believes_in_itself_and_refuses_prevotes():
     assert leader_presumed_alive(True, leader_connected=False, since_leader_contact_s=99.0,
                                  election_timeout_min_s=ELECTION_TIMEOUT_MIN_S)
