@@ -533,7 +533,8 @@ _INTERNALS = ("_SyncObj__raftLastApplied", "_SyncObj__needLoadDumpFile", "_SyncO
               "_SyncObj__raftState", "_SyncObj__noopIDx", "_SyncObj__raftLog", "_SyncObj__raftMatchIndex",
               "_SyncObj__commandsQueue", "_SyncObj__raftNextIndex", "_SyncObj__connectedNodes",
               "_SyncObj__transport", "_SyncObj__sendAppendEntries", "_SyncObj__serializer",
-              "_SyncObj__votedForNodeId", "_SyncObj__applyLogEntries", "_SyncObj__transferInProgress")
+              "_SyncObj__votedForNodeId", "_SyncObj__applyLogEntries", "_SyncObj__transferInProgress",
+              "_SyncObj__setState")
 _OVERRIDDEN = ("_SyncObj__applyLogEntries", "_SyncObj__sendAppendEntries")  # by EngineSyncObj
 
 

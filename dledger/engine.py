@@ -30,6 +30,8 @@ This module decides when things happen:
   log and all of it is committed sends it pysyncobj's `timeout_now`. The target skips the pre-vote for
   that election (voters would refuse it: they hear a live leader) and wins at once with a higher term.
   The transfer ends when this replica no longer leads, or gives up at its deadline.
+- Stopping (leave, raftrules.role_when_stopping): from the next tick on the replica starts no election, a
+  candidate steps down, and the tick answers whether it leads (then the caller hands leadership over).
 - Restart: the applied index is read from LMDB and handed to pysyncobj before the first tick, so no
   entry is applied twice and restart time does not grow with the log.
 - Snapshots: pysyncobj's serializer hook ships a compacted LMDB copy of the whole store (retained log
@@ -202,6 +204,7 @@ class RaftEngine:
         self._transfer: _Transfer | None = None
         self._leaving = False  # about to stop: takes no leadership; peers hear it (hello "leaving")
         self._leaving_announced = False
+        self._leave_asks: collections.deque = collections.deque()  # Futures of leave(): does this replica lead?
         self._maybe_recover_whole_group()  # a group of one hears no hello: it decides now
         self._journal_token = f"dledger-journal:{config.group_id}:{config.self_id}:{id(self)}"
         seam.register_journal(self._journal_token, journal)
@@ -677,11 +680,16 @@ class RaftEngine:
             message["leaving"] = True  # a leader hands leadership to anyone but this replica
         return message
 
-    def leave(self) -> None:
-        """This replica is about to stop: from the next tick on it starts no election, ignores a timeout_now, and
-        tells its peers (so a leader never hands leadership to it). Any thread."""
+    def leave(self) -> Future:
+        """This replica is about to stop: from the next tick on it starts no election, ignores a timeout_now, steps
+        down if it is a candidate, and tells its peers (so a leader never hands leadership to it). Any thread. The
+        future gets, from that tick, whether this replica leads (raftrules.role_when_stopping: it must hand
+        leadership over, also if it has only just won); it cannot start to lead after that tick."""
+        asked: Future = Future()
+        self._leave_asks.append(asked)
         self._leaving = True
         self.wake()
+        return asked
 
     def _leaving_tick(self) -> None:
         so = self.so
@@ -690,6 +698,14 @@ class RaftEngine:
             for node in so.otherNodes:
                 if node.address in self._accepted_peers:
                     so._SyncObj__transport.send_now(node, self.hello())
+        state = so._SyncObj__raftState
+        action = raftrules.role_when_stopping(state == RaftState.LEADER, state == RaftState.CANDIDATE)
+        if action == raftrules.STEP_DOWN:
+            so._SyncObj__setState(RaftState.FOLLOWER)  # response_vote counts only for a candidate
+            log.info("replica %s/%s is stopping: it steps down as a candidate in term %d", self.config.group_id,
+                     self.config.self_id, so.raftCurrentTerm)
+        while self._leave_asks:
+            self._leave_asks.popleft().set_result(action == raftrules.HAND_OVER)
         so._SyncObj__transferInProgress = False
         so._SyncObj__raftElectionDeadline = time.monotonic() + self.config.election_timeout_max_ms / 1000
         self._prevote = None
@@ -837,10 +853,10 @@ class RaftEngine:
     def _pre_tick(self) -> None:
         if self._failed is not None:
             raise self._failed
+        self._commit_before_tick = self.so.raftCommitIndex  # a leaving leader commits too: never below this
         if self._leaving:
             self._leaving_tick()
             return
-        self._commit_before_tick = self.so.raftCommitIndex
         self._membership_tick()
         if self._removed:
             self._stay_out_of_elections()

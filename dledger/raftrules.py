@@ -1,4 +1,4 @@
-"""The Raft decisions dledger adds to pysyncobj, as pure functions: pre-vote, leadership transfer and
+"""The Raft decisions dledger adds to pysyncobj, as pure functions: pre-vote, leadership transfer, stopping and
 append_entries trimming.
 
 Inputs are plain values (terms, indexes, (last_term, last_index) pairs, (index, term) entries, a term
@@ -17,6 +17,9 @@ once. Pre-vote would stop it (every voter still hears the live leader), so a rep
 time out skips the pre-vote. The target is a connected voter within `transfer_lag_entries_max` of the
 leader's last index that is not stopping: a non-voter may not lead, and a far-behind one would keep the group
 without appends for as long as it needs to catch up.
+
+Stopping: a replica about to stop takes no leadership any more; a leader hands it over first, also one that
+has only just won its election; a candidate steps down.
 
 Trimming: pysyncobj deletes everything after prevLogIdx on every append_entries that leaves entries
 after it, conflict or not; Raft deletes only on a conflict. The log matching property (an entry with
@@ -143,6 +146,25 @@ def election_needs_prevote(pre_vote_enabled: bool, told_to_time_out: bool) -> bo
     """A replica whose election timer fired runs a pre-vote first, unless its own leader sent it timeout_now
     (a leadership transfer): every voter still hears that leader, so a pre-vote would always be refused."""
     return pre_vote_enabled and not told_to_time_out
+
+
+# -- stopping ---------------------------------------------------------------------------------------------
+HAND_OVER = "hand over"
+STEP_DOWN = "step down"
+STAY_FOLLOWER = "stay a follower"
+
+
+def role_when_stopping(leads: bool, campaigning: bool) -> str:
+    """What a replica about to stop (Replica.prepare_to_stop) does with its Raft role; from then on it starts no
+    election and ignores timeout_now, so once it no longer leads it never leads again.
+
+    A leader hands leadership over (HAND_OVER), also one that has only just won and does not serve as master yet
+    (its term's first entry not applied: seen 0-2 ms after an election win, when a SIGTERM stopped such a leader
+    with no handover at all). A candidate steps down (STEP_DOWN): it could win the election it started and lead
+    a group it is leaving, with no one left to ask it to hand over. A follower stays one (STAY_FOLLOWER)."""
+    if leads:
+        return HAND_OVER
+    return STEP_DOWN if campaigning else STAY_FOLLOWER
 
 
 # -- append_entries trimming ----------------------------------------------------------------------------

@@ -66,6 +66,8 @@ from .store import LatencyHistogram, Store
 
 log = logging.getLogger(__name__)
 
+PREPARE_TO_STOP_WAIT_S = 1.0  # how long prepare_to_stop waits for the Raft thread's decision
+
 
 class Role(enum.Enum):
     FOLLOWER = "FOLLOWER"
@@ -401,11 +403,19 @@ class Replica:
             raise OutcomeUnknownError(f"{change.describe()}: not committed within {timeout_s:.1f} s; it may still "
                                       "commit: check the members (status) before asking again") from None
 
-    def prepare_to_stop(self) -> None:
-        """This replica is about to stop (a graceful shutdown): it starts no election from now on, ignores a
-        leader's timeout_now, and tells its peers, so a leader never hands leadership to it. It still replicates
-        and serves until close(). Call transfer_leadership first if it leads."""
-        self._engine.leave()
+    def prepare_to_stop(self, timeout_s: float = PREPARE_TO_STOP_WAIT_S) -> bool:
+        """This replica is about to stop (a graceful shutdown): from its Raft thread's next tick on it starts no
+        election, ignores a leader's timeout_now, steps down if it is a candidate, and tells its peers, so a leader
+        never hands leadership to it. It still replicates and serves until close(). Returns whether it leads the
+        group after that tick (an election it has only just won counts, even before it serves as master): then
+        call transfer_leadership. Once it no longer leads it never leads again. May be called again (it answers
+        anew)."""
+        if self._closed or self._engine.failure is not None:
+            return False
+        try:
+            return self._engine.leave().result(timeout=timeout_s)
+        except FutureTimeoutError:  # the Raft thread is stuck: judge by the last status it published
+            return self._status.role in (Role.LEADER, Role.LEADER_PENDING)
 
     def _peer_id_of(self, to: str | None) -> str | None:
         """A replica id from a replica id or a Raft address; unknown names go on as they are and are refused

@@ -12,6 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dledger.raftrules import (
+    HAND_OVER,
+    STAY_FOLLOWER,
+    STEP_DOWN,
     TransferCandidate,
     choose_transfer_target,
     election_needs_prevote,
@@ -22,6 +25,7 @@ from dledger.raftrules import (
     prevote_grant_counts,
     prevote_granted,
     prevote_won,
+    role_when_stopping,
     timeout_now_due,
     trim_append_entries,
 )
@@ -428,3 +432,18 @@ def test_a_replica_whose_timer_fired_on_its_own_runs_the_pre_vote():
 
 def test_with_pre_vote_off_no_election_runs_one():
     assert not election_needs_prevote(pre_vote_enabled=False, told_to_time_out=False)
+
+
+# -- stopping -----------------------------------------------------------------------------------------------
+def test_a_stopping_leader_hands_over_even_if_it_has_only_just_won_and_does_not_serve_as_master_yet():
+    """The broker used to ask "am I the master?" (its term's first entry applied): a SIGTERM 0-2 ms after an
+    election win found a leader that was not master yet, and it stopped with no handover at all."""
+    assert role_when_stopping(leads=True, campaigning=False) == HAND_OVER
+
+
+def test_a_stopping_candidate_steps_down_so_it_cannot_win_an_election_it_started_and_lead_while_stopping():
+    assert role_when_stopping(leads=False, campaigning=True) == STEP_DOWN
+
+
+def test_a_stopping_follower_stays_a_follower():
+    assert role_when_stopping(leads=False, campaigning=False) == STAY_FOLLOWER

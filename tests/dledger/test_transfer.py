@@ -1,6 +1,7 @@
 """Leadership transfer on three real replica processes (127.0.0.11-13): to a named follower and to the most
 up-to-date voter, under a stream of appends; nothing acknowledged is lost and appends go on on the new leader;
-asks on a follower, for an unknown replica or for the leader itself are refused by name."""
+asks on a follower, for an unknown replica or for the leader itself are refused by name. A replica preparing to
+stop says whether it leads, and a stopping leader still hands over."""
 
 from __future__ import annotations
 
@@ -71,3 +72,21 @@ def test_transfer_to_a_named_follower_then_to_the_best_voter_loses_nothing_appen
     assert itself["error"] == "TRANSFER_REFUSED" and "is this replica" in itself["message"], itself
     assert cluster.leader() == leader
     assert "index" in cluster.append(leader, [b"after-refusals"]), "a refused transfer left appends blocked"
+
+
+def test_prepare_to_stop_tells_a_follower_it_does_not_lead_and_the_leader_it_does_and_the_leader_still_hands_over(
+        make_cluster):
+    cluster = make_cluster()
+    old = cluster.wait_leader()
+    cluster.wait_connected()
+    first, second = sorted(n for n in cluster.nodes if n != old)
+    assert cluster.client(first).call("prepare_to_stop") == {"leads": False}
+    assert cluster.client(old).call("prepare_to_stop") == {"leads": True}
+    assert cluster.client(old).call("prepare_to_stop") == {"leads": True}, "asked twice, it still leads"
+
+    stopping = transfer(cluster, old, first)
+    assert stopping["error"] == "TRANSFER_REFUSED" and f"{first} is stopping" in stopping["message"], stopping
+    assert transfer(cluster, old, second) == {"leader_id": second}
+    assert cluster.wait_leader(among=[second], timeout_s=5) == second
+    assert cluster.client(old).call("prepare_to_stop") == {"leads": False}, "stepped down, it leads no more"
+    assert "index" in cluster.append(second, [b"after-the-stopping-leader-handed-over"])
