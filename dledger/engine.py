@@ -79,7 +79,11 @@ log = logging.getLogger(__name__)
 RAFT_BIND_RETRY_S = 0.25  # how often a replica tries to bind its Raft listener when it opens
 RAFT_BIND_WAIT_S = 5.0  # and for how long, before it refuses to open (ListenError)
 
-__all__ = ["FAIL_REASON", "REFUSED", "ApplyFn", "EngineView", "RaftEngine", "RaftState", "rewrite_append_entries"]
+# The fail reason of an append refused because leadership is being handed over: (HANDING_OVER, target replica id).
+HANDING_OVER = "dl_handing_over"
+
+__all__ = ["FAIL_REASON", "HANDING_OVER", "REFUSED", "ApplyFn", "EngineView", "RaftEngine", "RaftState",
+           "rewrite_append_entries"]
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,7 @@ class _Transfer:
     target: str  # replica id
     deadline: float  # time.monotonic()
     sent_at: float | None = None  # when timeout_now went out
+    sent_last_index: int = 0  # the leader's last index then: its log must not grow past it
     ended: Future = dataclasses.field(default_factory=Future)  # None: no longer leads; else why it was given up
 
 
@@ -202,6 +207,11 @@ class RaftEngine:
         self._fresh_nonces: dict[str, str] = {}
         self._transfer_requests: collections.deque = collections.deque()  # (wanted id | None, deadline, Future)
         self._transfer: _Transfer | None = None
+        # Held while an append is checked against _transfer and queued, and while a transfer starts: every append
+        # is either queued before the transfer starts (timeout_now waits until it is in the log and committed) or
+        # refused. Checked on the caller's thread without it, one could pass the check, then the transfer start and
+        # send timeout_now, and only then be queued: the leader's log would outgrow the target's.
+        self._append_gate = threading.Lock()
         self._leaving = False  # about to stop: takes no leadership; peers hear it (hello "leaving")
         self._leaving_announced = False
         self._leave_asks: collections.deque = collections.deque()  # Futures of leave(): does this replica lead?
@@ -348,7 +358,9 @@ class RaftEngine:
         self._forwarded_arrived = True
 
     def submit(self, blob: bytes, callback: Callable[[object, int], None]) -> None:
-        """Append one Raft entry carrying blob; callback(result, fail_reason) runs on the tick thread."""
+        """Append one Raft entry carrying blob; callback(result, fail_reason) runs on the tick thread, or at once on
+        the caller's thread for an append refused at once: (HANDING_OVER, target) while leadership is being handed
+        over (nothing enters the log from the start of a transfer on)."""
         command = logformat.encode_call(self._func_id, blob)
 
         def on_result(result, reason):
@@ -357,7 +369,13 @@ class RaftEngine:
             else:
                 callback(result, reason)  # refused synchronously (queue full): nothing to wait for
 
-        self.so._applyCommand(command, on_result, seam.REGULAR_COMMAND_TYPE)
+        with self._append_gate:
+            transfer = self._transfer
+            if transfer is None:
+                self.so._applyCommand(command, on_result, seam.REGULAR_COMMAND_TYPE)
+        if transfer is not None:
+            callback(None, (HANDING_OVER, transfer.target))
+            return
         self.wake()
 
     def wake(self) -> None:
@@ -407,11 +425,18 @@ class RaftEngine:
             transfer.ended.set_exception(error(f"leadership stays with {c.self_id}: {why}"))
             return
         if transfer.sent_at is not None:
+            if self.journal.last_index > transfer.sent_last_index:  # an invariant: nothing enters the log now
+                log.error("replica %s/%s: its log grew from index %d to %d after timeout_now went to %s; the target's "
+                          "log is shorter, so this replica will refuse it its vote and the transfer will fail (a bug: "
+                          "nothing may enter the log during a transfer)", c.group_id, c.self_id,
+                          transfer.sent_last_index, self.journal.last_index, transfer.target)
+                transfer.sent_last_index = self.journal.last_index
             return
         match = so._SyncObj__raftMatchIndex.get(node, 0)
         if raftrules.timeout_now_due(match, self.journal.last_index, so.raftCommitIndex, len(self._commands)):
             so._SyncObj__transport.send(node, {"type": "timeout_now", "term": so.raftCurrentTerm})
             transfer.sent_at = time.monotonic()
+            transfer.sent_last_index = self.journal.last_index
             log.info("replica %s/%s: %s holds the whole log (index %d): timeout_now sent", c.group_id, c.self_id,
                      transfer.target, match)
 
@@ -442,7 +467,8 @@ class RaftEngine:
         if target is None:
             future.set_exception(TransferRefusedError(f"leadership of {c.group_id} stays with {c.self_id}: {why}"))
             return
-        self._transfer = _Transfer(target, deadline)
+        with self._append_gate:
+            self._transfer = _Transfer(target, deadline)
         log.info("replica %s/%s hands leadership to %s: no new appends until it leads", c.group_id, c.self_id, target)
         future.set_result((target, self._transfer.ended))
 

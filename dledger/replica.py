@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from . import membership
 from .codec import decode_batch, encode_batch, encoded_size, verify_batch
 from .config import FlushPolicy, ReplicaConfig
-from .engine import FAIL_REASON, REFUSED, EngineView, RaftEngine, RaftState
+from .engine import FAIL_REASON, HANDING_OVER, REFUSED, EngineView, RaftEngine, RaftState
 from .errors import (
     AppendQueueFullError,
     AppendRefusedError,
@@ -272,12 +272,6 @@ class Replica:
                     f"replica stopped after an error ({self._engine.failure!r}); see its log, fix the cause, "
                     "reopen", cause=self._engine.failure))
                 return
-            handing_to = self._engine.transfer_target
-            if handing_to is not None:
-                future.set_exception(NotLeaderError(
-                    f"not appended: leadership is being handed to {handing_to}; retry on the new leader",
-                    handing_to, self._status.members.get(handing_to)))
-                return
             if len(self._pending) >= self.config.append_queue_max:
                 future.set_exception(AppendQueueFullError(
                     f"{len(self._pending)} appends already waiting (append_queue_max="
@@ -317,6 +311,10 @@ class Replica:
     def _error_for(self, reason) -> DledgerError:
         if isinstance(reason, tuple) and reason[:1] == (REFUSED,) and len(reason) == 3:
             return AppendRefusedError(f"not appended: the leader refused it: {reason[2]}", reason[1])
+        if isinstance(reason, tuple) and reason[:1] == (HANDING_OVER,):
+            target = reason[1]
+            return NotLeaderError(f"not appended: leadership is being handed to {target}; retry on the new leader",
+                                  target, self._status.members.get(target))
         st = self._status
         where = f"leader is {st.leader_id} at {st.leader_address}" if st.leader_id else "no leader is known"
         reasons = FAIL_REASON
