@@ -250,26 +250,26 @@ class BrokerServer:
                        loop.create_task(self.renewals.run(), name="renewals")]
 
     async def shutdown(self) -> None:
-        """A graceful stop (SIGTERM, SIGINT): the master first hands leadership to an up-to-date replica and waits
-        until every NameServer that answers routes to the new master (all within
-        shutdownTransferLeaderTimeoutMillis); then it takes no leadership any more (prepare_to_stop: peers
-        stopping at the same time never hand it leadership) and unregisters, so routes stop naming it, stops
-        serving (requests in flight get stop()'s grace) and closes its store. A slave skips the handover."""
+        """A graceful stop (SIGTERM, SIGINT): first the replica takes no leadership any more (prepare_to_stop: it
+        starts no election, a candidate steps down, and peers stopping at the same time never hand it leadership),
+        which also says whether it leads the group, serving as master or only just elected. If it does, it hands
+        leadership to an up-to-date replica and waits until every NameServer that answers routes to the new master
+        (all within shutdownTransferLeaderTimeoutMillis); having stepped down it never campaigns again. Then it
+        unregisters, so routes stop naming it, stops serving (requests in flight get stop()'s grace) and closes
+        its store. A follower skips the handover."""
         cfg = self.config
         budget_s = cfg.shutdownTransferLeaderTimeoutMillis / 1000
-        if not self.broker.is_master:
-            self.broker.replica.prepare_to_stop()  # first: a master stopping at the same time must not pick us
-        elif budget_s == 0:
+        deadline = time.monotonic() + budget_s
+        leads = await asyncio.to_thread(self.broker.replica.prepare_to_stop)
+        if leads and budget_s == 0:
             log.info("stopping without a handover (shutdownTransferLeaderTimeoutMillis=0): the group elects a master")
-        if budget_s > 0 and self.broker.is_master:
-            deadline = time.monotonic() + budget_s
+        elif leads:
             try:
-                new = await self.broker.transfer_leader("", budget_s)
+                new = await self.broker.transfer_leader("", max(0.0, deadline - time.monotonic()))
                 log.info("stopping: leadership of %s handed to %s", cfg.brokerName, new)
                 await self._wait_master_registered(new, deadline)
             except Exception as exc:  # noqa: BLE001 - stopping goes on: the group elects a master without us
                 log.warning("stopping without a handover (%s); the group elects a new master", exc)
-        self.broker.replica.prepare_to_stop()  # never elected again, nor handed leadership, while it stops
         for task in self._tasks:
             task.cancel()
         await self.namesrvs.unregister(cfg.brokerClusterName, cfg.brokerName, cfg.dLegerSelfId)

@@ -119,6 +119,8 @@ class ControlServer:
             threading.Thread(target=lambda: reply(bench_append(r, **args)), daemon=True).start()
         elif op == "transfer_leadership":
             threading.Thread(target=lambda: reply(_transfer_reply(r, args)), daemon=True).start()
+        elif op == "prepare_to_stop":
+            threading.Thread(target=lambda: reply({"leads": r.prepare_to_stop()}), daemon=True).start()
         elif op == "shutdown":
             reply({"ok": True})
             self._stopped.set()

@@ -23,7 +23,8 @@ And what the engine plugs into a SyncObj:
 - Transport: pysyncobj's TCP transport with the engine's hooks (acks held until the store is committed,
   flow control, pre-vote messages, append_entries rewriting, refusal of entries that fail their check and of
   forwarded appends (the admission check; NOT_LEADER while leadership is being handed over), repair messages,
-  fast failover on a lost leader connection); it refuses pysyncobj's
+  fast failover on a lost leader connection, a log line for every request_vote and timeout_now it handled: what
+  it decided and on what, which pysyncobj never says); it refuses pysyncobj's
   unauthenticated utility commands.
 - BudgetedQueue: pysyncobj's command queue with a byte budget per tick.
 - check_internals: the engine refuses to start if the pysyncobj internals it relies on are missing.
@@ -406,8 +407,17 @@ class Transport(TCPTransport):
             return
         if not engine.accepts(node):
             return  # no accepted hello on this connection (another group or history), or no history yet
-        if kind == "request_vote" and not engine.grants_vote((message["last_log_term"], message["last_log_index"])):
-            return  # a non-voter gives no vote (and takes no term from a candidate); see engine.grants_vote
+        if kind == "request_vote":
+            if not engine.grants_vote((message["last_log_term"], message["last_log_index"])):
+                return  # a non-voter gives no vote (and takes no term from a candidate); see engine.grants_vote
+            before = engine.vote_state()
+            super()._onMessageReceived(node, message)
+            engine.after_vote_request(node, message, before)
+            return
+        if kind == "timeout_now":
+            super()._onMessageReceived(node, message)
+            engine.log_timeout_now(node, message)
+            return
         if kind in ("dl_prevote", "dl_prevote_resp"):
             engine.on_prevote_message(node, message)
             return
@@ -537,7 +547,8 @@ _INTERNALS = ("_SyncObj__raftLastApplied", "_SyncObj__needLoadDumpFile", "_SyncO
               "_SyncObj__raftState", "_SyncObj__noopIDx", "_SyncObj__raftLog", "_SyncObj__raftMatchIndex",
               "_SyncObj__commandsQueue", "_SyncObj__raftNextIndex", "_SyncObj__connectedNodes",
               "_SyncObj__transport", "_SyncObj__sendAppendEntries", "_SyncObj__serializer",
-              "_SyncObj__votedForNodeId", "_SyncObj__applyLogEntries", "_SyncObj__transferInProgress")
+              "_SyncObj__votedForNodeId", "_SyncObj__applyLogEntries", "_SyncObj__transferInProgress",
+              "_SyncObj__setState")
 _OVERRIDDEN = ("_SyncObj__applyLogEntries", "_SyncObj__sendAppendEntries")  # by EngineSyncObj
 
 

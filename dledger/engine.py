@@ -30,6 +30,8 @@ This module decides when things happen:
   log and all of it is committed sends it pysyncobj's `timeout_now`. The target skips the pre-vote for
   that election (voters would refuse it: they hear a live leader) and wins at once with a higher term.
   The transfer ends when this replica no longer leads, or gives up at its deadline.
+- Stopping (leave, raftrules.role_when_stopping): from the next tick on the replica starts no election, a
+  candidate steps down, and the tick answers whether it leads (then the caller hands leadership over).
 - Restart: the applied index is read from LMDB and handed to pysyncobj before the first tick, so no
   entry is applied twice and restart time does not grow with the log.
 - Snapshots: pysyncobj's serializer hook ships a compacted LMDB copy of the whole store (retained log
@@ -77,7 +79,11 @@ log = logging.getLogger(__name__)
 RAFT_BIND_RETRY_S = 0.25  # how often a replica tries to bind its Raft listener when it opens
 RAFT_BIND_WAIT_S = 5.0  # and for how long, before it refuses to open (ListenError)
 
-__all__ = ["FAIL_REASON", "REFUSED", "ApplyFn", "EngineView", "RaftEngine", "RaftState", "rewrite_append_entries"]
+# The fail reason of an append refused because leadership is being handed over: (HANDING_OVER, target replica id).
+HANDING_OVER = "dl_handing_over"
+
+__all__ = ["FAIL_REASON", "HANDING_OVER", "REFUSED", "ApplyFn", "EngineView", "RaftEngine", "RaftState",
+           "rewrite_append_entries"]
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,7 @@ def rewrite_append_entries(message: dict, journal: LmdbJournal) -> dict:
 
 
 ApplyFn = Callable[[int, int, bytes, object], object]  # (index, term, blob, txn) -> result
+_STATE_NAMES = {RaftState.FOLLOWER: "follower", RaftState.CANDIDATE: "candidate", RaftState.LEADER: "leader"}
 
 
 @dataclass
@@ -136,6 +143,7 @@ class _Transfer:
     target: str  # replica id
     deadline: float  # time.monotonic()
     sent_at: float | None = None  # when timeout_now went out
+    sent_last_index: int = 0  # the leader's last index then: its log must not grow past it
     ended: Future = dataclasses.field(default_factory=Future)  # None: no longer leads; else why it was given up
 
 
@@ -199,8 +207,14 @@ class RaftEngine:
         self._fresh_nonces: dict[str, str] = {}
         self._transfer_requests: collections.deque = collections.deque()  # (wanted id | None, deadline, Future)
         self._transfer: _Transfer | None = None
+        # Held while an append is checked against _transfer and queued, and while a transfer starts: every append
+        # is either queued before the transfer starts (timeout_now waits until it is in the log and committed) or
+        # refused. Checked on the caller's thread without it, one could pass the check, then the transfer start and
+        # send timeout_now, and only then be queued: the leader's log would outgrow the target's.
+        self._append_gate = threading.Lock()
         self._leaving = False  # about to stop: takes no leadership; peers hear it (hello "leaving")
         self._leaving_announced = False
+        self._leave_asks: collections.deque = collections.deque()  # Futures of leave(): does this replica lead?
         self._maybe_recover_whole_group()  # a group of one hears no hello: it decides now
         self._journal_token = f"dledger-journal:{config.group_id}:{config.self_id}:{id(self)}"
         seam.register_journal(self._journal_token, journal)
@@ -344,7 +358,9 @@ class RaftEngine:
         self._forwarded_arrived = True
 
     def submit(self, blob: bytes, callback: Callable[[object, int], None]) -> None:
-        """Append one Raft entry carrying blob; callback(result, fail_reason) runs on the tick thread."""
+        """Append one Raft entry carrying blob; callback(result, fail_reason) runs on the tick thread, or at once on
+        the caller's thread for an append refused at once: (HANDING_OVER, target) while leadership is being handed
+        over (nothing enters the log from the start of a transfer on)."""
         command = logformat.encode_call(self._func_id, blob)
 
         def on_result(result, reason):
@@ -353,7 +369,13 @@ class RaftEngine:
             else:
                 callback(result, reason)  # refused synchronously (queue full): nothing to wait for
 
-        self.so._applyCommand(command, on_result, seam.REGULAR_COMMAND_TYPE)
+        with self._append_gate:
+            transfer = self._transfer
+            if transfer is None:
+                self.so._applyCommand(command, on_result, seam.REGULAR_COMMAND_TYPE)
+        if transfer is not None:
+            callback(None, (HANDING_OVER, transfer.target))
+            return
         self.wake()
 
     def wake(self) -> None:
@@ -403,11 +425,18 @@ class RaftEngine:
             transfer.ended.set_exception(error(f"leadership stays with {c.self_id}: {why}"))
             return
         if transfer.sent_at is not None:
+            if self.journal.last_index > transfer.sent_last_index:  # an invariant: nothing enters the log now
+                log.error("replica %s/%s: its log grew from index %d to %d after timeout_now went to %s; the target's "
+                          "log is shorter, so this replica will refuse it its vote and the transfer will fail (a bug: "
+                          "nothing may enter the log during a transfer)", c.group_id, c.self_id,
+                          transfer.sent_last_index, self.journal.last_index, transfer.target)
+                transfer.sent_last_index = self.journal.last_index
             return
         match = so._SyncObj__raftMatchIndex.get(node, 0)
         if raftrules.timeout_now_due(match, self.journal.last_index, so.raftCommitIndex, len(self._commands)):
             so._SyncObj__transport.send(node, {"type": "timeout_now", "term": so.raftCurrentTerm})
             transfer.sent_at = time.monotonic()
+            transfer.sent_last_index = self.journal.last_index
             log.info("replica %s/%s: %s holds the whole log (index %d): timeout_now sent", c.group_id, c.self_id,
                      transfer.target, match)
 
@@ -438,7 +467,8 @@ class RaftEngine:
         if target is None:
             future.set_exception(TransferRefusedError(f"leadership of {c.group_id} stays with {c.self_id}: {why}"))
             return
-        self._transfer = _Transfer(target, deadline)
+        with self._append_gate:
+            self._transfer = _Transfer(target, deadline)
         log.info("replica %s/%s hands leadership to %s: no new appends until it leads", c.group_id, c.self_id, target)
         future.set_result((target, self._transfer.ended))
 
@@ -678,11 +708,16 @@ class RaftEngine:
             message["leaving"] = True  # a leader hands leadership to anyone but this replica
         return message
 
-    def leave(self) -> None:
-        """This replica is about to stop: from the next tick on it starts no election, ignores a timeout_now, and
-        tells its peers (so a leader never hands leadership to it). Any thread."""
+    def leave(self) -> Future:
+        """This replica is about to stop: from the next tick on it starts no election, ignores a timeout_now, steps
+        down if it is a candidate, and tells its peers (so a leader never hands leadership to it). Any thread. The
+        future gets, from that tick, whether this replica leads (raftrules.role_when_stopping: it must hand
+        leadership over, also if it has only just won); it cannot start to lead after that tick."""
+        asked: Future = Future()
+        self._leave_asks.append(asked)
         self._leaving = True
         self.wake()
+        return asked
 
     def _leaving_tick(self) -> None:
         so = self.so
@@ -691,6 +726,14 @@ class RaftEngine:
             for node in so.otherNodes:
                 if node.address in self._accepted_peers:
                     so._SyncObj__transport.send_now(node, self.hello())
+        state = so._SyncObj__raftState
+        action = raftrules.role_when_stopping(state == RaftState.LEADER, state == RaftState.CANDIDATE)
+        if action == raftrules.STEP_DOWN:
+            so._SyncObj__setState(RaftState.FOLLOWER)  # response_vote counts only for a candidate
+            log.info("replica %s/%s is stopping: it steps down as a candidate in term %d", self.config.group_id,
+                     self.config.self_id, so.raftCurrentTerm)
+        while self._leave_asks:
+            self._leave_asks.popleft().set_result(action == raftrules.HAND_OVER)
         so._SyncObj__transferInProgress = False
         so._SyncObj__raftElectionDeadline = time.monotonic() + self.config.election_timeout_max_ms / 1000
         self._prevote = None
@@ -700,6 +743,35 @@ class RaftEngine:
         if self._removed or not self.identity.voter:
             return False
         return self._vote_floor is None or tuple(candidate_last) >= self._vote_floor
+
+    def vote_state(self) -> tuple:
+        """What log_vote compares: (term, voted for, Raft state, (last term, last index)) before a request_vote."""
+        so = self.so
+        return so.raftCurrentTerm, so._SyncObj__votedForNodeId, so._SyncObj__raftState, self._last()
+
+    def after_vote_request(self, node, message: dict, before: tuple) -> None:
+        """pysyncobj handled a request_vote: a vote given ends this replica's pre-vote round (raftrules.
+        prevote_grant_counts). Logged with what it decided and on what (pysyncobj logs nothing, so a failed
+        election, such as a leadership transfer whose target won no vote, could not be explained)."""
+        term, voted_for, state, last = before
+        so = self.so
+        voted_now = so.raftCurrentTerm == message["term"] and so._SyncObj__votedForNodeId == node.id
+        granted = voted_now and (term, voted_for) != (message["term"], node.id)
+        if granted and self._prevote is not None:
+            self._prevote["voted"] = True
+        log.info("vote for %s in term %d: %s (its log ends at term %d index %d, mine at term %d index %d; I was %s "
+                 "in term %d, voted for %s)", self.peer_id(node.address) or node.address, message["term"],
+                 "granted" if granted else "refused", message["last_log_term"], message["last_log_index"], *last,
+                 _STATE_NAMES.get(state, state), term, self.peer_id(voted_for) or voted_for or "nobody")
+
+    def log_timeout_now(self, node, message: dict) -> None:
+        """pysyncobj handled a timeout_now (it starts an election only if it came from the leader it follows)."""
+        so = self.so
+        leader = so._getLeader()
+        log.info("timeout_now from %s (term %d): %s (my term %d, my leader %s, my log ends at term %d index %d)",
+                 self.peer_id(node.address) or node.address, message["term"],
+                 "election at once" if so._SyncObj__transferInProgress else "ignored", so.raftCurrentTerm,
+                 self.peer_id(leader.address) if leader is not None else "unknown", *self._last())
 
     def on_hello(self, node, message: dict) -> None:
         before = self.identity
@@ -809,10 +881,10 @@ class RaftEngine:
     def _pre_tick(self) -> None:
         if self._failed is not None:
             raise self._failed
+        self._commit_before_tick = self.so.raftCommitIndex  # a leaving leader commits too: never below this
         if self._leaving:
             self._leaving_tick()
             return
-        self._commit_before_tick = self.so.raftCommitIndex
         self._membership_tick()
         if self._removed:
             self._stay_out_of_elections()
@@ -845,7 +917,7 @@ class RaftEngine:
         c = self.config
         log.info("election timer fired in term %d (leader %s, last contact %.0f ms ago): pre-vote", term,
                  so._getLeader(), (now - self._leader_contact_at) * 1000 if self._leader_contact_at else -1)
-        self._prevote = {"term": term + 1, "votes": {c.self_address}}
+        self._prevote = {"term": term + 1, "votes": {c.self_address}, "voted": False}
         self.stats["prevote_rounds"] += 1
         last = self.journal[-1]
         message = {"type": "dl_prevote", "term": term + 1, "last_log_index": last[1], "last_log_term": last[2]}
@@ -875,6 +947,8 @@ class RaftEngine:
             so._SyncObj__transport.send(node, {"type": "dl_prevote_resp", "term": message["term"],
                                                "granted": granted})
         elif self._prevote and message["term"] == self._prevote["term"] and message["granted"]:
+            if not raftrules.prevote_grant_counts(self._prevote["term"], so.raftCurrentTerm, self._prevote["voted"]):
+                return  # a stale round: another candidate's election is under way
             self._prevote["votes"].add(node.address)
             self._maybe_prevote_won()
 

@@ -1,4 +1,4 @@
-"""The Raft decisions dledger adds to pysyncobj, as pure functions: pre-vote, leadership transfer and
+"""The Raft decisions dledger adds to pysyncobj, as pure functions: pre-vote, leadership transfer, stopping and
 append_entries trimming.
 
 Inputs are plain values (terms, indexes, (last_term, last_index) pairs, (index, term) entries, a term
@@ -8,7 +8,8 @@ scripted cases (tests/dledger/test_raftrules.py). The engine gathers the inputs 
 Pre-vote (Raft thesis 9.6): before a replica whose election timer fired raises its term, it asks its
 peers whether they would vote for it; only with a majority does it start a real election. A peer
 refuses while it still hears from a live leader, so a partitioned minority or a flapping link never
-bumps the term of a healthy group.
+bumps the term of a healthy group. A round is over once its replica adopts a newer term or votes for another
+candidate: grants arriving later no longer count.
 
 Leadership transfer (Raft thesis 3.10): the leader stops taking new appends, waits until the target holds
 its whole log and everything is committed, then sends it `timeout_now`; the target starts an election at
@@ -16,6 +17,9 @@ once. Pre-vote would stop it (every voter still hears the live leader), so a rep
 time out skips the pre-vote. The target is a connected voter within `transfer_lag_entries_max` of the
 leader's last index that is not stopping: a non-voter may not lead, and a far-behind one would keep the group
 without appends for as long as it needs to catch up.
+
+Stopping: a replica about to stop takes no leadership any more; a leader hands it over first, also one that
+has only just won its election; a candidate steps down.
 
 Trimming: pysyncobj deletes everything after prevLogIdx on every append_entries that leaves entries
 after it, conflict or not; Raft deletes only on a conflict. The log matching property (an entry with
@@ -51,6 +55,16 @@ def prevote_granted(candidate_term: int, candidate_last: LogPosition, my_term: i
 def prevote_won(votes: int, cluster_size: int) -> bool:
     """A strict majority of the whole group, the candidate's own vote included."""
     return votes * 2 > cluster_size
+
+
+def prevote_grant_counts(round_term: int, my_term: int, voted_since_round_began: bool) -> bool:
+    """A grant counts toward my pre-vote round for term `round_term` (begun in the term before it) only while I
+    am still in that term and have given no vote since the round began. Once I adopted a newer term or voted
+    for another candidate, that candidate's election is under way: winning my stale round would fire my election
+    timer at once and start an election against it (seen right after a group's first election: a replica voted
+    for the winner of term 1, then won its own round begun in term 0 and started term 2 7 ms after the new leader
+    had won; the new leader stepped down and the group had no leader for 0.9 s)."""
+    return my_term == round_term - 1 and not voted_since_round_began
 
 
 def leader_presumed_alive(i_lead: bool, leader_connected: bool, since_leader_contact_s: float,
@@ -132,6 +146,25 @@ def election_needs_prevote(pre_vote_enabled: bool, told_to_time_out: bool) -> bo
     """A replica whose election timer fired runs a pre-vote first, unless its own leader sent it timeout_now
     (a leadership transfer): every voter still hears that leader, so a pre-vote would always be refused."""
     return pre_vote_enabled and not told_to_time_out
+
+
+# -- stopping ---------------------------------------------------------------------------------------------
+HAND_OVER = "hand over"
+STEP_DOWN = "step down"
+STAY_FOLLOWER = "stay a follower"
+
+
+def role_when_stopping(leads: bool, campaigning: bool) -> str:
+    """What a replica about to stop (Replica.prepare_to_stop) does with its Raft role; from then on it starts no
+    election and ignores timeout_now, so once it no longer leads it never leads again.
+
+    A leader hands leadership over (HAND_OVER), also one that has only just won and does not serve as master yet
+    (its term's first entry not applied: seen 0-2 ms after an election win, when a SIGTERM stopped such a leader
+    with no handover at all). A candidate steps down (STEP_DOWN): it could win the election it started and lead
+    a group it is leaving, with no one left to ask it to hand over. A follower stays one (STAY_FOLLOWER)."""
+    if leads:
+        return HAND_OVER
+    return STEP_DOWN if campaigning else STAY_FOLLOWER
 
 
 # -- append_entries trimming ----------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from . import membership
 from .codec import decode_batch, encode_batch, encoded_size, verify_batch
 from .config import FlushPolicy, ReplicaConfig
-from .engine import FAIL_REASON, REFUSED, EngineView, RaftEngine, RaftState
+from .engine import FAIL_REASON, HANDING_OVER, REFUSED, EngineView, RaftEngine, RaftState
 from .errors import (
     AppendQueueFullError,
     AppendRefusedError,
@@ -65,6 +65,8 @@ from .snapshot import SnapshotHooks
 from .store import LatencyHistogram, Store
 
 log = logging.getLogger(__name__)
+
+PREPARE_TO_STOP_WAIT_S = 1.0  # how long prepare_to_stop waits for the Raft thread's decision
 
 
 class Role(enum.Enum):
@@ -270,12 +272,6 @@ class Replica:
                     f"replica stopped after an error ({self._engine.failure!r}); see its log, fix the cause, "
                     "reopen", cause=self._engine.failure))
                 return
-            handing_to = self._engine.transfer_target
-            if handing_to is not None:
-                future.set_exception(NotLeaderError(
-                    f"not appended: leadership is being handed to {handing_to}; retry on the new leader",
-                    handing_to, self._status.members.get(handing_to)))
-                return
             if len(self._pending) >= self.config.append_queue_max:
                 future.set_exception(AppendQueueFullError(
                     f"{len(self._pending)} appends already waiting (append_queue_max="
@@ -315,6 +311,10 @@ class Replica:
     def _error_for(self, reason) -> DledgerError:
         if isinstance(reason, tuple) and reason[:1] == (REFUSED,) and len(reason) == 3:
             return AppendRefusedError(f"not appended: the leader refused it: {reason[2]}", reason[1])
+        if isinstance(reason, tuple) and reason[:1] == (HANDING_OVER,):
+            target = reason[1]
+            return NotLeaderError(f"not appended: leadership is being handed to {target}; retry on the new leader",
+                                  target, self._status.members.get(target))
         st = self._status
         where = f"leader is {st.leader_id} at {st.leader_address}" if st.leader_id else "no leader is known"
         reasons = FAIL_REASON
@@ -401,11 +401,19 @@ class Replica:
             raise OutcomeUnknownError(f"{change.describe()}: not committed within {timeout_s:.1f} s; it may still "
                                       "commit: check the members (status) before asking again") from None
 
-    def prepare_to_stop(self) -> None:
-        """This replica is about to stop (a graceful shutdown): it starts no election from now on, ignores a
-        leader's timeout_now, and tells its peers, so a leader never hands leadership to it. It still replicates
-        and serves until close(). Call transfer_leadership first if it leads."""
-        self._engine.leave()
+    def prepare_to_stop(self, timeout_s: float = PREPARE_TO_STOP_WAIT_S) -> bool:
+        """This replica is about to stop (a graceful shutdown): from its Raft thread's next tick on it starts no
+        election, ignores a leader's timeout_now, steps down if it is a candidate, and tells its peers, so a leader
+        never hands leadership to it. It still replicates and serves until close(). Returns whether it leads the
+        group after that tick (an election it has only just won counts, even before it serves as master): then
+        call transfer_leadership. Once it no longer leads it never leads again. May be called again (it answers
+        anew)."""
+        if self._closed or self._engine.failure is not None:
+            return False
+        try:
+            return self._engine.leave().result(timeout=timeout_s)
+        except FutureTimeoutError:  # the Raft thread is stuck: judge by the last status it published
+            return self._status.role in (Role.LEADER, Role.LEADER_PENDING)
 
     def _peer_id_of(self, to: str | None) -> str | None:
         """A replica id from a replica id or a Raft address; unknown names go on as they are and are refused

@@ -1,5 +1,6 @@
 """Leadership transfer of a broker group, with real processes: `rocketraft admin transferLeader` (named target,
-best target, refusals), and SIGTERM of the master handing leadership over before it exits."""
+best target, refusals), and SIGTERM of the master handing leadership over before it exits, right after the group's
+first election (no waiting for it to settle), with and without sends in flight."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from brokerkit import wait_until
 
 import rocketraft
 from broker import config as broker_config
+from devkit.devcluster import DevCluster
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.wire import Code
 
@@ -63,10 +65,59 @@ def test_shutdown_transfer_leader_timeout_out_of_range_is_refused_by_name(value)
     assert broker_config.load(None, {}, environ={}).shutdownTransferLeaderTimeoutMillis == SHUTDOWN_BUDGET_MS
 
 
-def test_sigterm_of_the_master_hands_over_before_it_exits_and_every_acknowledged_send_is_stored(make_cluster):
+def sigterm_and_check_the_handover(cluster, old: str) -> tuple[str, float]:
+    """SIGTERM `old` (the master); it must hand leadership over before it exits 0. Returns the new master and when
+    the SIGTERM went out."""
+    signalled = time.monotonic()
+    cluster.brokers[old].signal(signal.SIGTERM)
+    exit_code = cluster.brokers[old].process.wait(SHUTDOWN_BUDGET_MS / 1000 + 5)
+    new = cluster.wait_master(15, not_id=old)
+    old_log = open(cluster.brokers[old].log_path).read()
+    assert exit_code == 0, exit_code
+    assert f"leadership of broker-a handed to {new}" in old_log, "the old master's log does not say it handed over:\n" \
+        + "\n".join(line for line in old_log.splitlines() if "dledger" in line or "role" in line or "stopping" in line)
+    new_log = open(cluster.brokers[new].log_path).read()
+    assert f"timeout_now from {old} " in new_log and "election at once" in new_log, \
+        "the new master was not elected by the old one's timeout_now"
+    return new, signalled
+
+
+def first_election_winner(cluster, timeout_s: float = 15) -> str:
+    """The first replica whose log says it won an election, read as soon as it says so (it may not serve as master
+    yet: its term's first entry not applied)."""
+    found: list[str] = []
+
+    def won() -> bool:
+        for replica_id, proc in cluster.brokers.items():
+            with open(proc.log_path) as f:
+                text = f.read()
+            if " role LEADER_PENDING " in text or " role LEADER " in text:
+                found.append(replica_id)
+                return True
+        return False
+
+    wait_until(won, timeout_s, "a replica won the group's first election", interval_s=0.001)
+    return found[0]
+
+
+def test_sigterm_of_the_replica_that_just_won_the_groups_first_election_hands_over_before_it_exits(tmp_path):
+    """SIGTERM at the first sign of the win, maybe before the winner serves as master. It used to be taken for a
+    slave and stopped with no handover (docs/operations.md, "Leadership transfer, graceful stop and rolling
+    restarts")."""
+    with DevCluster(str(tmp_path / "cluster")) as cluster:
+        cluster.start()
+        old = first_election_winner(cluster)
+        sigterm_and_check_the_handover(cluster, old)
+
+
+def test_sigterm_of_the_master_right_after_the_first_election_with_sends_in_flight_hands_over_and_stores_every_ack(
+        make_cluster):
+    """No waiting for the group to settle: the SIGTERM comes as the first sends are acknowledged, while more are in
+    flight. (A CI run once saw this fail: the master put appends queued before the transfer in its log after its
+    timeout_now, so it and the third replica refused the target their votes; docs/operations.md.)"""
     cluster = make_cluster()
-    cluster.create_topic("handover")
     old = cluster.wait_master()
+    cluster.create_topic("handover")
     acked, failed = [], []
     stop = threading.Event()
 
@@ -84,30 +135,20 @@ def test_sigterm_of_the_master_hands_over_before_it_exits_and_every_acknowledged
 
     thread = threading.Thread(target=produce, daemon=True)
     thread.start()
-    wait_until(lambda: len(acked) > 30, 15, "sends acknowledged before the SIGTERM")
-    # a settled group: every replica has applied what the master had committed. A SIGTERM 0.11 s after the group's
-    # first election once saw the target's election fail and the stopping master win the next one (docs/operations.md,
-    # "Leadership transfer, graceful stop and rolling restarts": known gap)
-    target = cluster.replica_status(old).commit_index
-    wait_until(lambda: all(s is not None and s.applied_index >= target for s in cluster.statuses().values()), 15,
-               "every replica caught up before the SIGTERM")
-    signalled = time.monotonic()
-    cluster.brokers[old].signal(signal.SIGTERM)
-    exit_code = cluster.brokers[old].process.wait(SHUTDOWN_BUDGET_MS / 1000 + 5)
-    exited_s = time.monotonic() - signalled
-    new = cluster.master()
-    wait_until(lambda: sum(1 for t, _ in acked if t > signalled + exited_s) > 30, 15,
-               "sends after the old master exited")
-    stop.set()
-    thread.join(15)
+    try:
+        wait_until(lambda: len(acked) >= 3, 15, "the first sends acknowledged", interval_s=0.001)
+        new, signalled = sigterm_and_check_the_handover(cluster, old)
+        exited = time.monotonic()
+        wait_until(lambda: sum(1 for t, _ in acked if t > exited) > 30, 15, "sends after the old master exited")
+    finally:
+        stop.set()
+        thread.join(15)
 
-    assert exit_code == 0 and new not in (None, old), (exit_code, new)
     assert not failed, f"{len(failed)} sends failed across the handover, e.g. {failed[:3]}"
     times = [signalled] + [t for t, _ in acked if t > signalled]
     gap_s = max(b - a for a, b in zip(times, times[1:], strict=False))
-    print(f"SIGTERM handover: old master exited after {exited_s * 1000:.0f} ms; longest ack gap {gap_s * 1000:.0f} ms")
+    print(f"SIGTERM handover: old master exited after {(exited - signalled) * 1000:.0f} ms; longest ack gap "
+          f"{gap_s * 1000:.0f} ms")
     stored = {m.body for m in cluster.read_messages("handover", cluster.address_of[new])}
     lost = [body for _, body in acked if body not in stored]
     assert not lost, f"{len(lost)} acknowledged sends are not stored, e.g. {lost[:3]}"
-    log = open(cluster.brokers[old].log_path).read()
-    assert "leadership of broker-a handed to" in log, "the old master's log does not say it handed over"

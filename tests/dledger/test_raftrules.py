@@ -12,6 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dledger.raftrules import (
+    HAND_OVER,
+    STAY_FOLLOWER,
+    STEP_DOWN,
     TransferCandidate,
     choose_transfer_target,
     election_needs_prevote,
@@ -19,8 +22,10 @@ from dledger.raftrules import (
     leader_presumed_alive,
     log_up_to_date,
     prevote_delay_rank,
+    prevote_grant_counts,
     prevote_granted,
     prevote_won,
+    role_when_stopping,
     timeout_now_due,
     trim_append_entries,
 )
@@ -85,6 +90,24 @@ def test_a_candidate_alone_wins_the_prevote_only_in_a_group_of_one():
 
 
 # -- pre-vote: is the leader alive ------------------------------------------------------------------------
+def test_a_prevote_grant_counts_while_the_candidate_is_still_in_the_term_its_round_began_in():
+    assert prevote_grant_counts(round_term=5, my_term=4, voted_since_round_began=False)
+
+
+def test_prevote_grants_no_longer_count_once_the_candidate_adopted_a_newer_term():
+    """Right after a group's first election: the replica granted the winner's request_vote for term 1 (adopting
+    term 1), then the grants of its own round begun in term 0 arrived. Counted, they started a term-2 election
+    that deposed the new leader."""
+    assert not prevote_grant_counts(round_term=1, my_term=1, voted_since_round_began=True)
+    assert not prevote_grant_counts(round_term=1, my_term=2, voted_since_round_began=False)
+
+
+def test_prevote_grants_no_longer_count_once_the_candidate_voted_for_another_in_the_same_term():
+    """A vote given resets the election timer to let that candidate's election run; a pre-vote won later must not
+    cut it short."""
+    assert not prevote_grant_counts(round_term=5, my_term=4, voted_since_round_began=True)
+
+
 def test_a_leader_believes_in_itself_and_refuses_prevotes():
     assert leader_presumed_alive(True, leader_connected=False, since_leader_contact_s=99.0,
                                  election_timeout_min_s=ELECTION_TIMEOUT_MIN_S)
@@ -409,3 +432,18 @@ def test_a_replica_whose_timer_fired_on_its_own_runs_the_pre_vote():
 
 def test_with_pre_vote_off_no_election_runs_one():
     assert not election_needs_prevote(pre_vote_enabled=False, told_to_time_out=False)
+
+
+# -- stopping -----------------------------------------------------------------------------------------------
+def test_a_stopping_leader_hands_over_even_if_it_has_only_just_won_and_does_not_serve_as_master_yet():
+    """The broker used to ask "am I the master?" (its term's first entry applied): a SIGTERM 0-2 ms after an
+    election win found a leader that was not master yet, and it stopped with no handover at all."""
+    assert role_when_stopping(leads=True, campaigning=False) == HAND_OVER
+
+
+def test_a_stopping_candidate_steps_down_so_it_cannot_win_an_election_it_started_and_lead_while_stopping():
+    assert role_when_stopping(leads=False, campaigning=True) == STEP_DOWN
+
+
+def test_a_stopping_follower_stays_a_follower():
+    assert role_when_stopping(leads=False, campaigning=False) == STAY_FOLLOWER

@@ -1,12 +1,18 @@
 """Leadership transfer on three real replica processes (127.0.0.11-13): to a named follower and to the most
 up-to-date voter, under a stream of appends; nothing acknowledged is lost and appends go on on the new leader;
-asks on a follower, for an unknown replica or for the leader itself are refused by name."""
+asks on a follower, for an unknown replica or for the leader itself are refused by name. A replica preparing to
+stop says whether it leads, and a stopping leader still hands over."""
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 import time
 
 from dledger_workload import AppendStream, check_history, eventually
+
+from devkit.pause import pause
 
 TRANSFER_TIMEOUT_S = 5.0
 
@@ -71,3 +77,57 @@ def test_transfer_to_a_named_follower_then_to_the_best_voter_loses_nothing_appen
     assert itself["error"] == "TRANSFER_REFUSED" and "is this replica" in itself["message"], itself
     assert cluster.leader() == leader
     assert "index" in cluster.append(leader, [b"after-refusals"]), "a refused transfer left appends blocked"
+
+
+def test_prepare_to_stop_tells_a_follower_it_does_not_lead_and_the_leader_it_does_and_the_leader_still_hands_over(
+        make_cluster):
+    cluster = make_cluster()
+    old = cluster.wait_leader()
+    cluster.wait_connected()
+    first, second = sorted(n for n in cluster.nodes if n != old)
+    assert cluster.client(first).call("prepare_to_stop") == {"leads": False}
+    assert cluster.client(old).call("prepare_to_stop") == {"leads": True}
+    assert cluster.client(old).call("prepare_to_stop") == {"leads": True}, "asked twice, it still leads"
+
+    stopping = transfer(cluster, old, first)
+    assert stopping["error"] == "TRANSFER_REFUSED" and f"{first} is stopping" in stopping["message"], stopping
+    assert transfer(cluster, old, second) == {"leader_id": second}
+    assert cluster.wait_leader(among=[second], timeout_s=5) == second
+    assert cluster.client(old).call("prepare_to_stop") == {"leads": False}, "stepped down, it leads no more"
+    assert "index" in cluster.append(second, [b"after-the-stopping-leader-handed-over"])
+
+
+def test_an_append_made_while_leadership_is_handed_over_is_refused_naming_the_target_and_stored_nowhere(
+        make_cluster):
+    """The target is paused, so the transfer cannot end: every append from its start on is refused (the leader's
+    log must not outgrow the target's, or the leader would refuse it its vote); once resumed the target leads."""
+    cluster = make_cluster()
+    old = cluster.wait_leader()
+    cluster.wait_connected()
+    target = sorted(n for n in cluster.nodes if n != old)[0]
+    pause(cluster.pid(target))
+    replies: list[dict] = []
+    handing = threading.Thread(target=lambda: replies.append(transfer(cluster, old, target)), daemon=True)
+    sent: list[bytes] = []
+
+    def refused_append() -> dict | None:
+        sent.append(f"during-{len(sent)}".encode())
+        reply = cluster.append(old, [sent[-1]])
+        return reply if "error" in reply else None
+
+    try:
+        handing.start()
+        # within the paused target's connection timeout (2.4 s): past it the leader gives the transfer up
+        refused = eventually(refused_append, "an append on the leader refused while it hands leadership over",
+                             timeout_s=2.0)
+    finally:
+        os.kill(cluster.pid(target), signal.SIGCONT)
+    handing.join(TRANSFER_TIMEOUT_S + 10)
+    assert refused["error"] == "NOT_LEADER" and refused["leader_id"] == target, refused
+    assert f"being handed to {target}" in refused["message"], refused
+    assert replies == [{"leader_id": target}], replies
+    after = cluster.append(target, [b"after"])
+    cluster.wait_applied(after["index"])
+    for node in cluster.nodes:
+        entries = cluster.client(node).call("read", from_index=1, max_entries=100_000)["entries"]
+        assert [sent[-1]] not in [payloads for _i, _t, payloads in entries], f"{node} stored a refused append"
