@@ -23,9 +23,10 @@ from rocketraft.protocol.wire import Code, pb, svc
 from .transport import Transport, encode_send_request, rpc_error
 
 MESSAGE_FRAMING_BYTES = 6  # tag + length of each entry in the request
-# A burst that arrives while requests are free is split over them (but never into requests of fewer messages than
-# this), so the broker works on one request while the next is on its way: send_async with 256 messages in flight
-# otherwise sent them as one request and waited for it (bench/README.md, issue 16).
+# A burst of single sends that arrives while requests are free is split over them (but never into requests of fewer
+# messages than this), so the broker works on one request while the next is on its way: send_async with 256 messages
+# in flight otherwise sent them as one request and waited for it (bench/README.md, issue 16). A send_batch call's
+# messages are not split (its caller chose the batch; smaller requests cost the servers more per message).
 SPLIT_MESSAGES_MIN = 32
 
 
@@ -163,8 +164,10 @@ class Lane:
 
     def _take(self) -> list[_Item]:
         batch, size = [], 0
-        free = self._limits.requests_in_flight_max - len(self._requests)  # this request's slot included
-        count_max = min(self._limits.batch_messages_max, max(SPLIT_MESSAGES_MIN, -(-len(self._items) // max(1, free))))
+        count_max = self._limits.batch_messages_max
+        if not isinstance(self._items[0].future, _Slot):  # single sends (a send_batch call's messages stay together)
+            free = self._limits.requests_in_flight_max - len(self._requests)  # this request's slot included
+            count_max = min(count_max, max(SPLIT_MESSAGES_MIN, -(-len(self._items) // max(1, free))))
         while self._items and len(batch) < count_max:
             item = self._items[0]
             if batch and size + item.size > self._limits.batch_bytes_max:
