@@ -25,9 +25,10 @@ from .transport import Transport, encode_send_request, rpc_error
 MESSAGE_FRAMING_BYTES = 6  # tag + length of each entry in the request
 # A burst of single sends that arrives while requests are free is split over them (but never into requests of fewer
 # messages than this), so the broker works on one request while the next is on its way: send_async with 256 messages
-# in flight otherwise sent them as one request and waited for it (bench/README.md, issue 16). A send_batch call's
+# in flight otherwise sent them as one request and waited for it (13.1-13.4k msg/s; split at 32: 14.0-14.8k, at 128:
+# 14.6-15.1k, python -m bench compare --only publish --peers none; bench/README.md, issue 16). A send_batch call's
 # messages are not split (its caller chose the batch; smaller requests cost the servers more per message).
-SPLIT_MESSAGES_MIN = 32
+SPLIT_MESSAGES_MIN = 128
 
 
 @dataclass(frozen=True)
