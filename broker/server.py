@@ -25,6 +25,7 @@ from rocketraft.proto import auth_pb2 as apb
 from rocketraft.protocol import auth_internal, tls
 from rocketraft.protocol.auth_guard import Guard, admin_paths, guarded, guarded_admin
 from rocketraft.protocol.errors import RocketraftError
+from rocketraft.protocol.limits import TELEMETRY_PENDING_MAX
 from rocketraft.protocol.metrics import MetricsServer
 from rocketraft.protocol.namespaced import namespaced
 from rocketraft.protocol.routing import LANGUAGE_HEADER
@@ -379,11 +380,26 @@ class BrokerServer:
                 log.info("transaction of message %s: no producer of topic %s connected to ask (check %d)",
                          message_id, message.topic.name, count + 1)
                 continue
-            await outboxes[0].put(svc.TelemetryCommand(
-                recover_orphaned_transaction_command=svc.RecoverOrphanedTransactionCommand(
-                    message=message, transaction_id=message_id)))
+            check = svc.TelemetryCommand(recover_orphaned_transaction_command=svc.RecoverOrphanedTransactionCommand(
+                message=message, transaction_id=message_id))
+            if not _push(outboxes, check):
+                log.info("transaction of message %s: every producer of topic %s connected here has %d replies unread; "
+                         "asked again at the next check (check %d)", message_id, message.topic.name,
+                         TELEMETRY_PENDING_MAX, count + 1)
         for message_id in set(self._check_counts) - still_half:  # resolved since: forget its count
             del self._check_counts[message_id]
+
+
+def _push(outboxes: list[asyncio.Queue], command: svc.TelemetryCommand) -> bool:
+    """Put a command on the first of these Telemetry streams with room (a client that reads nothing fills its own:
+    TELEMETRY_PENDING_MAX); False if none had room."""
+    for outbox in outboxes:
+        try:
+            outbox.put_nowait(command)
+            return True
+        except asyncio.QueueFull:
+            continue
+    return False
 
 
 async def serve(config: config_mod.BrokerConfig) -> None:

@@ -23,6 +23,7 @@ from rocketraft.protocol.limits import (
     PUSH_RECEIVE_BATCH_SIZE,
     RETRY_BACKOFF_MULTIPLIER,
     RETRY_BACKOFF_S,
+    TELEMETRY_PENDING_MAX,
 )
 from rocketraft.protocol.routing import (
     allocate_averagely,
@@ -147,7 +148,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
 
     async def Telemetry(self, request_iterator, context):
         client_id = client_id_of(context)
-        outbox: asyncio.Queue = asyncio.Queue()
+        outbox: asyncio.Queue = asyncio.Queue(TELEMETRY_PENDING_MAX)  # full: frames are not read until it drains
         session = self.clients.session(client_id)
         session.outbox = outbox
 

@@ -161,3 +161,43 @@ def test_connections_beyond_connectionsMax_are_closed_before_their_handshake_and
         for sock in held:
             sock.close()
     wait_until(fresh_call_works, 5, "a new connection accepted once the idle sockets closed")
+
+
+def test_a_telemetry_stream_whose_client_reads_nothing_stops_being_read_instead_of_growing_the_broker(make_cluster):
+    """A client that sends Telemetry frames and never reads the replies: the broker holds at most
+    TELEMETRY_PENDING_MAX replies for it, then stops reading its frames (gRPC flow control holds the client), instead
+    of reading all of them and queueing a reply to each (unbounded, 50 such streams grew a master by 60 MB/s)."""
+    import time
+
+    from rocketraft.protocol.wire import svc_grpc
+
+    cluster = make_cluster(metrics=False)
+    cluster.create_topic(TOPIC, queue_nums=1)
+    address = cluster.address_of[cluster.wait_master()]
+    frames_max = 20_000  # 20,000 frames of 16 KB, each answered with its 16 KB of topics: 320 MB of replies
+    settings = pb.Settings(client_type=pb.ClientType.PRODUCER)
+    settings.publishing.topics.extend(pb.Resource(name=f"t{i:03d}" + "x" * 120) for i in range(128))
+    frame = svc.TelemetryCommand(settings=settings)
+    sent = 0
+
+    def frames():
+        nonlocal sent
+        while sent < frames_max:
+            sent += 1
+            yield frame
+
+    with grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 1 << 20)]) as channel:
+        replies = svc_grpc.MessagingServiceStub(channel).Telemetry(frames(), metadata=client_metadata("no-reader"))
+        last, still_since = -1, time.monotonic()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and sent < frames_max:  # until the client's sending stalls for 2 s
+            time.sleep(0.2)
+            if sent != last:
+                last, still_since = sent, time.monotonic()
+            elif time.monotonic() - still_since >= 2:
+                break
+        assert sent < frames_max, f"the broker read all {frames_max} frames of a client that reads no reply"
+        stub = messaging_stub(cluster, address)
+        ok = stub.SendMessage(svc.SendMessageRequest(messages=[raw_message(TOPIC, b"x")]), timeout=10)
+        assert ok.status.code == Code.OK, ok.status
+        replies.cancel()
