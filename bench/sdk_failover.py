@@ -23,15 +23,14 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from datetime import date
 
+from devkit import nodesdk
 from devkit.devcluster import DevCluster
 
 from .broker_sdk import (
@@ -47,7 +46,6 @@ from .broker_sdk import (
 )
 
 HOLD_S_DEFAULT = 3.0
-NODE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "sdk_node")
 
 
 def first_ack_after(log: SendLog, t: float, worker: threading.Thread, limit_s: float) -> tuple | None:
@@ -69,37 +67,28 @@ def ended_after(log: SendLog, t: float) -> list[tuple]:
 
 
 class NodeSender:
-    """The official Node.js SDK sending one message at a time (tests/sdk_node/send_one_at_a_time.js), its sends
-    recorded in a SendLog like the Python producer thread's: a send starts when the previous one ended."""
+    """The official Node.js SDK sending one message at a time (tests/sdk_node/send_one_at_a_time.js, read as the
+    tests read it: devkit.nodesdk), its sends recorded in a SendLog like the Python producer thread's: a send starts
+    when the previous one ended."""
 
-    def __init__(self, namesrv: str, log: SendLog):
-        if shutil.which("node") is None or not os.path.isdir(os.path.join(NODE_DIR, "node_modules")):
-            raise RuntimeError(f"--sdk node needs Node.js and the SDK in {NODE_DIR} (npm ci there)")
+    def __init__(self, namesrv: str, log: SendLog, log_dir: str):
+        if not nodesdk.installed():
+            raise RuntimeError(f"--sdk node: {nodesdk.MISSING}")
         self.log = log
-        self.process = subprocess.Popen(["node", "send_one_at_a_time.js", namesrv, TOPIC], cwd=NODE_DIR,
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                        text=True)
-        self.reader = threading.Thread(target=self._read, name="node-sender", daemon=True)
-        self.reader.start()
+        self._last = time.monotonic()
+        self.script = nodesdk.NodeScript("send_one_at_a_time.js", namesrv, TOPIC, log_dir=log_dir,
+                                         on_event=self._on_event)
 
-    def _read(self) -> None:
-        last = time.monotonic()
-        for line in self.process.stdout:
-            if line.startswith('{"n"'):
-                now, record = time.monotonic(), json.loads(line)
-                self.log.add((last, now, bool(record["ok"]), ""))
-                last = now
+    def _on_event(self, at: float, event: dict) -> None:
+        if event["event"] == "send":
+            self.log.add((self._last, at, bool(event["ok"]), ""))
+            self._last = at
 
     def is_alive(self) -> bool:
-        return self.reader.is_alive()
+        return self.script.reading
 
     def stop(self) -> None:
-        self.process.stdin.close()
-        try:
-            self.process.wait(15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(5)
+        self.script.stop()
 
 
 def one_kill(cluster: DevCluster, log: SendLog, worker, number: int, hold_s: float) -> dict:
@@ -153,7 +142,7 @@ def run_node(base_dir: str, flush: str, kills: int, hold_s: float) -> list[dict]
         cluster.wait_master(30)
         cluster.create_topic(TOPIC)
         log = SendLog()
-        worker = NodeSender(cluster.namesrv_address, log)
+        worker = NodeSender(cluster.namesrv_address, log, os.path.join(base_dir, "logs"))
         try:
             wait_for_streak(log, worker, 2.0)
             for number in range(1, kills + 1):
