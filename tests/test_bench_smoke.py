@@ -72,3 +72,14 @@ def test_the_comparison_runs_rocketrafts_side_and_judges_ratios_against_the_best
     assert rows["one sync send at a time"]["best_peer"] == "nats" and rows["one sync send at a time"]["met"] is False
     assert rows["drain 200k stored"]["best_peer"] == "rabbitmq" and rows["drain 200k stored"]["ratio"] == 1.5
     assert compare.peer_figures(["batch", "publish", "drain"]) == ["publish", "drain"]
+
+
+def test_the_hotpath_benchmark_prints_the_cpu_per_message_of_each_send_step(tmp_path):
+    """`python -m bench hotpath` (no cluster): every step runs on real objects and reports a positive cost."""
+    out = tmp_path / "hotpath.json"
+    run = subprocess.run([sys.executable, "-m", "bench", "hotpath", "--rounds", "1", "--messages", "300",
+                          "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    figures = json.load(open(out))
+    assert set(figures) == {"client", "door", "apply-256", "apply-1"}, figures
+    assert all(f["lowest_us"] > 0 for f in figures.values()), figures
