@@ -357,10 +357,7 @@ class BrokerStateMachine:
         queued = not command.half and command.deliver_at_ms <= store_ms
         if queued:
             qkey = prefix + t.pack_queue(queue)
-            offset = self._qmax.get(qkey)
-            first_of_queue = offset is None
-            if first_of_queue:
-                offset = self._queue_end(qkey, txn)
+            offset = self._queue_end(qkey, txn)
         else:
             offset = t.NO_OFFSET
         # The message id entry first, written only if the id is new: one LMDB call tells a retry (deduplicated)
@@ -374,14 +371,8 @@ class BrokerStateMachine:
             if refused is not None:
                 txn.delete(id_key, db=msgid_db)
                 return refused
-        if queued:  # into its queue (as _enqueue, inline)
-            if not txn.put(prefix + t.pack_queue_offset(queue, offset), t.pack_cq_value(index, slot, store_ms) +
-                           (tag.encode() if tag else b""), db=self._cq_db, overwrite=False):
-                raise InvariantError(f"consume queue {topic}/{queue}: offset {offset}, the queue's stored max offset, "
-                                     "already holds an entry (the qmax table is behind the consume queue)")
-            self._qmax[qkey] = offset + 1
-            if first_of_queue:
-                self._touched.add(topic)
+        if queued:
+            self._write_queue_entry(topic, prefix, qkey, queue, offset, index, slot, store_ms, tag, txn)
         elif command.half:
             txn.put(t.position_key(index, slot), b"", db=self.db[t.HALF])
         else:
@@ -401,17 +392,23 @@ class BrokerStateMachine:
         return None
 
     def _enqueue(self, topic: str, queue: int, index: int, slot: int, store_ms: int, tag: str, txn) -> int:
-        qkey = t.queue_key(topic, queue)
-        offset = self._qmax.get(qkey)
-        if offset is None:
-            offset = self._queue_end(qkey, txn)
-            self._touched.add(topic)
-        if not txn.put(t.cq_key(topic, queue, offset), t.cq_value(index, slot, store_ms, tag), db=self._cq_db,
-                       overwrite=False):
+        prefix = topic.encode() + t.SEP
+        qkey = prefix + t.pack_queue(queue)
+        offset = self._queue_end(qkey, txn)
+        self._write_queue_entry(topic, prefix, qkey, queue, offset, index, slot, store_ms, tag, txn)
+        return offset
+
+    def _write_queue_entry(self, topic: str, prefix: bytes, qkey: bytes, queue: int, offset: int, index: int,
+                           slot: int, store_ms: int, tag: str, txn) -> None:
+        """The consume-queue entry at `offset`, the queue's next one (_queue_end), and the queue's advance."""
+        if not txn.put(prefix + t.pack_queue_offset(queue, offset), t.pack_cq_value(index, slot, store_ms) +
+                       (tag.encode() if tag else b""), db=self._cq_db, overwrite=False):
             raise InvariantError(f"consume queue {topic}/{queue}: offset {offset}, the queue's stored max offset, "
                                  "already holds an entry (the qmax table is behind the consume queue)")
-        self._qmax[qkey] = offset + 1
-        return offset
+        qmax = self._qmax
+        if qkey not in qmax:  # the first message of this queue in this entry: its readers are woken
+            self._touched.add(topic)
+        qmax[qkey] = offset + 1
 
     def _queue_start(self, topic: str, queue: int, txn) -> int:
         """The queue's first offset (retention deletes from the head; its max offset when it is empty)."""
