@@ -132,9 +132,19 @@ class Fuzzer:
         return results
 
     def _prepare(self, topic: str, group: str) -> None:
-        """Creates the topic and group, waiting out an election (a fan-out needs a master)."""
-        wait_until(lambda: _succeeds(lambda: (self.cluster.create_topic(topic), self.cluster.create_group(group))),
-                   SETUP_TIMEOUT_S, f"creating topic {topic} and group {group} (logs in {self.cluster.base_dir})")
+        """Creates the topic and group, waiting out an election (a fan-out needs a master). A topic the fuzzing made
+        again with other settings (more queues, which are never removed, so creating it with 8 is refused) is kept."""
+        def ready() -> bool:
+            if not _succeeds(lambda: self.cluster.create_topic(topic)) and not self._topic_exists(topic):
+                return False
+            return _succeeds(lambda: self.cluster.create_group(group))
+
+        wait_until(ready, SETUP_TIMEOUT_S, f"creating topic {topic} and group {group} (logs in "
+                                           f"{self.cluster.base_dir})")
+
+    def _topic_exists(self, topic: str) -> bool:
+        status = self.cluster.replica_status(self.cluster.wait_master())
+        return status is not None and topic in {t.name for t in status.topics}
 
     def _fuzz_rpc(self, pool, server: Server, service: ServiceDescriptor, method: MethodDescriptor,
                   service_templates: dict[str, Message]) -> RpcResult:
