@@ -286,7 +286,7 @@ class BrokerStateMachine:
         message bodies stay in the Raft log (it is compacted, not edited). Cost: one LMDB delete per stored
         message index entry, in this one apply."""
         txn.delete(name.encode(), db=self.db[t.TOPICS])
-        prefix = name.encode() + t.SEP
+        prefix = t.topic_prefix(name)
         for table in (t.QMAX, t.CQ, t.MSGID, t.KEYS, t.RECALLED):
             _delete_prefix(txn, self.db[table], prefix)
         attempts.purge_topic(self, name, txn)
@@ -328,14 +328,14 @@ class BrokerStateMachine:
         known = self._entry_topics.get(topic)
         if known is None:
             raw = txn.get(topic.encode(), db=self.db[t.TOPICS])
-            known = self._entry_topics[topic] = (topic.encode() + t.SEP, ipb.TopicConfig.FromString(raw).queue_nums
+            known = self._entry_topics[topic] = (t.topic_prefix(topic), ipb.TopicConfig.FromString(raw).queue_nums
                                                if raw is not None else None)
         return known
 
     # -- sending --------------------------------------------------------------------------------------
     def _send(self, command: spb.SendCommand, index: int, slot: int, txn):
-        # The hottest code of every replica (each stored message passes here once on each): keys are built inline
-        # from the topic's encoded prefix, kept per entry (bench/README.md, "apply").
+        # The hottest code of every replica (each stored message passes here once on each): keys are built from the
+        # topic's key prefix, kept per entry (tables.topic_prefix; bench/README.md, "apply").
         topic = command.topic
         if topic:
             message_id, tag, keys = command.message_id, command.tag, command.keys
@@ -349,20 +349,20 @@ class BrokerStateMachine:
         queue = command.queue_id
         if not 0 <= queue < queue_nums:
             return ApplyError(Code.BAD_REQUEST, f"queue {queue} does not exist in topic {topic}")
-        id_key = prefix + message_id.encode()
+        id_key = t.msgid_key_at(prefix, message_id)
         if len(id_key) > t.KEY_BYTES_MAX:
             return ApplyError(Code.ILLEGAL_MESSAGE_ID, f"message id {message_id[:100]!r} is too long to index: "
                               f"{len(id_key)} bytes with its topic, LMDB keys hold {t.KEY_BYTES_MAX}")
         store_ms = command.store_ms
         queued = not command.half and command.deliver_at_ms <= store_ms
         if queued:
-            qkey = prefix + t.pack_queue(queue)
+            qkey = t.queue_key_at(prefix, queue)
             offset = self._queue_end(qkey, txn)
         else:
             offset = t.NO_OFFSET
         # The message id entry first, written only if the id is new: one LMDB call tells a retry (deduplicated)
         msgid_db = self._msgid_db
-        if not txn.put(id_key, t.pack_msgid_value(index, slot, queue, offset), db=msgid_db, overwrite=False):
+        if not txn.put(id_key, t.msgid_value(index, slot, queue, offset), db=msgid_db, overwrite=False):
             known = t.msgid_entry(txn.get(id_key, db=msgid_db))
             stored = self.stored_send(txn, known.index, known.slot)
             return SendResult(known.queue, known.offset, True, stored.recall_token if stored is not None else b"")
@@ -392,8 +392,8 @@ class BrokerStateMachine:
         return None
 
     def _enqueue(self, topic: str, queue: int, index: int, slot: int, store_ms: int, tag: str, txn) -> int:
-        prefix = topic.encode() + t.SEP
-        qkey = prefix + t.pack_queue(queue)
+        prefix = t.topic_prefix(topic)
+        qkey = t.queue_key_at(prefix, queue)
         offset = self._queue_end(qkey, txn)
         self._write_queue_entry(topic, prefix, qkey, queue, offset, index, slot, store_ms, tag, txn)
         return offset
@@ -401,8 +401,8 @@ class BrokerStateMachine:
     def _write_queue_entry(self, topic: str, prefix: bytes, qkey: bytes, queue: int, offset: int, index: int,
                            slot: int, store_ms: int, tag: str, txn) -> None:
         """The consume-queue entry at `offset`, the queue's next one (_queue_end), and the queue's advance."""
-        if not txn.put(prefix + t.pack_queue_offset(queue, offset), t.pack_cq_value(index, slot, store_ms) +
-                       (tag.encode() if tag else b""), db=self._cq_db, overwrite=False):
+        if not txn.put(t.cq_key_at(prefix, queue, offset), t.cq_value(index, slot, store_ms, tag), db=self._cq_db,
+                       overwrite=False):
             raise InvariantError(f"consume queue {topic}/{queue}: offset {offset}, the queue's stored max offset, "
                                  "already holds an entry (the qmax table is behind the consume queue)")
         qmax = self._qmax

@@ -88,13 +88,6 @@ _ATTEMPT_HEAD = struct.Struct(">QQ")  # expires_ms, gen
 _U32 = struct.Struct(">I")
 
 
-# The packers of the hottest keys and values, for apply's inline send path (broker/statemachine.py)
-pack_queue = _Q.pack  # queue -> the queue part of a qmax key
-pack_queue_offset = _QO.pack  # (queue, offset) -> the queue and offset part of a cq key
-pack_cq_value = _CQ_VALUE.pack  # (index, slot, store_ms) -> a cq value without its tag
-pack_msgid_value = _MSGID_VALUE.pack  # (index, slot, queue, offset) -> a msgid value
-
-
 def u64(n: int) -> bytes:
     return _U64.pack(n)
 
@@ -103,12 +96,26 @@ def u64_of(b: bytes) -> int:
     return _U64.unpack(b)[0]
 
 
+def topic_prefix(topic: str) -> bytes:
+    """What every key of one topic's queue, consume-queue and message-id tables begins with. Apply's send path
+    computes it once per entry and builds keys with the *_at functions (broker/statemachine.py)."""
+    return topic.encode() + SEP
+
+
 def queue_key(topic: str, queue: int) -> bytes:
-    return topic.encode() + SEP + _Q.pack(queue)
+    return queue_key_at(topic_prefix(topic), queue)
+
+
+def queue_key_at(prefix: bytes, queue: int) -> bytes:
+    return prefix + _Q.pack(queue)
 
 
 def cq_key(topic: str, queue: int, offset: int) -> bytes:
-    return topic.encode() + SEP + _QO.pack(queue, offset)
+    return cq_key_at(topic_prefix(topic), queue, offset)
+
+
+def cq_key_at(prefix: bytes, queue: int, offset: int) -> bytes:
+    return prefix + _QO.pack(queue, offset)
 
 
 def offset_of_cq_key(key: bytes) -> int:
@@ -133,7 +140,11 @@ def cq_entry(value: bytes) -> CqEntry:
 
 
 def msgid_key(topic: str, message_id: str) -> bytes:
-    return topic.encode() + SEP + message_id.encode()
+    return msgid_key_at(topic_prefix(topic), message_id)
+
+
+def msgid_key_at(prefix: bytes, message_id: str) -> bytes:
+    return prefix + message_id.encode()
 
 
 class MsgIdEntry(NamedTuple):  # read once per deduplicated send on every replica: cheaper than a dataclass
