@@ -204,16 +204,21 @@ class AsyncClient:
             call.cancel()
 
 
-def spawn_callback(callback: Callable | None, future: asyncio.Future) -> None:
+def run_callback(callback: Callable, result, error: BaseException | None) -> None:
     """Run a user's completion callback(result, error) without letting its failure escape."""
+    try:
+        callback(result, error)
+    except Exception:  # noqa: BLE001 - a user callback's failure is logged, not propagated
+        log.exception("send callback failed")
+
+
+def spawn_callback(callback: Callable | None, future: asyncio.Future) -> None:
+    """Run a user's completion callback(result, error) when the future is done (run_callback)."""
     if callback is None:
         return
 
     def done(f: asyncio.Future) -> None:
-        try:
-            error = f.exception()
-            callback(None if error else f.result(), error)
-        except Exception:  # noqa: BLE001 - a user callback's failure is logged, not propagated
-            log.exception("send callback failed")
+        error = f.exception()
+        run_callback(callback, None if error else f.result(), error)
 
     future.add_done_callback(done)

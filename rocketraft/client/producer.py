@@ -33,7 +33,7 @@ from rocketraft.protocol.errors import (
 from rocketraft.protocol.limits import BODY_BYTES_MAX
 from rocketraft.protocol.wire import Code, pb, svc
 
-from .base import AsyncClient, spawn_callback
+from .base import AsyncClient, run_callback, spawn_callback
 from .config import ClientConfig
 from .lanes import BatchLimits, Lane
 from .message import Message, MessageIdGenerator, SendReceipt, queue_ref, to_wire
@@ -550,10 +550,7 @@ class _FirstAttempt:
             else:
                 future.set_result(receipt)
         if self.callback is not None:
-            try:
-                self.callback(receipt, error)
-            except Exception:  # noqa: BLE001 - a user callback's failure is logged, not propagated
-                log.exception("send callback failed")
+            run_callback(self.callback, receipt, error)
 
 
 def exc_code(exc: BaseException) -> int | None:
