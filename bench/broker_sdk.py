@@ -32,7 +32,6 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -42,6 +41,8 @@ from datetime import date
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
 from devkit.devcluster import DevCluster
+
+from .workdir import scratch_dir
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
 TOPIC = "bench-sdk"
@@ -308,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     flushes = args.flush or list(FLUSH_MODES)
     messages = args.messages or (500 if args.quick else 3000)
     trials = args.trials or (2 if args.quick else 5)
-    base = args.dir or tempfile.mkdtemp(prefix="broker-sdk-bench-", dir=os.environ.get("BENCH_TMP", "/tmp"))
+    base = scratch_dir(args.dir, "broker-sdk-bench-")
     os.makedirs(base, exist_ok=True)
     command = " ".join(["python -m bench.broker_sdk", *(sys.argv[1:] if argv is None else argv)])
     results = {"date": date.today().isoformat(), "command": command,

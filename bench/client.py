@@ -37,7 +37,6 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import date
 
@@ -45,6 +44,8 @@ from devkit.devcluster import DevCluster
 from rocketraft.client.config import ClientConfig
 from rocketraft.client.message import Message
 from rocketraft.client.producer import Producer
+
+from .workdir import scratch_dir
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
 TOPIC = "bench-client"
@@ -250,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", default=None)
     parser.add_argument("--results", default=RESULTS_DIR, help="where the JSON results go")
     args = parser.parse_args(argv)
-    base = args.dir or tempfile.mkdtemp(prefix="bench-client-")
+    base = scratch_dir(args.dir, "bench-client-")
     results: dict = {"date": str(date.today()), "machine": f"{os.cpu_count()} cores, {platform.python_version()}",
                      "flush": args.flush}
     for scenario in args.scenarios:

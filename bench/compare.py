@@ -40,11 +40,11 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 
 from . import client as cb
+from .workdir import keep, scratch_dir
 
 FIGURES = ("publish", "batch", "latency", "drain", "failover")
 PEERS = ("nats", "rabbitmq")
@@ -92,6 +92,7 @@ async def _pub_window(namesrv: str, window: int, warmup_s: float, seconds: float
 
     body = b"x" * BODY_BYTES
     counts = {"in_window": 0, "acked": 0, "failed": 0}
+    first_error: list[str] = []
     cpu: dict[str, float] = {}
 
     def sample(at: str) -> None:
@@ -117,6 +118,7 @@ async def _pub_window(namesrv: str, window: int, warmup_s: float, seconds: float
             slots.release()
             if error is not None:
                 counts["failed"] += count
+                first_error.append(str(error)[:300])
                 return
             counts["acked"] += count
             if window_from <= time.perf_counter() < window_to:
@@ -136,6 +138,7 @@ async def _pub_window(namesrv: str, window: int, warmup_s: float, seconds: float
             await asyncio.wait(batches, timeout=30)
     acked = max(1, counts["in_window"])
     return {"msgs_per_s": counts["in_window"] / seconds, "failed": counts["failed"],
+            "first_error": first_error[0] if first_error else "",
             "servers_cpu_us_per_msg": (cpu["servers_to"] - cpu["servers_from"]) / acked * 1e6,
             "client_cpu_us_per_msg": (cpu["client_to"] - cpu["client_from"]) / acked * 1e6}
 
@@ -203,6 +206,13 @@ def measure_rocketraft(opts, figures: Figures, base: str, round_no: int) -> None
                 if figure in ("publish", "batch"):
                     window, batch = ("256", "1") if figure == "publish" else ("8", "256")
                     r = _client_process(cluster, [figure, ns, window, "2", str(opts.seconds), batch, pids], 120)
+                    if r["failed"]:  # a rate of refusals is no figure: said, with the first error and the logs
+                        figures.notes.append(
+                            f"rocketraft {figure} round {round_no + 1}: {r['failed']} sends failed (first: "
+                            f"{r['first_error']}); the cluster's logs: {cluster.base_dir}/logs")
+                        keep(cluster.base_dir)
+                    if not r["msgs_per_s"]:
+                        continue
                     figures.add(figure, r["msgs_per_s"])
                     figures.add(f"{figure}_cpu_servers_us", r["servers_cpu_us_per_msg"])
                     figures.add(f"{figure}_cpu_client_us", r["client_cpu_us_per_msg"])
@@ -433,7 +443,7 @@ def main(argv: list[str]) -> int:
         print(f"{opts.peers_python} is not a Python with nats-py, pika and hdrhistogram (--peers-python or $VENV)",
               file=sys.stderr)
         return 2
-    base = opts.dir or tempfile.mkdtemp(prefix="bench-compare-")
+    base = scratch_dir(opts.dir, "bench-compare-")
     ours, peers = Figures(), {p: Figures() for p in peer_names}
     systems = ["rocketraft", *peer_names]
     measure = {"rocketraft": lambda r: measure_rocketraft(opts, ours, base, r),

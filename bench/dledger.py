@@ -15,12 +15,13 @@ import json
 import os
 import platform
 import statistics
-import tempfile
 import time
 from datetime import date
 
 from devkit.localcluster import LocalCluster
 from dledger.config import FlushPolicy
+
+from .workdir import scratch_dir
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
 
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", default=None, help="data directory (default: a temporary one)")
     parser.add_argument("--log-level", default="INFO", help="replica log level (logs: <dir>/n*/node.log)")
     args = parser.parse_args(argv)
-    base = args.dir or tempfile.mkdtemp(prefix="dledger-bench-", dir=os.environ.get("BENCH_TMP", "/tmp"))
+    base = scratch_dir(args.dir, "dledger-bench-")
     results = {"date": date.today().isoformat(), "flush": args.flush, "machine": f"{os.cpu_count()} cores, "
                f"{platform.python_implementation()} {platform.python_version()}", "scenarios": {}}
     cluster = LocalCluster(base, flush_policy=FlushPolicy(args.flush), log_level=args.log_level)

@@ -21,7 +21,6 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from datetime import date
@@ -32,6 +31,7 @@ from devkit.devcluster import DevCluster
 from rocketraft.protocol.wire import GRPC_OPTIONS, Code, pb, svc, svc_grpc
 
 from .broker_sdk import RESULTS_DIR, percentile
+from .workdir import scratch_dir
 
 TOPIC = "bench-forward"
 BODY = b"x" * 1024
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if min(args.rounds, args.messages, args.concurrency) < 1 or args.seconds <= 0:
         parser.error("--rounds, --messages and --concurrency must be >= 1 and --seconds > 0")
-    base = args.dir or tempfile.mkdtemp(prefix="forwarding-", dir=os.environ.get("BENCH_TMP", "/tmp"))
+    base = scratch_dir(args.dir, "forwarding-")
     cluster = DevCluster(base, flush=args.flush, log_level="WARNING")
     try:
         cluster.start()

@@ -31,7 +31,6 @@ import asyncio
 import json
 import os
 import sys
-import tempfile
 import time
 from datetime import date
 
@@ -44,6 +43,7 @@ from . import client as cb
 from . import plots
 from .e2e import e2e
 from .scale import log_scale, producers_scale, topics_scale
+from .workdir import scratch_dir
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
 SCENARIOS = ("publish", "latency", "consume", "e2e", "failover", "rpc", "scale", "dledger", "repro", "metrics",
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console() if sys.stdout.isatty() else Console(width=200)  # pipes get whole rows
     cluster = None
     if not args.namesrv:
-        base = args.dir or tempfile.mkdtemp(prefix="bench-")
+        base = scratch_dir(args.dir, "bench-")
         console.print(f"starting a NameServer and a 3-replica group ({args.flush}) in {base} ...")
         cluster = cb.fresh_cluster(base, name, args.flush)
     namesrv = args.namesrv or cluster.namesrv_address

@@ -19,7 +19,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -28,6 +27,7 @@ from datetime import date
 from devkit.devcluster import DevCluster
 
 from . import client as cb
+from .workdir import scratch_dir
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
 
@@ -104,7 +104,7 @@ def one_run(base: str, metrics_on: bool, args) -> dict:
 
 
 def run(args) -> dict:
-    base = args.dir or tempfile.mkdtemp(prefix="bench-metrics-")
+    base = scratch_dir(args.dir, "bench-metrics-")
     runs = []
     for round_no in range(args.rounds):
         for metrics_on in ((False, True) if round_no % 2 == 0 else (True, False)):

@@ -33,7 +33,6 @@ import logging
 import os
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -41,6 +40,8 @@ from dataclasses import dataclass, field
 from datetime import date
 
 from devkit.devcluster import DevCluster
+
+from .workdir import scratch_dir
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
 CLIENTS = ("rocketraft", "sdk")
@@ -319,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.quick:
         args.settle_s, args.warmup_s, args.baseline_s, args.drain_s = 0.5, 1.0, 1.0, 15.0
-    base = args.dir or tempfile.mkdtemp(prefix="bench-rolling-")
+    base = scratch_dir(args.dir, "bench-rolling-")
     print(f"starting a NameServer and a 3-replica group ({args.flush}) in {base} ...", flush=True)
     cluster = DevCluster(os.path.join(base, "rolling"), flush=args.flush, log_level="INFO")
     results = []

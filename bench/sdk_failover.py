@@ -25,7 +25,6 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from datetime import date
@@ -44,6 +43,7 @@ from .broker_sdk import (
     wait_for_streak,
     wait_group_settled,
 )
+from .workdir import scratch_dir
 
 HOLD_S_DEFAULT = 3.0
 
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.kills < 1 or not 0 <= args.hold <= 25:
         parser.error("--kills must be >= 1 and --hold within 0..25 s (the SDK refreshes its route every 30 s)")
     quiet_sdk()
-    base = args.dir or tempfile.mkdtemp(prefix="sdk-failover-", dir=os.environ.get("BENCH_TMP", "/tmp"))
+    base = scratch_dir(args.dir, "sdk-failover-")
     print(f"== sdk-failover ({args.sdk} SDK): {args.kills} kills of the master, each held down {args.hold} s "
           f"({args.flush}; cluster in {base})", flush=True)
     out = run(base, args.flush, args.kills, args.hold, args.sdk)

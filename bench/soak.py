@@ -24,7 +24,6 @@ import json
 import os
 import random
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from rocketraft.protocol.wire import ipb, ipb_grpc
 
 from . import plots
 from .rolling import RESULTS_DIR, Recorder, RocketraftClient, _consume, restart, restart_order
+from .workdir import scratch_dir
 
 BODY_BYTES = 1024
 TOPIC, GROUP = "soak", "soak-readers"
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.minutes <= 0 or args.retention_s <= 0 or args.rate <= 0 or args.sample_s <= 0:
         print("--minutes, --retention-s, --rate and --sample-s must be positive", file=sys.stderr)
         return 2
-    base = args.dir or tempfile.mkdtemp(prefix="bench-soak-")
+    base = scratch_dir(args.dir, "bench-soak-")
     settings = {"fileReservedTime": args.retention_s / 3600, "cleanResourceInterval": 1000,
                 "dLegerCompactionMinEntries": 1000, "dLegerCompactionMinIntervalMs": 5000}
     print(f"starting a NameServer and a 3-replica group in {base} (retention {args.retention_s:g} s) ...", flush=True)

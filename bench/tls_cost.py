@@ -24,7 +24,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from datetime import date
 
@@ -33,6 +32,7 @@ from rocketraft.client.config import ClientConfig
 from rocketraft.protocol import tls
 
 from . import client as cb
+from .workdir import scratch_dir
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
 CLUSTERS = {"raft-no-password": ("", ("plain",)), "disabled": ("", ("plain",)),
@@ -67,7 +67,7 @@ def one_cluster(base: str, name: str, args) -> list[dict]:
 
 
 def run(args) -> dict:
-    base = args.dir or tempfile.mkdtemp(prefix="bench-tls-")
+    base = scratch_dir(args.dir, "bench-tls-")
     runs = []
     for round_no in range(args.rounds):
         order = list(CLUSTERS) if round_no % 2 == 0 else list(reversed(CLUSTERS))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import json
+import os
 import subprocess
 import sys
 
@@ -83,3 +84,48 @@ def test_the_hotpath_benchmark_prints_the_cpu_per_message_of_each_send_step(tmp_
     figures = json.load(open(out))
     assert set(figures) == {"client", "door", "apply-256", "apply-1"}, figures
     assert all(f["lowest_us"] > 0 for f in figures.values()), figures
+
+
+def test_a_bench_scratch_directory_is_removed_at_exit_unless_named_kept_or_asked_to_keep(tmp_path):
+    """A bench command's own temporary directory (its stores reach gigabytes) goes when the process exits; a --dir
+    the user named, one whose logs explain an error (keep), and any with BENCH_KEEP=1 stay."""
+    script = ("import os, sys; from bench.workdir import keep, scratch_dir\n"
+              "path = scratch_dir(sys.argv[1] or None, 'scratch-'); open(os.path.join(path, 'store'), 'w').write('x')\n"
+              "if sys.argv[2] == 'keep': keep(os.path.join(path, 'cluster'))\n"
+              "print(path)\n")
+
+    def run(named: str = "", keep: str = "", **env) -> str:
+        out = subprocess.run([sys.executable, "-c", script, named, keep], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "BENCH_TMP": str(tmp_path), **env})
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    gone = run()
+    assert gone.startswith(str(tmp_path)) and not os.path.exists(gone)
+    kept = run(keep="keep")
+    assert os.path.exists(os.path.join(kept, "store"))
+    assert os.path.exists(os.path.join(run(BENCH_KEEP="1"), "store"))
+    named = str(tmp_path / "named")
+    assert run(named=named) == named and os.path.exists(os.path.join(named, "store"))
+
+
+def test_the_comparisons_client_reports_refused_sends_with_the_first_error(tmp_path):
+    """Sends the brokers refuse are counted and named, not measured as a rate: a disk past its guard
+    (diskMaxUsedSpaceRatio 1 %) refuses every send, and the worker says so."""
+    from devkit.devcluster import DevCluster
+
+    cluster = DevCluster(str(tmp_path / "c"), log_level="WARNING", broker_settings={"diskMaxUsedSpaceRatio": 1})
+    cluster.start()
+    try:
+        cluster.wait_master()
+        cluster.create_topic("bench-client")
+        pids = ",".join(str(proc.process.pid) for proc in cluster.brokers.values())
+        run = subprocess.run([sys.executable, "-m", "bench", "compare", "_worker", "publish", cluster.namesrv_address,
+                              "16", "0.2", "0.5", "1", pids], env=cluster.env, capture_output=True, text=True,
+                             timeout=120)
+    finally:
+        cluster.stop()
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["msgs_per_s"] == 0 and result["failed"] > 0, result
+    assert "diskMaxUsedSpaceRatio" in result["first_error"], result

@@ -1,0 +1,45 @@
+"""Where a bench command keeps its clusters: the directory named by its --dir (the user's, never removed), or a
+new temporary one that is removed when the command's process exits.
+
+A temporary directory is removed because the stores in it are large (a `bench compare` run wrote 1.6-5.6 GB, one
+directory per run), and 32 runs left behind on 2026-11-26 filled the disk to 75 %: every broker's disk guard
+(diskMaxUsedSpaceRatio) then refused writes, and the next runs measured refusals. Set BENCH_KEEP=1 to keep it (the
+logs of a run to look into), BENCH_TMP to put it somewhere other than the system's temporary directory."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import sys
+import tempfile
+
+_REMOVE_AT_EXIT: set[str] = set()
+
+
+def scratch_dir(named: str | None, prefix: str) -> str:
+    """`named` if given (created if missing, kept); otherwise a new directory under $BENCH_TMP (default: the
+    system's temporary directory), removed at exit unless $BENCH_KEEP is 1 or keep() was called for it."""
+    if named:
+        os.makedirs(named, exist_ok=True)
+        return named
+    path = tempfile.mkdtemp(prefix=prefix, dir=os.environ.get("BENCH_TMP") or None)
+    if os.environ.get("BENCH_KEEP") == "1":
+        print(f"BENCH_KEEP=1: {path} is kept", file=sys.stderr)
+    else:
+        _REMOVE_AT_EXIT.add(path)
+    return path
+
+
+def keep(path: str) -> None:
+    """Keep the scratch directory holding `path` (a run whose errors point at its logs)."""
+    for scratch in list(_REMOVE_AT_EXIT):
+        if os.path.abspath(path).startswith(os.path.abspath(scratch)):
+            _REMOVE_AT_EXIT.discard(scratch)
+            print(f"{scratch} is kept: its logs explain an error above", file=sys.stderr)
+
+
+@atexit.register
+def _remove_scratch() -> None:
+    for path in _REMOVE_AT_EXIT:
+        shutil.rmtree(path, ignore_errors=True)
