@@ -42,7 +42,7 @@ from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
 from devkit.devcluster import DevCluster
 
-from .workdir import scratch_dir
+from .workdir import describe, scratch_dir
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
 TOPIC = "bench-sdk"
@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     path = os.path.join(RESULTS_DIR, f"broker_sdk-{int(time.time())}.json")
     with open(path, "w") as f:
         json.dump(results, f, indent=2)
-    print(f"results: {path}\ncluster logs: {base}/*/logs/")
+    print(f"results: {path}\ncluster logs: {describe(base + '/*/logs/')}")
     return status
 
 

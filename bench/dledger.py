@@ -21,7 +21,7 @@ from datetime import date
 from devkit.localcluster import LocalCluster
 from dledger.config import FlushPolicy
 
-from .workdir import scratch_dir
+from .workdir import describe, scratch_dir
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
 
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     path = os.path.join(RESULTS_DIR, f"dledger-{'-'.join(args.scenarios)}-{args.flush}-{int(time.time())}.json")
     with open(path, "w") as f:
         json.dump(results, f, indent=2)
-    print(f"results: {path}\nreplica logs: {base}/n*/node.log")
+    print(f"results: {path}\nreplica logs: {describe(base + '/n*/node.log')}")
     return 0
 
 

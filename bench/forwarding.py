@@ -31,7 +31,7 @@ from devkit.devcluster import DevCluster
 from rocketraft.protocol.wire import GRPC_OPTIONS, Code, pb, svc, svc_grpc
 
 from .broker_sdk import RESULTS_DIR, percentile
-from .workdir import scratch_dir
+from .workdir import describe, scratch_dir
 
 TOPIC = "bench-forward"
 BODY = b"x" * 1024
@@ -131,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         cluster.create_topic(TOPIC)
         follower = next(i for i in cluster.ids if i != master)
         addresses = {"master": cluster.address_of[master], "follower": cluster.address_of[follower]}
-        print(f"== forwarding ({args.flush}; master {master}, follower {follower}; cluster in {base})", flush=True)
+        print(f"== forwarding ({args.flush}; master {master}, follower {follower}; cluster in {describe(base)})",
+              flush=True)
         rows = asyncio.run(measure(addresses, args.rounds, args.messages, args.concurrency, args.seconds))
     finally:
         cluster.stop()

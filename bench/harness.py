@@ -43,7 +43,7 @@ from . import client as cb
 from . import plots
 from .e2e import e2e
 from .scale import log_scale, producers_scale, topics_scale
-from .workdir import scratch_dir
+from .workdir import describe, scratch_dir
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
 SCENARIOS = ("publish", "latency", "consume", "e2e", "failover", "rpc", "scale", "dledger", "repro", "metrics",
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     cluster = None
     if not args.namesrv:
         base = scratch_dir(args.dir, "bench-")
-        console.print(f"starting a NameServer and a 3-replica group ({args.flush}) in {base} ...")
+        console.print(f"starting a NameServer and a 3-replica group ({args.flush}) in {describe(base)} ...")
         cluster = cb.fresh_cluster(base, name, args.flush)
     namesrv = args.namesrv or cluster.namesrv_address
     try:

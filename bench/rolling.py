@@ -41,7 +41,7 @@ from datetime import date
 
 from devkit.devcluster import DevCluster
 
-from .workdir import scratch_dir
+from .workdir import describe, scratch_dir
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
 CLIENTS = ("rocketraft", "sdk")
@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.settle_s, args.warmup_s, args.baseline_s, args.drain_s = 0.5, 1.0, 1.0, 15.0
     base = scratch_dir(args.dir, "bench-rolling-")
-    print(f"starting a NameServer and a 3-replica group ({args.flush}) in {base} ...", flush=True)
+    print(f"starting a NameServer and a 3-replica group ({args.flush}) in {describe(base)} ...", flush=True)
     cluster = DevCluster(os.path.join(base, "rolling"), flush=args.flush, log_level="INFO")
     results = []
     load_before = os.getloadavg()[0]

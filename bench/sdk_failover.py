@@ -43,7 +43,7 @@ from .broker_sdk import (
     wait_for_streak,
     wait_group_settled,
 )
-from .workdir import scratch_dir
+from .workdir import describe, scratch_dir
 
 HOLD_S_DEFAULT = 3.0
 
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet_sdk()
     base = scratch_dir(args.dir, "sdk-failover-")
     print(f"== sdk-failover ({args.sdk} SDK): {args.kills} kills of the master, each held down {args.hold} s "
-          f"({args.flush}; cluster in {base})", flush=True)
+          f"({args.flush}; cluster in {describe(base)})", flush=True)
     out = run(base, args.flush, args.kills, args.hold, args.sdk)
     print(f"  next receipt after a kill: p50 {out['gap_p50_s']} s  max {out['gap_max_s']} s; failed sends "
           f"{out['failed_sends']} of {out['sends_after_kills']} ended after a kill"
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     path = os.path.join(RESULTS_DIR, f"sdk_failover-{int(time.time())}.json")
     with open(path, "w") as f:
         json.dump(results, f, indent=2)
-    print(f"results: {path}\ncluster logs: {base}/logs/")
+    print(f"results: {path}\ncluster logs: {describe(base + '/logs/')}")
     return 0 if out["kills_without_receipt"] == 0 else 1
 
 

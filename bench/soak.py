@@ -34,7 +34,7 @@ from rocketraft.protocol.wire import ipb, ipb_grpc
 
 from . import plots
 from .rolling import RESULTS_DIR, Recorder, RocketraftClient, _consume, restart, restart_order
-from .workdir import scratch_dir
+from .workdir import describe, scratch_dir
 
 BODY_BYTES = 1024
 TOPIC, GROUP = "soak", "soak-readers"
@@ -210,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     base = scratch_dir(args.dir, "bench-soak-")
     settings = {"fileReservedTime": args.retention_s / 3600, "cleanResourceInterval": 1000,
                 "dLegerCompactionMinEntries": 1000, "dLegerCompactionMinIntervalMs": 5000}
-    print(f"starting a NameServer and a 3-replica group in {base} (retention {args.retention_s:g} s) ...", flush=True)
+    print(f"starting a NameServer and a 3-replica group in {describe(base)} (retention {args.retention_s:g} s) ...",
+          flush=True)
     cluster = DevCluster(os.path.join(base, "soak"), broker_settings=settings)
     rng = random.Random(args.seed)
     try:

@@ -31,6 +31,12 @@ def scratch_dir(named: str | None, prefix: str) -> str:
     return path
 
 
+def describe(path: str) -> str:
+    """`path` as a command prints it: with what happens to it at exit when it is a scratch directory."""
+    scratch = any(os.path.abspath(path).startswith(os.path.abspath(p)) for p in _REMOVE_AT_EXIT)
+    return f"{path} (removed at exit: --dir or BENCH_KEEP=1 keeps it)" if scratch else path
+
+
 def keep(path: str) -> None:
     """Keep the scratch directory holding `path` (a run whose errors point at its logs)."""
     for scratch in list(_REMOVE_AT_EXIT):
