@@ -114,7 +114,8 @@ def test_the_comparisons_client_reports_refused_sends_with_the_first_error(tmp_p
     (diskMaxUsedSpaceRatio 1 %) refuses every send, and the worker says so."""
     from devkit.devcluster import DevCluster
 
-    cluster = DevCluster(str(tmp_path / "c"), log_level="WARNING", broker_settings={"diskMaxUsedSpaceRatio": 1})
+    cluster = DevCluster(str(tmp_path / "c"), log_level="WARNING", broker_settings={"diskMaxUsedSpaceRatio": 1,
+                                                                              "cleanFileForciblyEnable": False})
     cluster.start()
     try:
         cluster.wait_master()

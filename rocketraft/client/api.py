@@ -1,5 +1,8 @@
 """The blocking classes (exported as `rocketraft.Producer`, ...): the asyncio classes' methods, run on the
-process's client loop thread (rocketraft/client/sync.py). Same names and arguments as `rocketraft.aio`."""
+process's client loop thread (rocketraft/client/sync.py). Same names and arguments as `rocketraft.aio`.
+
+Every public coroutine method of the asyncio class is a blocking method here without being listed (sync.Blocking
+makes them); a class below defines only the methods that must differ from "run the coroutine and wait"."""
 
 from __future__ import annotations
 
@@ -9,16 +12,12 @@ from . import pull_consumer as _pull
 from . import push_consumer as _push
 from . import simple_consumer as _simple
 from . import transaction as _transaction
-from .sync import Blocking, blocking, run, submit
+from .sync import Blocking, run, submit
 
 
 class Producer(Blocking):
     """Blocking producer; see rocketraft.aio.Producer for every argument."""
     _async_class = _producer.Producer
-    send = blocking("send", "Send and wait for the acknowledgement; returns a SendReceipt.")
-    send_batch = blocking("send_batch", "Send many messages with the least work per message; one receipt each.")
-    flush = blocking("flush", "Wait for every send_async / send_oneway started so far.")
-    recall = blocking("recall", "Recall a sent message no consumer group got yet; returns a RecallResult.")
 
     def stats(self) -> dict:
         """Per broker address written to: SendMessage requests and messages sent."""
@@ -46,44 +45,23 @@ async def _oneway(producer, message) -> None:
 
 
 class TransactionProducer(Producer):
+    """Blocking TransactionProducer; see rocketraft.aio.TransactionProducer."""
     _async_class = _transaction.TransactionProducer
-    send_half = blocking("send_half")
-    commit = blocking("commit")
-    rollback = blocking("rollback")
-    send_in_transaction = blocking("send_in_transaction")
 
 
 class Admin(Blocking):
+    """Blocking admin client; see rocketraft.aio.Admin for every method."""
     _async_class = _admin.Admin
-    cluster_list = blocking("cluster_list")
-    topic_list = blocking("topic_list")
-    topic_route = blocking("topic_route")
-    create_topic = blocking("create_topic")
-    update_topic = blocking("update_topic")
-    delete_topic = blocking("delete_topic")
-    create_group = blocking("create_group")
-    query_message_by_key = blocking("query_message_by_key")
-    query_message_by_id = blocking("query_message_by_id")
-    consumer_progress = blocking("consumer_progress")
-    transfer_leader = blocking("transfer_leader")
 
 
 class SimpleConsumer(Blocking):
     """Blocking SimpleConsumer; see rocketraft.aio.SimpleConsumer."""
     _async_class = _simple.SimpleConsumer
-    receive = blocking("receive")
-    ack = blocking("ack")
-    change_invisible_duration = blocking("change_invisible_duration")
-    dead_letter = blocking("dead_letter")
 
 
 class PullConsumer(Blocking):
     """Blocking PullConsumer; see rocketraft.aio.PullConsumer."""
     _async_class = _pull.PullConsumer
-    poll = blocking("poll")
-    commit = blocking("commit")
-    seek = blocking("seek")
-    committed = blocking("committed")
 
     def assign(self, queues) -> None:
         run(_on_loop(self._impl.assign, queues))

@@ -1,6 +1,11 @@
 """The blocking API: the same classes and method names as the asyncio API (rocketraft.aio), run on one
 background event loop thread per process.
 
+Every public coroutine method of a blocking class's asyncio class is a blocking method of the same name, made
+when the blocking class is defined (Blocking.__init_subclass__): a method added to an asyncio class is blocking
+in the blocking API at once, with nothing to keep in step by hand. A blocking class defines a method itself only
+where it must differ (`send_async`) or where the asyncio method is plain but must run on the loop (`assign`).
+
 `send_async` returns a concurrent.futures.Future here (an asyncio.Future in the asyncio API); callbacks run
 on the client's loop thread and must not block.
 """
@@ -9,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import inspect
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -53,9 +59,17 @@ async def _construct(cls, args, kwargs):
 
 
 class Blocking:
-    """Base of every blocking client: owns one asyncio client built on the client loop."""
+    """Base of every blocking client: owns one asyncio client built on the client loop. A subclass names its asyncio
+    class in `_async_class`; each public coroutine method of it that the subclass does not define becomes a
+    blocking method (`blocking`)."""
 
     _async_class: type
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in coroutine_methods(cls._async_class):
+            if not hasattr(cls, name):
+                setattr(cls, name, blocking(name, async_method=getattr(cls._async_class, name)))
 
     def __init__(self, *args, **kwargs):
         self._impl = run(_construct(self._async_class, args, kwargs))
@@ -79,13 +93,21 @@ class Blocking:
         self.close()
 
 
-def blocking(name: str, doc: str | None = None) -> Callable:
-    """A blocking method that runs the asyncio client's coroutine method `name`."""
+def coroutine_methods(cls: type) -> list[str]:
+    """The public coroutine methods of class `cls`, inherited ones included."""
+    return sorted(name for name in dir(cls)
+                  if not name.startswith("_") and inspect.iscoroutinefunction(getattr(cls, name)))
+
+
+def blocking(name: str, doc: str | None = None, async_method: Callable | None = None) -> Callable:
+    """A blocking method that runs the asyncio client's coroutine method `name` (documented as `async_method`)."""
 
     def method(self, *args, **kwargs):
         return run(getattr(self._impl, name)(*args, **kwargs))
 
     method.__name__ = name
-    method.__doc__ = doc
+    method.__doc__ = doc or (async_method.__doc__ if async_method is not None else None)
+    if async_method is not None:
+        method.__signature__ = inspect.signature(async_method)
     return method
 
