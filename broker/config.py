@@ -20,8 +20,6 @@ import dledger
 from rocketraft.protocol import auth_acl, auth_guard, auth_internal, limits, tls
 from rocketraft.protocol.limits import DELAY_LEVELS
 
-from .tables import QUEUE_IDS_MAX
-
 STORE_MAP_SIZE_BYTES_MIN = 16 * 1024 * 1024
 ENTRY_OVERHEAD_BYTES = 64 * 1024  # a send command's fields around the message, and the batch header
 _DLEDGER = dledger.ReplicaConfig  # its class attributes are dledger's defaults
@@ -33,6 +31,7 @@ SHUTDOWN_TRANSFER_MILLIS_MAX = 60_000
 METRICS_PORT_DEFAULT = 5557  # RocketMQ 5's metricsPromExporterPort
 PORT_MAX = 65_535
 FILE_RESERVED_HOURS_MAX = 24 * 365 * 100
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 RAFT_PASSWORD_LABEL = b"rocketraft dledger password v1"  # HMAC(cluster secret, label) = the default Raft password
 
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -93,7 +92,7 @@ class BrokerConfig:
     writeRetryMillis: int = 2_500
     # topics and groups
     autoCreateTopicEnable: bool = False
-    autoCreateSubscriptionGroup: bool = True
+    autoCreateSubscriptionGroup: bool = True  # RocketMQ's key: every group exists with the defaults; false is refused
     defaultTopicQueueNums: int = limits.QUEUES_PER_TOPIC_DEFAULT
     topicQueueNumsMax: int = limits.QUEUE_NUMS_MAX
     maxReconsumeTimes: int = limits.MAX_RECONSUME_TIMES  # delivery attempts = maxReconsumeTimes + 1, then %DLQ%<group>
@@ -260,9 +259,10 @@ class BrokerConfig:
         if not 0 <= self.writeRetryMillis <= WRITE_RETRY_MILLIS_MAX:
             raise ValueError(f"writeRetryMillis {self.writeRetryMillis}: use 0..{WRITE_RETRY_MILLIS_MAX} (ms; 0 = "
                              "answer at once, no retry)")
-        if not 1 <= self.topicQueueNumsMax <= QUEUE_IDS_MAX:
-            raise ValueError(f"topicQueueNumsMax {self.topicQueueNumsMax}: use 1..{QUEUE_IDS_MAX} (queue ids are "
-                             "16-bit in the store's keys)")
+        if not 1 <= self.topicQueueNumsMax <= limits.QUEUE_NUMS_MAX:
+            raise ValueError(f"topicQueueNumsMax {self.topicQueueNumsMax}: use 1..{limits.QUEUE_NUMS_MAX} (the "
+                             "NameServers route at most that many queues of a topic per group, and refuse a "
+                             "topic with more)")
         if not 1 <= self.defaultTopicQueueNums <= self.topicQueueNumsMax:
             raise ValueError(f"defaultTopicQueueNums {self.defaultTopicQueueNums}: use 1..{self.topicQueueNumsMax}")
         if not self.namesrv_addresses:
@@ -274,7 +274,39 @@ class BrokerConfig:
         self._validate_client_limits()
         self._validate_renewal()
         self._validate_auth()
+        self._validate_counts()
+        self._validate_registration()
+        if not self.autoCreateSubscriptionGroup:
+            raise ValueError("autoCreateSubscriptionGroup false: not supported; every consumer group exists with the "
+                             "brokers' defaults until it is created with other settings. To keep clients to the "
+                             "groups you allow, use ACL 2.0 (authorizationEnabled; docs/security.md)")
+        if self.logLevel.upper() not in LOG_LEVELS:
+            raise ValueError(f"logLevel {self.logLevel!r}: use one of {', '.join(LOG_LEVELS)}")
         return self
+
+    def _validate_counts(self) -> None:
+        """Sizes and periods that 0 (or less) would break: a batcher with no append in flight never sends, a
+        check every 0 ms spins."""
+        for key in ("appendsInFlightMax", "sendQueueLengthMax", "batchBytesMax", "batchCommandsMax",
+                    "waitTimeMillsInSendQueue", "diskCheckIntervalMs", "popScanOffsetsMax", "timerMaxDelayMillis",
+                    "timerCheckIntervalMillis", "transactionTimeOut", "transactionCheckInterval",
+                    "transactionCheckMax", "clientExpiryMillis", "longPollingTimeoutMillisMax",
+                    "receiveBatchSizeMax"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key} {getattr(self, key)}: use at least 1")
+        if self.maxReconsumeTimes < 0:
+            raise ValueError(f"maxReconsumeTimes {self.maxReconsumeTimes}: use 0 or more (delivery attempts = "
+                             "maxReconsumeTimes + 1, then the message goes to %DLQ%<group>)")
+
+    def _validate_registration(self) -> None:
+        interval, timeout = self.heartbeatIntervalMillis, self.heartbeatTimeoutMillis
+        if not 1 <= timeout <= limits.HEARTBEAT_TIMEOUT_MS_MAX:
+            raise ValueError(f"heartbeatTimeoutMillis {timeout}: use 1..{limits.HEARTBEAT_TIMEOUT_MS_MAX} (ms; the "
+                             "NameServers refuse a registration asking for more)")
+        if not 1 <= interval < timeout:
+            raise ValueError(f"heartbeatIntervalMillis {interval}: use 1..{timeout - 1} (ms; below "
+                             f"heartbeatTimeoutMillis={timeout}, or the NameServers drop this replica between two "
+                             "heartbeats)")
 
     def _validate_client_limits(self) -> None:
         for key in ("clientsMax", "rpcsInFlightMax", "connectionIdleMillis", "connectionsMax"):
@@ -370,11 +402,13 @@ class BrokerConfig:
                              "(fractions allowed: 0.001 = 3.6 s; at least 1 ms)")
         if self.cleanResourceInterval < 1:
             raise ValueError(f"cleanResourceInterval {self.cleanResourceInterval}: use at least 1 (ms)")
-        if not 1 <= self.diskSpaceCleanForciblyRatio <= 99:
+        if not 1 <= self.diskSpaceCleanForciblyRatio <= 99 or (
+                self.cleanFileForciblyEnable and self.diskSpaceCleanForciblyRatio >= self.diskMaxUsedSpaceRatio):
             raise ValueError(f"diskSpaceCleanForciblyRatio {self.diskSpaceCleanForciblyRatio}: use 1..99 (percent; "
                              f"below diskMaxUsedSpaceRatio={self.diskMaxUsedSpaceRatio} so the oldest messages are "
                              "deleted before sends are refused)")
-        if not 1 <= self.storeMapCleanForciblyRatio <= 99:
+        if not 1 <= self.storeMapCleanForciblyRatio <= 99 or (
+                self.cleanFileForciblyEnable and self.storeMapCleanForciblyRatio >= self.storeMapMaxUsedRatio):
             raise ValueError(f"storeMapCleanForciblyRatio {self.storeMapCleanForciblyRatio}: use 1..99 (percent of "
                              f"storeMapSizeBytes; below storeMapMaxUsedRatio={self.storeMapMaxUsedRatio} so the oldest "
                              "messages are deleted before sends are refused)")
@@ -413,7 +447,25 @@ _FIELDS = {f.name: f for f in fields(BrokerConfig)}
 
 
 def env_name(key: str) -> str:
+    """ROCKETRAFT_<UPPER_SNAKE> (brokerName: ROCKETRAFT_BROKER_NAME); RocketMQ's "dLeger" prefix is one word
+    (dLegerPassword: ROCKETRAFT_DLEGER_PASSWORD)."""
+    key = re.sub(r"^dLeger", "Dleger", key)
     return "ROCKETRAFT_" + re.sub(r"(?<!^)(?=[A-Z])", "_", key).upper()
+
+
+def _misspelt_env(env) -> None:
+    """A ROCKETRAFT_ variable that differs from a key's only in its underscores (ROCKETRAFT_BROKERNAME,
+    ROCKETRAFT_D_LEGER_PASSWORD) is refused: read as nothing, it would leave its key (a password) at the default."""
+    wanted = {env_name(key).replace("_", ""): env_name(key) for key in _FIELDS}
+    for name in env:
+        if name.startswith("ROCKETRAFT_") and name not in _ENV_NAMES:
+            right = wanted.get(name.replace("_", ""))
+            if right is not None:
+                raise ValueError(f"environment variable {name}: not a broker key's name; did you mean {right}? "
+                                 "(rocketraft broker --help lists every key; docs/broker.md, \"Running\")")
+
+
+_ENV_NAMES = frozenset(env_name(key) for key in _FIELDS)
 
 
 def _coerce(key: str, value):
@@ -440,6 +492,7 @@ def load(path: str | None = None, overrides: dict | None = None, environ: dict |
             raise ValueError(f"{path}: unknown keys {unknown}; known keys: {sorted(_FIELDS)}")
         values.update(data)
     env = os.environ if environ is None else environ
+    _misspelt_env(env)
     for key in _FIELDS:
         if env_name(key) in env:
             values[key] = env[env_name(key)]

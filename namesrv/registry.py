@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 from rocketraft.protocol.configs import check_topic_config
 from rocketraft.protocol.errors import BadRequestError, TopicNotFoundError
-from rocketraft.protocol.limits import QUEUE_NUMS_MAX, QUEUES_PER_TOPIC_DEFAULT
+from rocketraft.protocol.limits import HEARTBEAT_TIMEOUT_MS_MAX, QUEUE_NUMS_MAX, QUEUES_PER_TOPIC_DEFAULT
 from rocketraft.protocol.routing import MASTER_BROKER_ID, PERM_READ, permission_of
 from rocketraft.protocol.wire import ALL_MESSAGE_TYPES, endpoints, ipb, pb, split_address
 
@@ -35,7 +35,6 @@ log = logging.getLogger("namesrv")
 
 ROLE_MASTER = "LEADER"
 HEARTBEAT_TIMEOUT_MS_DEFAULT = 3000
-HEARTBEAT_TIMEOUT_MS_MAX = 10 * 60 * 1000  # a replica silent longer than this is surely gone
 DEFAULT_QUEUE_NUMS = QUEUES_PER_TOPIC_DEFAULT
 REPLICAS_MAX = 4096  # registrations held at once; a bound, far above any real cluster
 

@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import logging
 import os
+import re
 import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -569,6 +570,20 @@ async def _fan_out_response(method: str, fan_out: Awaitable[list[ipb.GroupResult
 
 # -- command line ------------------------------------------------------------------------------------------------
 
+# TLS settings are checked in one place (rocketraft.protocol.tls) under the brokers' key names; here they are flags
+_TLS_FLAGS = {"tlsMode": "--tls-mode", "tlsCertFile": "--tls-cert-file", "tlsKeyFile": "--tls-key-file",
+              "tlsCaFile": "--tls-ca-file", "tlsClientAuth": "--tls-client-auth"}
+
+
+def _validated_tls(args) -> tls.ServerTls:
+    try:
+        return tls.ServerTls(args.tls_mode, args.tls_cert_file, args.tls_key_file, args.tls_ca_file,
+                             args.tls_client_auth).validate()
+    except tls.TlsError as e:
+        raise tls.TlsError(re.sub(r"\btls(?:Mode|CertFile|KeyFile|CaFile|ClientAuth)\b",
+                                  lambda m: _TLS_FLAGS[m.group(0)], str(e))) from None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--listen", type=address_argument, default=os.environ.get(LISTEN_ENV) or DEFAULT_LISTEN,
                         metavar="HOST:PORT",
@@ -629,8 +644,7 @@ def run(args: argparse.Namespace) -> int:
         guard = GuardConfig(args.authentication_enabled, args.authorization_enabled, args.authentication_window_ms,
                             args.authentication_any_timezone)
         check_config(guard, secret)
-        server_tls = tls.ServerTls(args.tls_mode, args.tls_cert_file, args.tls_key_file, args.tls_ca_file,
-                                   args.tls_client_auth).validate()
+        server_tls = _validated_tls(args)
     except ValueError as e:
         log.error("bad configuration: %s", e)
         return 2

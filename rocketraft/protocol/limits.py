@@ -48,7 +48,7 @@ ACK_ENTRIES_PER_REQUEST_MAX = 1024    # entries in one AckMessage (each one is a
 
 # -- queues ---------------------------------------------------------------------------------------------
 QUEUES_PER_TOPIC_DEFAULT = 8          # per broker group
-QUEUE_NUMS_MAX = 1024                 # topicQueueNumsMax default
+QUEUE_NUMS_MAX = 1024                 # topicQueueNumsMax's default and ceiling (the NameServers' limit)
 
 # -- consumption ----------------------------------------------------------------------------------------
 RECEIVE_BATCH_SIZE_MAX = 64           # receiveBatchSizeMax default
@@ -100,3 +100,8 @@ HANDSHAKE_TIMEOUT_MS = 10_000
 # transaction check-backs. Unbounded, 50 streams whose clients sent settings frames and never read grew a master by
 # 60 MB/s (issue 18).
 TELEMETRY_PENDING_MAX = 64
+
+# -- registration ---------------------------------------------------------------------------------------
+# A replica's heartbeatTimeoutMillis: the NameServers refuse a registration asking for more (a replica silent longer
+# than this is surely gone), and a broker refuses the setting at start.
+HEARTBEAT_TIMEOUT_MS_MAX = 10 * 60 * 1000

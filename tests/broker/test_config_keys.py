@@ -139,3 +139,50 @@ def test_a_group_with_a_raft_password_forms_and_a_replica_with_another_password_
     wait_until(lambda: send(b"with the other back") == Code.OK, 20, "the group to write again with the other back")
     master_applied = cluster.replica_status(cluster.wait_master()).applied_index
     assert cluster.replica_status(wrong).applied_index <= known < master_applied, "it received no new entry"
+
+
+@pytest.mark.parametrize("settings, words", [
+    ({"appendsInFlightMax": 0}, "appendsInFlightMax 0: use at least 1"),
+    ({"sendQueueLengthMax": 0}, "sendQueueLengthMax 0: use at least 1"),
+    ({"batchBytesMax": 0}, "batchBytesMax 0: use at least 1"),
+    ({"transactionCheckMax": 0}, "transactionCheckMax 0: use at least 1"),
+    ({"timerMaxDelayMillis": -5}, "timerMaxDelayMillis -5: use at least 1"),
+    ({"maxReconsumeTimes": -1}, "maxReconsumeTimes -1: use 0 or more"),
+    ({"diskSpaceCleanForciblyRatio": 95}, "diskSpaceCleanForciblyRatio 95: use 1..99 (percent; below "
+                                          "diskMaxUsedSpaceRatio=75"),
+    ({"storeMapCleanForciblyRatio": 95}, "storeMapCleanForciblyRatio 95: use 1..99 (percent of storeMapSizeBytes; "
+                                         "below storeMapMaxUsedRatio=90"),
+    ({"heartbeatTimeoutMillis": 600_001}, "heartbeatTimeoutMillis 600001: use 1..600000"),
+    ({"heartbeatIntervalMillis": 3_000}, "heartbeatIntervalMillis 3000: use 1..2999"),
+    ({"topicQueueNumsMax": 1025}, "topicQueueNumsMax 1025: use 1..1024"),
+    ({"logLevel": "bogus"}, "logLevel 'bogus': use one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
+    ({"autoCreateSubscriptionGroup": False}, "autoCreateSubscriptionGroup false: not supported"),
+])
+def test_settings_that_could_not_work_are_refused_at_start_naming_the_key(settings, words):
+    """Each of these was accepted before and then broke something quietly: a batcher that never sends, sends refused
+    before a forced cleanup could start, a registration every NameServer refuses, a key with no effect."""
+    with pytest.raises(ValueError, match=re.escape(words)):
+        broker_config.load(None, settings, environ={})
+
+
+def test_forced_cleanup_may_sit_above_the_refusal_ratios_only_when_it_is_off():
+    off = {"diskSpaceCleanForciblyRatio": 95, "storeMapCleanForciblyRatio": 95, "cleanFileForciblyEnable": False}
+    assert broker_config.load(None, off, environ={}).cleanFileForciblyEnable is False
+    assert broker_config.load(None, {"logLevel": "warning"}, environ={}).logLevel == "warning"
+
+
+def test_environment_names_take_dleger_as_one_word_and_a_misspelt_name_is_refused():
+    """ROCKETRAFT_<UPPER_SNAKE>; RocketMQ's dLeger prefix is one word. A variable that differs from a key's only in
+    its underscores was read as nothing: ROCKETRAFT_D_LEGER_PASSWORD (what the mechanical rule gave) left the Raft
+    port without its password, silently."""
+    assert broker_config.env_name("dLegerPassword") == "ROCKETRAFT_DLEGER_PASSWORD"
+    assert broker_config.env_name("brokerName") == "ROCKETRAFT_BROKER_NAME"
+    config = broker_config.load(None, {}, environ={"ROCKETRAFT_DLEGER_PASSWORD": "p" * 16})
+    assert config.dLegerPassword == "p" * 16
+    for wrong, right in (("ROCKETRAFT_D_LEGER_PASSWORD", "ROCKETRAFT_DLEGER_PASSWORD"),
+                         ("ROCKETRAFT_BROKERNAME", "ROCKETRAFT_BROKER_NAME")):
+        with pytest.raises(ValueError, match=f"environment variable {wrong}: not a broker key's name; did you mean "
+                                             f"{right}"):
+            broker_config.load(None, {}, environ={wrong: "x"})
+    others = {"ROCKETRAFT_TLS": "true", "ROCKETRAFT_PARENT_PID": "1", "ROCKETRAFT_NAMESRV_LISTEN": "127.0.0.1:9876"}
+    assert broker_config.load(None, {}, environ=others).brokerName == "broker-a"  # other tools' variables pass

@@ -54,7 +54,8 @@ def test_the_map_ratio_defaults_to_90_and_a_bad_value_is_refused_by_name():
 
 def test_a_nearly_full_map_refuses_sends_by_name_and_every_replica_keeps_serving(make_cluster):
     cluster = make_cluster(broker_settings={"storeMapSizeBytes": 16 * MiB, "storeMapMaxUsedRatio": 25,
-                                            "diskCheckIntervalMs": 50, "diskMaxUsedSpaceRatio": 99})
+                                            "diskCheckIntervalMs": 50, "diskMaxUsedSpaceRatio": 99,
+                                            "cleanFileForciblyEnable": False})
     cluster.create_topic("mapped", queue_nums=1)
     master = cluster.wait_master()
     stub = messaging_stub(cluster, cluster.address_of[master])
