@@ -235,11 +235,16 @@ def _check_backoff(values) -> tuple[float, ...]:
 
 
 def _check_consume_from(value: str | None, broadcasting: bool) -> str:
+    """Where queues without a position start. A clustering group's position is the brokers' pop position, which
+    starts at the beginning of each queue for a new group: 'first' (or nothing) says just that and is accepted, so
+    one set of arguments serves both models; 'last' cannot be honoured and is refused rather than ignored."""
     if broadcasting:
         return check_consume_from(value or "last")
-    if value not in (None, "first"):
-        raise BadRequestError("consume_from applies to broadcasting consumers only: a clustering push consumer group "
-                              "starts where the group left off, at the beginning of each queue for a new group")
+    if value is not None and check_consume_from(value) != "first":
+        raise BadRequestError(f"consume_from={value!r} cannot apply to a clustering push consumer: its group goes on "
+                              "from where the brokers' pop position is, which for a new group is the beginning of "
+                              "each queue (consume_from='first', the only value accepted without broadcasting). To "
+                              "start at the end use broadcasting=True, or a PullConsumer with consume_from='last'")
     return "first"
 
 
