@@ -1,6 +1,6 @@
 """`rocketraft admin <verb>`: the mqadmin verbs RocketMQ users know, on the Admin client.
 
-    rocketraft admin clusterList -n 127.0.0.1:9876
+    rocketraft admin clusterList -n 127.0.0.1:9876 [-c DefaultCluster]
     rocketraft admin updateTopic -t orders -w 8
     rocketraft admin topicList | topicRoute -t orders | deleteTopic -t orders
     rocketraft admin updateSubGroup -g billing --fifo
@@ -13,6 +13,8 @@
     rocketraft admin addReplica --group broker-a --replica n3-10.0.0.4:40911
     rocketraft admin removeReplica --group broker-a --replica n2
 
+-c/--clusterName narrows clusterList, topicList, updateTopic, deleteTopic, updateSubGroup, transferLeader,
+addReplica and removeReplica to one cluster's broker groups; the other verbs refuse it.
 Every verb takes --json for machine-readable output. Exit status 0 on success, 1 on an error (printed as
 the broker's code and message), 2 on bad arguments.
 """
@@ -39,6 +41,11 @@ from .client.message import ReceivedMessage
 VERBS = ("clusterList", "topicList", "topicRoute", "updateTopic", "deleteTopic", "updateSubGroup",
          "queryMsgByKey", "queryMsgById", "consumerProgress", "transferLeader", "addReplica", "removeReplica",
          *cli_auth.VERBS)
+# The verbs -c/--clusterName narrows to one cluster's broker groups. The others act on whatever has the topic (its
+# route, messages and consumer progress span every group that has it) or on every group (users and ACLs), so -c is
+# refused there rather than silently ignored.
+CLUSTER_VERBS = ("clusterList", "topicList", "updateTopic", "deleteTopic", "updateSubGroup", "transferLeader",
+                 "addReplica", "removeReplica")
 MESSAGE_TYPES = {"NORMAL": MessageType.NORMAL, "FIFO": MessageType.FIFO, "DELAY": MessageType.DELAY,
                  "TRANSACTION": MessageType.TRANSACTION}
 
@@ -47,7 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("verb", choices=VERBS, help="what to do")
     parser.add_argument("-n", "--namesrvAddr", default="127.0.0.1:9876", help="NameServer(s), ';'-separated")
     parser.add_argument("-t", "--topic", help="topic name")
-    parser.add_argument("-c", "--clusterName", default="", help="only this cluster's broker groups")
+    parser.add_argument("-c", "--clusterName", default="",
+                        help=f"only this cluster's broker groups: {', '.join(CLUSTER_VERBS)} (clusterList and "
+                             "topicList show that cluster's groups and topics; the others change or look up groups "
+                             "of that cluster only). Refused by every other verb")
     parser.add_argument("-w", "--writeQueueNums", type=int, help="queues per broker group (updateTopic; default 8)")
     parser.add_argument("-r", "--readQueueNums", type=int, help="must equal -w: one queue count per topic")
     parser.add_argument("--message-types", default="", help="updateTopic: comma-separated NORMAL,FIFO,DELAY,"
@@ -90,6 +100,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _required(args) -> str | None:
+    if args.clusterName and args.verb not in CLUSTER_VERBS:
+        why = "users and ACLs are changed and read on every broker group" if args.verb in cli_auth.VERBS else \
+            "a topic's route, messages and consumer progress span every broker group that has the topic"
+        return (f"-c/--clusterName does not apply to {args.verb}: {why}. Only {', '.join(CLUSTER_VERBS)} take "
+                "-c")
     if args.verb in cli_auth.VERBS:
         return cli_auth.required(args)
     need = {"topicRoute": ["topic"], "updateTopic": ["topic"], "deleteTopic": ["topic"],
@@ -116,9 +131,9 @@ async def _call(args):
         if verb in cli_auth.VERBS:
             return await cli_auth.call(admin, args)
         if verb == "clusterList":
-            return await admin.cluster_list()
+            return await admin.cluster_list(args.clusterName)
         if verb == "topicList":
-            return await admin.topic_list()
+            return await admin.topic_list(args.clusterName)
         if verb == "topicRoute":
             return await admin.topic_route(args.topic)
         if verb == "updateTopic":

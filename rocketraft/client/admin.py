@@ -178,10 +178,14 @@ class Admin(AsyncClient):
         return await self._namesrv_call("cluster list", lambda ns: ns.GetClusterInfo(
             ipb.GetClusterInfoRequest(), timeout=self.config.request_timeout_s))
 
-    async def cluster_list(self) -> list[GroupInfo]:
+    async def cluster_list(self, cluster: str = "") -> list[GroupInfo]:
+        """Every broker group the NameServers know, with its replicas; with `cluster`, that cluster's groups only
+        (NOT_FOUND naming the known clusters when it has none)."""
         info = await self._cluster_info()
         groups = []
         for g in info.groups:
+            if cluster and g.cluster != cluster:
+                continue
             replicas = tuple(sorted((ReplicaInfo(
                 r.replica_id, r.role, r.term, r.address, 0 if r.replica_id == g.master_replica_id
                 else r.follower_broker_id, r.applied_index, r.commit_index, not r.non_voter, r.catch_up_index)
@@ -189,6 +193,10 @@ class Admin(AsyncClient):
                 key=lambda r: (r.broker_id, r.replica_id)))
             topics = sorted({t.name for r in g.replicas for t in r.topics})
             groups.append(GroupInfo(g.cluster, g.group, g.master_replica_id, replicas, tuple(topics)))
+        if cluster and not groups:
+            known = ", ".join(sorted({g.cluster for g in info.groups})) or "none"
+            raise RocketraftError(f"no broker group is registered in cluster {cluster!r} (clusters known: {known})",
+                                  Code.NOT_FOUND)
         return sorted(groups, key=lambda g: (g.cluster, g.group))
 
     async def transfer_leader(self, group: str, to: str = "", cluster: str = "",
@@ -285,8 +293,9 @@ class Admin(AsyncClient):
                 return False
             await asyncio.sleep(0.02)
 
-    async def topic_list(self) -> list[str]:
-        return sorted({self._shown(t) for g in await self.cluster_list() for t in g.topics if self._mine(t)})
+    async def topic_list(self, cluster: str = "") -> list[str]:
+        """Every topic on some broker group; with `cluster`, on some group of that cluster (cluster_list's)."""
+        return sorted({self._shown(t) for g in await self.cluster_list(cluster) for t in g.topics if self._mine(t)})
 
     async def topic_infos(self) -> list[TopicInfo]:
         """Every topic on every broker group with its queue count, permission and message types."""
