@@ -38,8 +38,12 @@ def add_send_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--message-group", help="FIFO: messages of one group are stored and consumed in order")
     parser.add_argument("--delay-level", type=int, help="1..18 (1s 5s 10s 30s 1m ... 2h)")
     parser.add_argument("--concurrency", type=int, default=256, help="sends in flight at once")
-    parser.add_argument("--linger-ms", type=float, default=0.0)
-    parser.add_argument("--retries", type=int, default=2)
+    parser.add_argument("--linger-ms", type=float, default=0.0,
+                        help="wait up to this long for more messages to share a request (the producer's linger_ms; "
+                             "default 0)")
+    parser.add_argument("--retries", type=int, default=2,
+                        help="resends on another broker group after a definite refusal, 0..16 (the producer's "
+                             "retries; default 2)")
     cli_tls.add_arguments(parser)
 
 
