@@ -40,7 +40,7 @@ class ClientConfig:
     namesrv: tuple[str, ...] = (DEFAULT_NAMESRV,)
     request_timeout_s: float = 3.0          # one RPC (RocketMQ's sendMsgTimeout is 3 s)
     route_refresh_interval_s: float = 10.0  # routes are also refreshed at once on any routing error
-    heartbeat_interval_s: float = 1.0       # brokers forget a client after 3 s of silence
+    heartbeat_interval_s: float = 1.0       # brokers forget a client after clientExpiryMillis (30 s) of silence
     client_id: str = field(default_factory=new_client_id)
     # signs every call with the cluster secret (admin calls need it once the servers have one; docs/security.md);
     # default: $ROCKETRAFT_CLUSTER_SECRET, else the file named by $ROCKETRAFT_CLUSTER_SECRET_FILE, else none
