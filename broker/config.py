@@ -402,16 +402,17 @@ class BrokerConfig:
                              "(fractions allowed: 0.001 = 3.6 s; at least 1 ms)")
         if self.cleanResourceInterval < 1:
             raise ValueError(f"cleanResourceInterval {self.cleanResourceInterval}: use at least 1 (ms)")
-        if not 1 <= self.diskSpaceCleanForciblyRatio <= 99 or (
-                self.cleanFileForciblyEnable and self.diskSpaceCleanForciblyRatio >= self.diskMaxUsedSpaceRatio):
-            raise ValueError(f"diskSpaceCleanForciblyRatio {self.diskSpaceCleanForciblyRatio}: use 1..99 (percent; "
-                             f"below diskMaxUsedSpaceRatio={self.diskMaxUsedSpaceRatio} so the oldest messages are "
-                             "deleted before sends are refused)")
-        if not 1 <= self.storeMapCleanForciblyRatio <= 99 or (
-                self.cleanFileForciblyEnable and self.storeMapCleanForciblyRatio >= self.storeMapMaxUsedRatio):
-            raise ValueError(f"storeMapCleanForciblyRatio {self.storeMapCleanForciblyRatio}: use 1..99 (percent of "
-                             f"storeMapSizeBytes; below storeMapMaxUsedRatio={self.storeMapMaxUsedRatio} so the oldest "
-                             "messages are deleted before sends are refused)")
+        for clean_key, refuse_key, of in (("diskSpaceCleanForciblyRatio", "diskMaxUsedSpaceRatio", "percent"),
+                                          ("storeMapCleanForciblyRatio", "storeMapMaxUsedRatio",
+                                           "percent of storeMapSizeBytes")):
+            clean, refuse = getattr(self, clean_key), getattr(self, refuse_key)
+            if not 1 <= clean <= 99:
+                raise ValueError(f"{clean_key} {clean}: use 1..99 ({of}; below {refuse_key}={refuse} so the oldest "
+                                 "messages are deleted before sends are refused)")
+            if self.cleanFileForciblyEnable and clean >= refuse:
+                raise ValueError(f"{clean_key} {clean}: a forced cleanup would start only above {refuse_key}={refuse}, "
+                                 "where sends are refused already, so none would ever start; set "
+                                 f"{clean_key} below {refuse} (or cleanFileForciblyEnable = false)")
         if self.cleanMessagesPerCommandMax < 1:
             raise ValueError(f"cleanMessagesPerCommandMax {self.cleanMessagesPerCommandMax}: use at least 1")
         if self.dLegerCompactionMinEntries < 1:

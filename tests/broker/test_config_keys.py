@@ -148,10 +148,12 @@ def test_a_group_with_a_raft_password_forms_and_a_replica_with_another_password_
     ({"transactionCheckMax": 0}, "transactionCheckMax 0: use at least 1"),
     ({"timerMaxDelayMillis": -5}, "timerMaxDelayMillis -5: use at least 1"),
     ({"maxReconsumeTimes": -1}, "maxReconsumeTimes -1: use 0 or more"),
-    ({"diskSpaceCleanForciblyRatio": 95}, "diskSpaceCleanForciblyRatio 95: use 1..99 (percent; below "
-                                          "diskMaxUsedSpaceRatio=75"),
-    ({"storeMapCleanForciblyRatio": 95}, "storeMapCleanForciblyRatio 95: use 1..99 (percent of storeMapSizeBytes; "
-                                         "below storeMapMaxUsedRatio=90"),
+    ({"diskSpaceCleanForciblyRatio": 95}, "diskSpaceCleanForciblyRatio 95: a forced cleanup would start only above "
+                                          "diskMaxUsedSpaceRatio=75, where sends are refused already"),
+    ({"storeMapMaxUsedRatio": 50}, "storeMapCleanForciblyRatio 80: a forced cleanup would start only above "
+                                   "storeMapMaxUsedRatio=50, where sends are refused already, so none would ever "
+                                   "start; set storeMapCleanForciblyRatio below 50 (or cleanFileForciblyEnable = "
+                                   "false)"),
     ({"heartbeatTimeoutMillis": 600_001}, "heartbeatTimeoutMillis 600001: use 1..600000"),
     ({"heartbeatIntervalMillis": 3_000}, "heartbeatIntervalMillis 3000: use 1..2999"),
     ({"topicQueueNumsMax": 1025}, "topicQueueNumsMax 1025: use 1..1024"),

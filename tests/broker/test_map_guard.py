@@ -45,8 +45,8 @@ def tmpfs_cluster(tmp_path):
 
 def test_the_map_ratio_defaults_to_90_and_a_bad_value_is_refused_by_name():
     assert broker_config.load(None, {}, environ={}).storeMapMaxUsedRatio == 90
-    assert broker_config.load(None, {}, environ={"ROCKETRAFT_STORE_MAP_MAX_USED_RATIO": "50"}).storeMapMaxUsedRatio \
-        == 50
+    lowered = {"ROCKETRAFT_STORE_MAP_MAX_USED_RATIO": "50", "ROCKETRAFT_STORE_MAP_CLEAN_FORCIBLY_RATIO": "40"}
+    assert broker_config.load(None, {}, environ=lowered).storeMapMaxUsedRatio == 50
     for bad in (0, 100):
         with pytest.raises(ValueError, match=f"storeMapMaxUsedRatio {bad}: use 1..99"):
             broker_config.load(None, {"storeMapMaxUsedRatio": bad}, environ={})
