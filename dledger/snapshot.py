@@ -111,6 +111,14 @@ class SnapshotHooks:
         except Exception:  # noqa: BLE001 - reported to pysyncobj as FAILED, logged here
             log.exception("building the snapshot failed")
             self._state = FAILED
+            # A partial copy could be as large as the store, on the disk the guards measure (ENOSPC is the likely
+            # cause): it goes now, not at the next build
+            try:
+                os.remove(building)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.warning("could not remove the partial snapshot %s (%s): remove it by hand", building, exc)
 
     def deserialize(self, path: str):
         """Install a snapshot received from the leader; return pysyncobj's boundary entries.
