@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from rocketraft.protocol.errors import RocketraftError
+from rocketraft.protocol.refusals import RefusalLog
 from rocketraft.protocol.wire import Code, pb
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,9 @@ class ClientRegistry:
         self._clients_max = clients_max
         self._sessions: dict[str, ClientSession] = {}
         self._next_sweep = 0.0
+        # both are refused on every request of a client that keeps retrying: logged once per interval with a count
+        self._clients_refused = RefusalLog("new client beyond clientsMax", log)
+        self._subscriptions_refused = RefusalLog("subscription differing from its group's", log)
 
     def session(self, client_id: str) -> ClientSession:
         session = self._sessions.get(client_id)
@@ -67,7 +71,7 @@ class ClientRegistry:
             return
         self._sweep(force=True)
         if len(self._sessions) >= self._clients_max:
-            log.warning("refused a new client: %d clients known (clientsMax)", len(self._sessions))
+            self._clients_refused.note(f"{len(self._sessions)} clients known (clientsMax)")
             raise RocketraftError(
                 f"this broker replica already serves {len(self._sessions)} clients (clientsMax = "
                 f"{self._clients_max}); a client is forgotten {self._expiry_s:.0f} s after its last heartbeat "
@@ -118,8 +122,8 @@ class ClientRegistry:
                 continue
             theirs = other.subscriptions.get(topic)
             if theirs is not None and theirs != wanted:
-                log.warning("group %s: client %s subscribes %s with %r, live member %s with %r: refused",
-                            group, client_id, topic, wanted, other.client_id, theirs)
+                self._subscriptions_refused.note(f"group {group}: client {client_id} subscribes {topic} with "
+                                                 f"{wanted!r}, live member {other.client_id} with {theirs!r}")
                 raise RocketraftError(
                     f"consumer group {group}: this client subscribes topic {topic} with {wanted!r}, but live member "
                     f"{other.client_id} subscribes it with {theirs!r}. Members of one group must subscribe "

@@ -34,6 +34,7 @@ from rocketraft.protocol.errors import (
 )
 from rocketraft.protocol.names import check_topic_name
 from rocketraft.protocol.namespaced import namespaced
+from rocketraft.protocol.refusals import RefusalLog
 from rocketraft.protocol.routing import PERM_READ_WRITE, language_of, needs_scheme_in_host
 from rocketraft.protocol.serving import add_service, new_server
 from rocketraft.protocol.wire import (
@@ -522,16 +523,19 @@ class NameServerService(ipb_grpc.NameServerServicer):
 
     def __init__(self, ns: NameServer):
         self._ns = ns
+        # a refused replica registers again every heartbeat (1 s), for as long as it is misconfigured
+        self._foreign_refused = RefusalLog("registration of a replica foreign to its group", log)
+        self._bad_refused = RefusalLog("malformed registration", log)
 
     async def RegisterBroker(self, request: ipb.RegisterBrokerRequest, context) -> ipb.RegisterBrokerResponse:
         failure = None
         try:
             self._ns.register(request.registration)
         except ForeignReplicaError as e:
-            log.warning("refused %s", e.message)
+            self._foreign_refused.note(e.message)
             failure = (grpc.StatusCode.PERMISSION_DENIED, e.message)
         except BadRequestError as e:
-            log.warning("refused %s", e.message)
+            self._bad_refused.note(e.message)
             failure = (grpc.StatusCode.INVALID_ARGUMENT, e.message)
         except Exception as e:
             log.exception("RegisterBroker failed unexpectedly")

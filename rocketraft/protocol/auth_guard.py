@@ -25,6 +25,7 @@ from rocketraft.proto import auth_pb2 as apb
 from . import auth_acl, auth_internal, serving
 from .auth_acl import AuthenticationError, AuthorizationError
 from .errors import RocketraftError
+from .refusals import RefusalLog
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ class Guard:
         self.lookup = lookup
         self.recheck = recheck
         self._internal = auth_internal.Verifier(cluster_secret, cluster_window_ms) if cluster_secret else None
-        self._log = auth_internal.RefusalLog("client call")
+        self._log = RefusalLog("client call", log)
 
     async def refusal(self, method: str, request, context, path: str | None = None) -> RocketraftError | None:
         """None if the call may go on; otherwise the error to answer it with. `path`: the call's gRPC path (default

@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterable, Mapping
 
 import grpc
 
+from .refusals import RefusalLog
+
 log = logging.getLogger(__name__)
 
 SECRET_ENV = "ROCKETRAFT_CLUSTER_SECRET"
@@ -34,7 +36,6 @@ SECRET_FILE_ENV = "ROCKETRAFT_CLUSTER_SECRET_FILE"
 SECRET_CHARS_MIN = 16  # a shorter secret is refused: it could be guessed offline from one captured proof
 WINDOW_MS_DEFAULT = 60_000  # clock difference tolerated between a caller and a server (and the replay memory)
 NONCES_MAX = 100_000  # proofs remembered at once inside the window; more is refused as a flood
-REFUSAL_LOG_INTERVAL_S = 10.0  # refusals are logged at most once per interval, with a count (no log flood)
 
 HEADER_TIME = "x-rocketraft-auth-time-ms"
 HEADER_NONCE = "x-rocketraft-auth-nonce"
@@ -131,23 +132,6 @@ class Verifier:
         return None
 
 
-class RefusalLog:
-    """One WARNING per interval with how many calls were refused since, instead of one line per call."""
-
-    def __init__(self, what: str = "unauthenticated internal call") -> None:
-        self._what = what
-        self._last_s = 0.0
-        self._count = 0
-
-    def note(self, message: str) -> None:
-        self._count += 1
-        now = time.monotonic()
-        if now - self._last_s >= REFUSAL_LOG_INTERVAL_S:
-            log.warning("refused %d %s(s) in %.0f s; the last: %s", self._count, self._what,
-                        REFUSAL_LOG_INTERVAL_S, message)
-            self._last_s, self._count = now, 0
-
-
 def _unauthenticated(message: str) -> grpc.RpcMethodHandler:
     async def refuse(request, context):
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
@@ -162,7 +146,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, verifier: Verifier, user_methods: frozenset[str] = frozenset()):
         self.verifier = verifier
         self.user_methods = user_methods
-        self._log = RefusalLog()
+        self._log = RefusalLog("unauthenticated internal call", log)
 
     async def intercept_service(self, continuation, details: grpc.HandlerCallDetails):
         if not is_internal(details.method) or details.method in self.user_methods:

@@ -4,6 +4,7 @@ and waits on topics that never come."""
 
 from __future__ import annotations
 
+import os
 import threading
 
 import grpc
@@ -50,6 +51,12 @@ def test_a_new_client_beyond_clientsMax_is_refused_by_name_and_a_forgotten_one_m
         assert heartbeat(stub, f"client-{i}").code == Code.OK
     refused = heartbeat(stub, "one-too-many")
     assert refused.code == Code.TOO_MANY_REQUESTS and "clientsMax" in refused.message, refused
+    for i in range(50):  # a client that keeps retrying is refused every time, and logged once per interval
+        assert heartbeat(stub, f"retrying-{i}").code == Code.TOO_MANY_REQUESTS
+    log_file = os.path.join(cluster.base_dir, "logs", f"{cluster.group}-{master}.log")
+    with open(log_file) as f:
+        lines = [line for line in f if "new client beyond clientsMax" in line]
+    assert len(lines) == 1 and "new client beyond clientsMax: refused 1 in 10 s" in lines[0], lines
     assert heartbeat(stub, "client-0").code == Code.OK, "a known client must go on"
     assert gauge(cluster, master, "rocketraft_clients_known") == CLIENTS_MAX
     # silent clients are forgotten after clientExpiryMillis, and their places go to new ones
