@@ -1,12 +1,15 @@
-"""The child process of storecheck.check_tree: `python -S _storecheck_child.py STORE_DIR MAX_DBS`.
+"""The child process of storecheck.check_tree: `python -S _storecheck_child.py STORE_DIR MAX_DBS PARENT_PID`.
 
 Imports nothing from dledger (a child that starts fast: the check runs at every open). Reads data.mdb
 sequentially, then walks every key of every database. Exit codes: 0 readable; 2 damaged, LMDB's error on
-stdout; anything else (LMDB aborts on some damage) is the parent's to report.
+stdout; 3 its parent died (it stops reading); anything else (LMDB aborts on some damage) is the parent's to
+report.
 """
 
 import os
 import sys
+import threading
+import time
 
 import lmdb
 
@@ -40,11 +43,27 @@ def walk(path: str, max_dbs: int) -> None:
         env.close()
 
 
+ORPHANED_EXIT = 3
+PARENT_CHECK_INTERVAL_S = 0.5
+
+
+def exit_when_orphaned(parent_pid: int) -> None:
+    """The check reads the whole store (about a minute for 20 GB): a replica killed meanwhile must not leave it
+    reading on, orphaned, beside the replica's restart (and its own check)."""
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_CHECK_INTERVAL_S)
+        os._exit(ORPHANED_EXIT)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: _storecheck_child.py STORE_DIR MAX_DBS", file=sys.stderr)
+    if len(argv) != 3:
+        print("usage: _storecheck_child.py STORE_DIR MAX_DBS PARENT_PID", file=sys.stderr)
         return 64
     path, max_dbs = argv[0], int(argv[1])
+    exit_when_orphaned(int(argv[2]))
     read_sequentially(os.path.join(path, "data.mdb"))
     try:
         walk(path, max_dbs)

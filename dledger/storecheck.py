@@ -38,8 +38,9 @@ def check_tree(path: str) -> None:
     read (nothing to check before its data file exists). Runs _storecheck_child.py and waits for it."""
     if not os.path.exists(os.path.join(path, DATA_FILE)):
         return
-    done = subprocess.run([sys.executable, "-S", _CHILD_SCRIPT, path, str(MAX_DBS)], capture_output=True,
-                          text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)))
+    done = subprocess.run([sys.executable, "-S", _CHILD_SCRIPT, path, str(MAX_DBS), str(os.getpid())],
+                          capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)))
     if done.returncode == 0:
         return
     if done.returncode == _child.DAMAGED_EXIT:
