@@ -4,17 +4,26 @@ new temporary one that is removed when the command's process exits.
 A temporary directory is removed because the stores in it are large (a `bench compare` run wrote 1.6-5.6 GB, one
 directory per run), and 32 runs left behind on 2026-11-26 filled the disk to 75 %: every broker's disk guard
 (diskMaxUsedSpaceRatio) then refused writes, and the next runs measured refusals. Set BENCH_KEEP=1 to keep it (the
-logs of a run to look into), BENCH_TMP to put it somewhere other than the system's temporary directory."""
+logs of a run to look into), BENCH_TMP to put it somewhere other than the system's temporary directory.
+
+Removal runs at exit, and atexit does not run when the process dies of a signal: `timeout N python -m bench ...`
+(SIGTERM) and a closed terminal (SIGHUP) left the directory, and the clusters' finally blocks never ran. A process
+that makes a temporary directory here therefore turns those two signals into SystemExit(128 + signal), unless it has
+a handler of its own for them already. A --dir changes no signal handling (tests call commands in their own process
+with one)."""
 
 from __future__ import annotations
 
 import atexit
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 
 _REMOVE_AT_EXIT: set[str] = set()
+_EXIT_ON = (signal.SIGTERM, signal.SIGHUP)
 
 
 def scratch_dir(named: str | None, prefix: str) -> str:
@@ -24,6 +33,7 @@ def scratch_dir(named: str | None, prefix: str) -> str:
         os.makedirs(named, exist_ok=True)
         return named
     path = tempfile.mkdtemp(prefix=prefix, dir=os.environ.get("BENCH_TMP") or None)
+    _exit_on_signals()
     if os.environ.get("BENCH_KEEP") == "1":
         print(f"BENCH_KEEP=1: {path} is kept", file=sys.stderr)
     else:
@@ -43,6 +53,20 @@ def keep(path: str) -> None:
         if os.path.abspath(path).startswith(os.path.abspath(scratch)):
             _REMOVE_AT_EXIT.discard(scratch)
             print(f"{scratch} is kept: its logs explain an error above", file=sys.stderr)
+
+
+def _exit_on_signals() -> None:
+    """SIGTERM and SIGHUP become SystemExit, so finally blocks (stopping clusters) and the removal at exit run; a
+    handler the process installed itself is left alone, and only the main thread can install one."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in _EXIT_ON:
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            signal.signal(sig, _raise_exit)
+
+
+def _raise_exit(signum, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 @atexit.register

@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -107,6 +108,52 @@ def test_a_bench_scratch_directory_is_removed_at_exit_unless_named_kept_or_asked
     assert os.path.exists(os.path.join(run(BENCH_KEEP="1"), "store"))
     named = str(tmp_path / "named")
     assert run(named=named) == named and os.path.exists(os.path.join(named, "store"))
+
+
+SIGNALLED = """
+import os, signal, sys, time
+from bench.workdir import scratch_dir
+if sys.argv[2] == "own-handler":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))
+path = scratch_dir(None, "scratch-")
+open(os.path.join(path, "store"), "w").write("x")
+print(path, flush=True)
+try:
+    time.sleep(60)
+finally:
+    open(sys.argv[1], "w").write("finally ran")
+"""
+
+
+def _signalled(tmp_path, sig: int, mode: str = "") -> tuple[int, str, str]:
+    """Run SIGNALLED, send it `sig` once it has its scratch directory; (exit code, the directory, the marker)."""
+    marker = str(tmp_path / f"finally-{sig}-{mode}")
+    proc = subprocess.Popen([sys.executable, "-c", SIGNALLED, marker, mode], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "BENCH_TMP": str(tmp_path)})
+    path = proc.stdout.readline().strip()
+    assert os.path.exists(os.path.join(path, "store")), path
+    proc.send_signal(sig)
+    try:
+        code = proc.wait(30)
+    finally:
+        proc.kill()
+    return code, path, open(marker).read() if os.path.exists(marker) else ""
+
+
+def test_a_bench_scratch_directory_is_removed_when_the_command_is_terminated_or_hung_up(tmp_path):
+    """`timeout N python -m bench ...` sends SIGTERM, a closed terminal SIGHUP; neither runs atexit by default, so
+    the directory stayed. Both now end the process as SystemExit(128 + signal): finally blocks and the removal run."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        code, path, marker = _signalled(tmp_path, sig)
+        assert code == 128 + sig, (sig, code)
+        assert marker == "finally ran", sig
+        assert not os.path.exists(path), f"{path} is still there after signal {sig}"
+
+
+def test_a_bench_scratch_directory_leaves_a_signal_handler_the_command_installed_itself(tmp_path):
+    code, path, marker = _signalled(tmp_path, signal.SIGTERM, "own-handler")
+    assert code == 7 and marker == "finally ran"
+    assert not os.path.exists(path)
 
 
 def test_the_comparisons_client_reports_refused_sends_with_the_first_error(tmp_path):
