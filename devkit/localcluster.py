@@ -3,6 +3,10 @@
 Each replica gets its own loopback address (127.0.0.11, .12, ...; 127.0.<slot>.11, ... in a parallel test worker,
 devkit/workerslot.py) so a firewall rule can isolate one of them; all replicas use the same two ports (Raft,
 control) on their own address.
+
+Replicas run in sessions of their own (a terminal's Ctrl-C reaches only the parent, which stops them) and watch
+their parent (rocketraft/parentwatch.py): when the process that started them dies, even by SIGKILL, they stop
+instead of holding their ports and stores.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from dledger import FlushPolicy, ReplicaConfig
+from rocketraft import parentwatch
 
 from .control import KEY_ENV, ControlClient, new_key
 from .logtail import log_tail
@@ -138,7 +143,7 @@ class LocalCluster:
             [sys.executable, "-m", "devkit.node", "--config", config_path,
              "--control", f"{spec.ip}:{spec.control_port}", "--log-level", self.log_level],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, KEY_ENV: self.control_key})
+            env={**os.environ, KEY_ENV: self.control_key, parentwatch.ENV: str(os.getpid())})
         log.close()
         self._drop_client(node_id)
 

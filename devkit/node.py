@@ -1,12 +1,14 @@
 """One stand-alone dledger replica process: `python -m devkit.node --config replica.json --control host:port`.
 
 The JSON file holds ReplicaConfig fields. Used by the demo, the tests and the benchmarks; the broker
-embeds dledger instead. Stops cleanly on SIGTERM/SIGINT or the control op `shutdown`.
+embeds dledger instead. Stops cleanly on SIGTERM/SIGINT, the control op `shutdown`, or when the process named by
+ROCKETRAFT_PARENT_PID (LocalCluster's) is gone (rocketraft/parentwatch.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import signal
@@ -14,6 +16,7 @@ import sys
 import threading
 
 from dledger import FlushPolicy, Replica, ReplicaConfig
+from rocketraft import parentwatch
 
 from .control import ControlServer, control_key
 from .counting import CountingStateMachine
@@ -48,12 +51,27 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     threading.Thread(target=lambda: (server.wait_stopped(), stop.set()), daemon=True).start()
+    threading.Thread(target=_watch_parent, args=(stop,), name="parentwatch", daemon=True).start()
     replica.subscribe(lambda st: logging.getLogger("dledger.role").info(
         "role=%s term=%d leader=%s", st.role.value, st.term, st.leader_id))
     print(f"READY {config.self_id}", flush=True)
     stop.wait()
     replica.close()
     return 0
+
+
+def _watch_parent(stop: threading.Event) -> None:
+    """Set `stop` once the parent named by ROCKETRAFT_PARENT_PID is gone (none named: returns at once). The
+    watch is asyncio's (the servers'); this process is threaded, so it gets a loop of its own in this thread."""
+    async def watch() -> bool:
+        gone = asyncio.Event()
+        task = parentwatch.start(gone)
+        if task is not None:
+            await task
+        return gone.is_set()
+
+    if asyncio.run(watch()):
+        stop.set()
 
 
 if __name__ == "__main__":
