@@ -23,7 +23,7 @@ import grpc
 
 from rocketraft.protocol import names
 from rocketraft.protocol.errors import BadRequestError, BrokerUnreachableError, RocketraftError, from_status
-from rocketraft.protocol.limits import DLQ_TOPIC_PREFIX
+from rocketraft.protocol.limits import DLQ_TOPIC_PREFIX, RECEIVE_BATCH_SIZE_MAX
 from rocketraft.protocol.names import check_group_name, check_topic_name
 from rocketraft.protocol.routing import PERM_READ_WRITE
 from rocketraft.protocol.wire import Code, ipb, pb, svc
@@ -448,20 +448,40 @@ class Admin(AsyncClient):
         return found[-max_messages:]
 
     async def _newest(self, address: str, group: str, topic: str, queue_id: int, count: int) -> list[ReceivedMessage]:
+        """The last `count` messages of one queue, read in pulls of at most the brokers' default receiveBatchSizeMax
+        (a larger pull is refused); from the queue's first offset when retention deleted the older ones."""
         stub = self.transport.messaging(address)
         queue = pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id)
         try:
             end = await stub.QueryOffset(svc.QueryOffsetRequest(
                 message_queue=queue, query_offset_policy=pb.QueryOffsetPolicy.END), timeout=ADMIN_TIMEOUT_S)
             _check(end.status.code, end.status.message)
-            out = []
-            async for r in stub.PullMessage(svc.PullMessageRequest(
-                    message_queue=queue, offset=max(0, end.offset - count), batch_size=count), timeout=ADMIN_TIMEOUT_S):
-                if r.HasField("message"):
-                    out.append(from_pb(r.message, group))
-            return out
+            offset, out = max(0, end.offset - count), []
+            while offset < end.offset:  # every pull moves the offset forward, or the loop ends
+                batch_size = min(end.offset - offset, RECEIVE_BATCH_SIZE_MAX)
+                messages, next_offset = await self._pull(stub, queue, offset, batch_size)
+                out.extend(from_pb(m, group) for m in messages)
+                if next_offset <= offset:
+                    break
+                offset = next_offset
+            return out[-count:]
         except grpc.aio.AioRpcError as exc:
             raise rpc_error(exc, address, f"read {topic}/{queue_id}") from None
+
+    @staticmethod
+    async def _pull(stub, queue: pb.MessageQueue, offset: int, batch_size: int) -> tuple[list[pb.Message], int]:
+        """One PullMessage without waiting: (messages, next offset). ILLEGAL_OFFSET (retention deleted the messages
+        from `offset`) answers the queue's first offset as the next one; any other refusal is raised."""
+        messages, next_offset = [], offset
+        async for r in stub.PullMessage(svc.PullMessageRequest(message_queue=queue, offset=offset,
+                                                               batch_size=batch_size), timeout=ADMIN_TIMEOUT_S):
+            if r.HasField("status") and r.status.code not in (Code.OK, Code.MESSAGE_NOT_FOUND, Code.ILLEGAL_OFFSET):
+                _check(r.status.code, r.status.message)
+            elif r.HasField("message"):
+                messages.append(r.message)
+            elif r.HasField("next_offset"):
+                next_offset = r.next_offset
+        return messages, next_offset
 
     async def resend_message(self, topic: str, message_id: str, to_topic: str = "") -> str:
         """Send a copy of stored message `message_id` of `topic` (body, tag, keys, properties) to `to_topic`
