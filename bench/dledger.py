@@ -156,8 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     results = {"date": date.today().isoformat(), "flush": args.flush, "machine": f"{os.cpu_count()} cores, "
                f"{platform.python_implementation()} {platform.python_version()}", "scenarios": {}}
     cluster = LocalCluster(base, flush_policy=FlushPolicy(args.flush), log_level=args.log_level)
-    cluster.start()
     try:
+        cluster.start()
         for name in args.scenarios:
             print(f"== {name} ({args.flush})", flush=True)
             if name == "throughput":

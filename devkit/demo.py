@@ -96,9 +96,10 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print(f"starting 3 replicas under {args.data_dir} ...", flush=True)
-    cluster.start()
     appender = Appender(cluster, args.rate, args.batch)
+    t0 = time.monotonic()
     try:
+        cluster.start()
         t0 = time.monotonic()
         leader = cluster.wait_leader(30)
         events.append(f"[{time.monotonic() - t0:6.2f}s] {leader} is leader")
@@ -116,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
             stop.wait(0.5 if tty else 1.0)
     finally:
         appender.halt.set()
-        appender.join(10)
+        if appender.ident is not None:  # started (not when the cluster or its first leader never came)
+            appender.join(10)
         print(render(cluster, appender, events, t0), flush=True)
         print("stopping replicas ...", flush=True)
         cluster.stop()

@@ -120,10 +120,16 @@ class LocalCluster:
                              flush_policy=self.flush_policy, **self.overrides)
 
     def start(self) -> LocalCluster:
-        for node_id in self.nodes:  # side by side: each spends most of its start importing
-            self._spawn(node_id)
-        for node_id in self.nodes:
-            self.client(node_id, wait_s=30)
+        """Start every replica and wait until each answers. If one does not, the ones that did are stopped before
+        the error goes up: a caller cannot stop a cluster whose start() raised."""
+        try:
+            for node_id in self.nodes:  # side by side: each spends most of its start importing
+                self._spawn(node_id)
+            for node_id in self.nodes:
+                self.client(node_id, wait_s=30)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def start_node(self, node_id: str) -> None:

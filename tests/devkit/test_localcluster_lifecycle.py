@@ -1,5 +1,5 @@
-"""A LocalCluster's replicas never outlive the process that started them, even when it is killed with SIGKILL (which
-runs no cleanup)."""
+"""A LocalCluster's replicas never outlive the process that started them: not when it is killed with SIGKILL (which
+runs no cleanup), and not when one replica fails to come up in start() (which raises before a caller's try)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,10 @@ import signal
 import subprocess
 import sys
 import time
+
+import pytest
+
+from devkit.localcluster import LocalCluster
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -54,3 +58,14 @@ def test_every_replica_of_a_localcluster_stops_when_its_parent_is_killed_with_si
     logs = "".join(open(tmp_path / n / "node.log", errors="replace").read() for n in ("n1", "n2", "n3"))
     assert logs.count("is gone") == 3, logs[-3000:]
 
+
+def test_a_localcluster_whose_replica_cannot_start_stops_the_others_and_raises(tmp_path):
+    cluster = LocalCluster(str(tmp_path), log_level="WARNING")
+    os.makedirs(cluster.nodes["n3"].data_dir)
+    with open(cluster.store_dir("n3"), "w") as f:  # a file where n3's LMDB directory should be: n3 cannot open
+        f.write("not a store")
+    with pytest.raises(RuntimeError, match="replica n3 is not answering"):
+        cluster.start()
+    assert not [n for n in cluster.nodes if cluster.is_running(n)]
+    pids = [cluster.pid(n) for n in cluster.nodes]  # all three were started
+    assert not wait_gone(pids, timeout_s=0), "a replica that came up was left running"
