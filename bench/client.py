@@ -49,6 +49,7 @@ from .workdir import scratch_dir
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
 TOPIC = "bench-client"
+PRODUCER_WAIT_S = 600  # for each producer process's result
 
 
 SERIES_KEYS = ("per_second", "samples_ms", "acks_s", "kills_s")
@@ -108,10 +109,20 @@ def publish(cluster: DevCluster, size: int, producers: int, messages: int, batch
             env: dict | None = None) -> dict:
     """env: the producer processes' environment (default cluster.env; bench/tls_cost.py adds the client's TLS)."""
     start_at = time.time() + 3.0  # every producer process connected and warmed up by then
-    procs = [subprocess.Popen([sys.executable, "-m", "bench.client", "_produce", cluster.namesrv_address, str(size),
-                               str(messages // producers), str(batch), str(window), str(start_at)],
-                              stdout=subprocess.PIPE, text=True, env=env or cluster.env) for _ in range(producers)]
-    outcomes = [json.loads(p.communicate(timeout=600)[0]) for p in procs]
+    procs: list[subprocess.Popen] = []
+    try:
+        for _ in range(producers):
+            procs.append(subprocess.Popen([sys.executable, "-m", "bench.client", "_produce", cluster.namesrv_address,
+                                           str(size), str(messages // producers), str(batch), str(window),
+                                           str(start_at)], stdout=subprocess.PIPE, text=True, env=env or cluster.env))
+        outcomes = [json.loads(p.communicate(timeout=PRODUCER_WAIT_S)[0]) for p in procs]
+    finally:  # one producer timed out or printed no result: the others must not go on sending into the next run
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            if proc.stdout and not proc.stdout.closed:
+                proc.stdout.close()
     acked = sum(o["acked"] for o in outcomes)
     elapsed = max(o["ended"] for o in outcomes) - min(o["started"] for o in outcomes)
     seconds = max(len(o["per_second"]) for o in outcomes)

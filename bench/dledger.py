@@ -40,6 +40,13 @@ def run_bench(cluster: LocalCluster, leader: str, count: int, per_entry: int, in
                                        msg_bytes=msg_bytes, inflight=inflight)
 
 
+def failed_text(errors: dict[str, int]) -> str:
+    """The appends that failed, by error code, as printed after a figure (measured over the others only)."""
+    if not errors:
+        return ""
+    return "  FAILED: " + ", ".join(f"{count} {code}" for code, count in sorted(errors.items()))
+
+
 def throughput(cluster: LocalCluster, quick: bool) -> list[dict]:
     rows = []
     leader = cluster.wait_leader()
@@ -54,7 +61,8 @@ def throughput(cluster: LocalCluster, quick: bool) -> list[dict]:
                    "p50_ms": round(r["p50_ms"], 2), "p99_ms": round(r["p99_ms"], 2), "errors": r["errors"]}
             rows.append(row)
             print(f"  {per_entry:>4} msg/entry  {inflight:>4} in flight: {row['messages_per_s']:>8} msg/s "
-                  f"({row['mb_per_s']} MiB/s)  p50 {row['p50_ms']} ms  p99 {row['p99_ms']} ms", flush=True)
+                  f"({row['mb_per_s']} MiB/s)  p50 {row['p50_ms']} ms  p99 {row['p99_ms']} ms"
+                  f"{failed_text(r['errors'])}", flush=True)
     term_after = cluster.status(cluster.wait_leader())["term"]
     print(f"  leader changes during the run: {term_after - term_before} (term {term_before} -> {term_after})")
     rows.append({"term_before": term_before, "term_after": term_after})
@@ -64,8 +72,10 @@ def throughput(cluster: LocalCluster, quick: bool) -> list[dict]:
 def latency(cluster: LocalCluster, quick: bool) -> dict:
     leader = cluster.wait_leader()
     r = run_bench(cluster, leader, 2_000 if quick else 5_000, 1, 1)
-    out = {"entries": r["entries"], "p50_ms": round(r["p50_ms"], 3), "p99_ms": round(r["p99_ms"], 3)}
-    print(f"  one 1 KiB entry at a time: p50 {out['p50_ms']} ms  p99 {out['p99_ms']} ms", flush=True)
+    out = {"entries": r["entries"], "p50_ms": round(r["p50_ms"], 3), "p99_ms": round(r["p99_ms"], 3),
+           "errors": r["errors"]}
+    print(f"  one 1 KiB entry at a time: p50 {out['p50_ms']} ms  p99 {out['p99_ms']} ms{failed_text(r['errors'])}",
+          flush=True)
     return out
 
 

@@ -31,7 +31,7 @@ from devkit.devcluster import DevCluster
 from rocketraft.protocol.wire import GRPC_OPTIONS, Code, pb, svc, svc_grpc
 
 from .broker_sdk import RESULTS_DIR, percentile
-from .workdir import describe, scratch_dir
+from .workdir import describe, keep, scratch_dir
 
 TOPIC = "bench-forward"
 BODY = b"x" * 1024
@@ -60,7 +60,7 @@ async def latency(stub: svc_grpc.MessagingServiceStub, messages: int) -> dict:
             failed += 1
     samples.sort()
     return {"p50_ms": round(percentile(samples, 0.5), 3), "p99_ms": round(percentile(samples, 0.99), 3),
-            "mean_ms": round(statistics.fmean(samples), 3) if samples else None, "failed": failed}
+            "mean_ms": round(statistics.fmean(samples), 3) if samples else None, "latency_failed": failed}
 
 
 async def throughput(stub: svc_grpc.MessagingServiceStub, concurrency: int, seconds: float) -> dict:
@@ -77,7 +77,7 @@ async def throughput(stub: svc_grpc.MessagingServiceStub, concurrency: int, seco
 
     began = time.monotonic()
     await asyncio.gather(*(sender() for _ in range(concurrency)))
-    return {"msgs_per_s": round(acked / (time.monotonic() - began), 1), "failed": failed}
+    return {"msgs_per_s": round(acked / (time.monotonic() - began), 1), "throughput_failed": failed}
 
 
 async def measure(addresses: dict[str, str], rounds: int, messages: int, concurrency: int, seconds: float) -> list:
@@ -94,7 +94,8 @@ async def measure(addresses: dict[str, str], rounds: int, messages: int, concurr
                 rows.append(row)
                 print(f"  round {number} via {via:<8} p50 {row['p50_ms']:7.3f} ms  p99 {row['p99_ms']:7.3f} ms  "
                       f"{row['msgs_per_s']:8.1f} msg/s at {concurrency} in flight  "
-                      f"(failed {row['failed']})", flush=True)
+                      f"(failed: {row['latency_failed']} timed sends, {row['throughput_failed']} in flight)",
+                      flush=True)
     finally:
         for channel in channels.values():
             await channel.close()
@@ -107,7 +108,9 @@ def summary(rows: list[dict]) -> dict:
         mine = [r for r in rows if r["via"] == via]
         out[via] = {"p50_ms": round(statistics.median(r["p50_ms"] for r in mine), 3),
                     "p99_ms": round(statistics.median(r["p99_ms"] for r in mine), 3),
-                    "msgs_per_s": round(statistics.median(r["msgs_per_s"] for r in mine), 1)}
+                    "msgs_per_s": round(statistics.median(r["msgs_per_s"] for r in mine), 1),
+                    "latency_failed": sum(r["latency_failed"] for r in mine),
+                    "throughput_failed": sum(r["throughput_failed"] for r in mine)}
     return out
 
 
@@ -139,7 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     out = summary(rows)
     for via, figures in out.items():
         print(f"  {via:<8} (median of {args.rounds} rounds): p50 {figures['p50_ms']} ms  p99 {figures['p99_ms']} ms  "
-              f"{figures['msgs_per_s']} msg/s", flush=True)
+              f"{figures['msgs_per_s']} msg/s  (failed: {figures['latency_failed']} timed sends, "
+              f"{figures['throughput_failed']} in flight)", flush=True)
+        if figures["latency_failed"] or figures["throughput_failed"]:
+            keep(base)
     command = " ".join(["python -m bench forwarding", *(sys.argv[2:] if argv is None else argv)])
     results = {"date": date.today().isoformat(), "command": command,
                "machine": f"{os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}",

@@ -8,7 +8,9 @@ the same publish twice, metrics off (metricsPort 0, no --metrics-listen: nothing
 scraper in this process fetching /metrics from every replica and the NameServer every --scrape-interval seconds
 while the producer runs. The order alternates between rounds (off/on, on/off, ...) so a machine that slows down
 during the run does not favour one side. Printed: each run's msgs/s and the CPU the broker processes spent per
-acknowledged message (the master's, and all three together), the median of each side and on/off.
+acknowledged message (the master's, and all three together), the median of each side and on/off. A run in which
+sends failed is printed with its failures and left out of the medians (refusals cost CPU and no acks: its figures
+are not the publish path's); its cluster's directory is kept for the logs.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from datetime import date
 from devkit.devcluster import DevCluster
 
 from . import client as cb
-from .workdir import scratch_dir
+from .workdir import keep, scratch_dir
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
 
@@ -88,11 +90,14 @@ def one_run(base: str, metrics_on: bool, args) -> dict:
         scraper = Scraper(cluster, args.scrape_interval)
         with scraper if metrics_on else contextlib.nullcontext():
             result = cb.publish(cluster, args.size, 1, args.messages, args.batch, args.window)
-        acked = max(1, result["acked"])
-        cpu_us = {i: (cpu_s(pid) - before[i]) * 1e6 / acked for i, pid in pids.items()}
-        out = {"metrics": "on" if metrics_on else "off", "msgs_per_s": result["msgs_per_s"], "acked": result["acked"],
-               "master_cpu_us_per_msg": round(cpu_us[master], 2),
-               "brokers_cpu_us_per_msg": round(sum(cpu_us.values()), 2)}
+        acked = result["acked"]
+        cpu_us = {i: (cpu_s(pid) - before[i]) * 1e6 / acked for i, pid in pids.items()} if acked else None
+        out = {"metrics": "on" if metrics_on else "off", "msgs_per_s": result["msgs_per_s"], "acked": acked,
+               "failed": result["failed"], "master_cpu_us_per_msg": round(cpu_us[master], 2) if cpu_us else None,
+               "brokers_cpu_us_per_msg": round(sum(cpu_us.values()), 2) if cpu_us else None}
+        if result["failed"]:
+            out["logs"] = os.path.join(base, "logs")
+            keep(base)
         if metrics_on:
             durations = sorted(scraper.durations_s) or [0.0]
             out.update(scrapes=len(scraper.durations_s), scrape_failures=len(scraper.failures),
@@ -113,16 +118,29 @@ def run(args) -> dict:
             run_result["round"] = round_no
             runs.append(run_result)
             print(json.dumps(run_result), flush=True)
-    def side(metrics: str, key: str) -> list[float]:
-        return [r[key] for r in runs if r["metrics"] == metrics]
+    return summarise(runs, args)
 
-    off, on = side("off", "msgs_per_s"), side("on", "msgs_per_s")
-    medians = {f"{metrics}_median_{key}": statistics.median(side(metrics, key)) for metrics in ("off", "on")
-               for key in ("msgs_per_s", "master_cpu_us_per_msg", "brokers_cpu_us_per_msg")}
+
+def summarise(runs: list[dict], args) -> dict:
+    """Medians of each side over the runs without failed sends (None for a side that has none)."""
+    clean = [r for r in runs if not r["failed"]]
+
+    def side(metrics: str, key: str) -> list[float]:
+        return [r[key] for r in clean if r["metrics"] == metrics]
+
+    keys = ("msgs_per_s", "master_cpu_us_per_msg", "brokers_cpu_us_per_msg")
+    medians = {f"{metrics}_median_{key}": statistics.median(side(metrics, key)) if side(metrics, key) else None
+               for metrics in ("off", "on") for key in keys}
+    off, on = medians["off_median_msgs_per_s"], medians["on_median_msgs_per_s"]
+    by_round = {(r["round"], r["metrics"]): r["msgs_per_s"] for r in clean}
     return {"messages": args.messages, "size": args.size, "batch": args.batch, "window": args.window,
             "rounds": args.rounds, "scrape_interval_s": args.scrape_interval, "flush": args.flush, **medians,
-            "on_over_off": round(statistics.median(on) / statistics.median(off), 3),
-            "per_round_on_over_off": [round(b / a, 3) for a, b in zip(off, on, strict=True)], "runs": runs}
+            "on_over_off": round(on / off, 3) if on and off else None,
+            "per_round_on_over_off": [round(by_round[(n, "on")] / by_round[(n, "off")], 3) for n in range(args.rounds)
+                                      if (n, "on") in by_round and (n, "off") in by_round],
+            "failed_runs": [{"round": r["round"], "metrics": r["metrics"], "failed": r["failed"], "acked": r["acked"],
+                             "logs": r.get("logs")} for r in runs if r["failed"]],
+            "runs": runs}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -150,6 +168,14 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "result.json"), "w") as f:
         json.dump({"scenario": "metrics", "date": str(date.today()), "result": result}, f, indent=1)
+    for r in result["failed_runs"]:
+        print(f"round {r['round']} metrics {r['metrics']}: {r['failed']} sends failed ({r['acked']} acked); left out "
+              f"of the medians; the cluster's logs: {r['logs']}")
+    if result["on_over_off"] is None:
+        print(f"no comparison: every run with metrics {'off' if result['off_median_msgs_per_s'] is None else 'on'} "
+              f"had failed sends")
+        print(f"results: {out}/result.json")
+        return 1
     print(f"metrics off: median {result['off_median_msgs_per_s']:,} msgs/s; on (scraped every "
           f"{args.scrape_interval:g} s): median {result['on_median_msgs_per_s']:,} msgs/s; on/off "
           f"{result['on_over_off']:.3f} (per round: {', '.join(map(str, result['per_round_on_over_off']))})")

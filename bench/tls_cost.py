@@ -13,7 +13,8 @@ and runs, against each, bench.client's publish (one producer process, send_batch
     enforcing-tls     tlsMode enforcing, TLS client: TLS alone (grpc's own, no splice)
 The order of the clusters alternates between rounds so a machine that slows down during the run favours no side.
 Every side but raft-no-password has the same dLegerPassword. Printed: each run's msgs/s and p50/p99 send latency,
-and the medians of each side against disabled.
+and the medians of each side against disabled. A publish in which sends failed is printed with its failures and
+left out of its side's msgs/s median (a rate of refusals is no figure); its cluster's directory is kept for the logs.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from rocketraft.client.config import ClientConfig
 from rocketraft.protocol import tls
 
 from . import client as cb
-from .workdir import scratch_dir
+from .workdir import keep, scratch_dir
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
 CLUSTERS = {"raft-no-password": ("", ("plain",)), "disabled": ("", ("plain",)),
@@ -61,7 +62,11 @@ def one_cluster(base: str, name: str, args) -> list[dict]:
     try:
         cluster.wait_master()
         cluster.create_topic(cb.TOPIC)
-        return [{"side": f"{name}-{client}" if mode else name, **one_side(cluster, client, args)} for client in clients]
+        results = [{"side": f"{name}-{client}" if mode else name, **one_side(cluster, client, args)}
+                   for client in clients]
+        if any(r["failed"] for r in results):
+            keep(base)
+        return results
     finally:
         cluster.stop()
 
@@ -77,14 +82,27 @@ def run(args) -> dict:
                 runs.append(result)
                 print(json.dumps(result), flush=True)
     sides = sorted({r["side"] for r in runs}, key=[r["side"] for r in runs].index)
-    medians = {side: {key: round(statistics.median(r[key] for r in runs if r["side"] == side), 3)
-                      for key in ("msgs_per_s", "p50_ms", "p99_ms")} for side in sides}
+    medians = {side: side_medians([r for r in runs if r["side"] == side]) for side in sides}
     base_side = medians["disabled"]
     for side in medians.values():
-        side["msgs_over_disabled"] = round(side["msgs_per_s"] / base_side["msgs_per_s"], 3)
-        side["p50_over_disabled"] = round(side["p50_ms"] / base_side["p50_ms"], 3)
+        side["msgs_over_disabled"] = _ratio(side["msgs_per_s"], base_side["msgs_per_s"])
+        side["p50_over_disabled"] = _ratio(side["p50_ms"], base_side["p50_ms"])
     return {"messages": args.messages, "latency_sends": args.latency, "size": args.size, "batch": args.batch,
             "window": args.window, "rounds": args.rounds, "flush": args.flush, "medians": medians, "runs": runs}
+
+
+def side_medians(runs: list[dict]) -> dict:
+    """One side's medians; its msgs/s only over the publishes without failed sends (None if there is none)."""
+    clean = [r["msgs_per_s"] for r in runs if not r["failed"]]
+    return {"msgs_per_s": round(statistics.median(clean), 3) if clean else None,
+            "p50_ms": round(statistics.median(r["p50_ms"] for r in runs), 3),
+            "p99_ms": round(statistics.median(r["p99_ms"] for r in runs), 3),
+            "runs_with_failed_sends": sum(1 for r in runs if r["failed"]),
+            "failed_sends": sum(r["failed"] for r in runs)}
+
+
+def _ratio(value: float | None, base: float | None) -> float | None:
+    return round(value / base, 3) if value is not None and base else None
 
 
 def parser() -> argparse.ArgumentParser:
@@ -113,8 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     with open(os.path.join(out, "result.json"), "w") as f:
         json.dump({"scenario": "tls", "date": str(date.today()), "result": result}, f, indent=1)
     for side, m in result["medians"].items():
-        print(f"{side:18} median {m['msgs_per_s']:>8,} msgs/s ({m['msgs_over_disabled']:.3f} of disabled), send p50 "
-              f"{m['p50_ms']} ms ({m['p50_over_disabled']:.3f}), p99 {m['p99_ms']} ms")
+        rate = (f"median {m['msgs_per_s']:>8,} msgs/s ({m['msgs_over_disabled'] or float('nan'):.3f} of disabled)"
+                if m["msgs_per_s"] is not None else "no msgs/s: sends failed in every publish")
+        failed = (f"  FAILED: {m['failed_sends']} sends in {m['runs_with_failed_sends']} publishes (left out)"
+                  if m["runs_with_failed_sends"] else "")
+        print(f"{side:18} {rate}, send p50 {m['p50_ms']} ms ({m['p50_over_disabled']:.3f}), p99 {m['p99_ms']} ms"
+              f"{failed}")
     print(f"results: {out}/result.json")
     return 0
 
