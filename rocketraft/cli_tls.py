@@ -1,4 +1,4 @@
-"""The connection flags of the client commands (send, consume, admin): TLS and the namespace, one place for all
+"""The connection flags of the client commands (send, consume, recall, admin): TLS and the namespace, one place for all
 three."""
 
 from __future__ import annotations

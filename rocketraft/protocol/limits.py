@@ -1,9 +1,10 @@
 """Every protocol limit and reserved name, in one place for the broker, the NameServer and the clients.
 
 Broker settings that an operator may change (maxMessageSize, receiveBatchSizeMax, ...) take their defaults
-from here; a client learns the values in force from the broker's Telemetry settings where the protocol
-carries them (publishing.max_body_size, subscription.receive_batch_size / long_polling_timeout) and uses
-these defaults until then.
+from here. rocketraft's client learns one of them from the brokers (the body size, Telemetry's
+publishing.max_body_size) and checks the others against these defaults; where a broker's setting is stricter, its
+own refusal names it (docs/client.md, "Limits"). The brokers also send subscription.receive_batch_size and
+long_polling_timeout to push consumers of the official SDKs, which use them.
 """
 
 from __future__ import annotations

@@ -62,6 +62,11 @@ def test_invalid_user_properties_are_refused_with_their_limit(cluster):
     too_big.user_properties["big"] = "v" * (16 * 1024 + 1)
     response = send(cluster, too_big)
     assert response.status.code == Code.MESSAGE_PROPERTIES_TOO_LARGE and "16384" in response.status.message
+    # exactly at the limit, with the queue our client adds (routing, not counted): what a client accepts is stored
+    at_limit = raw_message("valid", b"x")
+    at_limit.user_properties["big"] = "v" * (16 * 1024 - 3)
+    at_limit.user_properties["QUEUE_ID"] = "0"
+    assert send(cluster, at_limit).status.code == Code.OK
 
 
 def test_malformed_requests_do_not_hurt_the_server(cluster):
