@@ -1,5 +1,5 @@
 """The connection flags of the client commands (send, consume, recall, admin): TLS and the namespace, one place for all
-three."""
+of them."""
 
 from __future__ import annotations
 
