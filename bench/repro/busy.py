@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     checks = Checklist("repro busy")
     count = 400 if args.quick else 3000
-    with work_dir(args, "busy") as work:
+    with work_dir(args, "busy", checks) as work:
         step(f"work directory {work}")
         a = DevCluster(os.path.join(work, "broker-a"), broker_settings=BUSY)
         b = DevCluster(os.path.join(work, "broker-b"), group="broker-b", external_namesrv=tuple(a.namesrv_addresses))

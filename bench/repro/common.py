@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -14,10 +12,13 @@ from collections.abc import Callable
 from devkit.devcluster import DevCluster
 from rocketraft.protocol.wire import Code, pb, svc, svc_grpc
 
+from ..workdir import keep, scratch_dir
+from .report import Checklist
+
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", default=None, help="work directory (default: a new temporary directory, removed "
-                                                     "after a PASS)")
+                                                     "at exit after a PASS, kept and named after a FAIL)")
     parser.add_argument("--quick", action="store_true", help="fewer messages: the short form the tests run")
 
 
@@ -26,17 +27,18 @@ def step(text: str) -> None:
 
 
 @contextlib.contextmanager
-def work_dir(args: argparse.Namespace, name: str):
-    """The run's directory: --dir as given (kept), or a temporary one removed afterwards."""
-    if args.dir:
-        os.makedirs(args.dir, exist_ok=True)
-        yield os.path.abspath(args.dir)
-        return
-    path = tempfile.mkdtemp(prefix=f"repro-{name}-")
+def work_dir(args: argparse.Namespace, name: str, checks: Checklist):
+    """The run's directory: --dir as given (kept), or a temporary one (bench/workdir.py) removed when the process
+    exits, also on SIGTERM. After a FAIL, or an error out of the run, it is kept and its path printed: its logs
+    are what explains the FAIL."""
+    path = os.path.abspath(scratch_dir(args.dir, f"repro-{name}-"))
     try:
         yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+    except Exception:
+        keep(path)
+        raise
+    if not checks.passed:
+        keep(path)
 
 
 def raw_message(topic: str, body: bytes) -> pb.Message:

@@ -58,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     checks = Checklist("repro disk-full")
-    with work_dir(args, "disk-full") as work:
+    with work_dir(args, "disk-full", checks) as work:
         step(f"work directory {work}")
         try:
             filesystem_full(checks, work, args)

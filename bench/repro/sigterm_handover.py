@@ -26,7 +26,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -35,6 +34,7 @@ import grpc
 from devkit.devcluster import DevCluster
 from rocketraft.protocol.wire import Code
 
+from ..workdir import keep, scratch_dir
 from .common import add_common_arguments, raw_message, send_raw, step
 from .report import Checklist
 
@@ -168,20 +168,24 @@ def trial(base: str, delay_s: float, senders_n: int, from_raft: bool = False) ->
 def run(args: argparse.Namespace) -> int:
     rng = random.Random(args.seed)
     trials = args.trials or (3 if args.quick else 20)
-    root = os.path.abspath(args.dir) if args.dir else tempfile.mkdtemp(prefix="repro-sigterm-handover-")
+    root = os.path.abspath(scratch_dir(args.dir, "repro-sigterm-handover-"))  # removed at exit unless kept
     checks = Checklist("repro sigterm-handover")
     since = "the first election win in a replica's log" if args.from_raft else "the NameServer first names a master"
     step(f"work directory {root}; {trials} trials, SIGTERM 0-{args.delay_ms_max:.0f} ms after {since}"
          f"{f', {args.senders} senders' if args.send else ''}")
     results = []
-    for i in range(trials):
-        base = os.path.join(root, f"trial-{i:03d}")
-        result = trial(base, rng.uniform(0, args.delay_ms_max / 1000), args.senders if args.send else 0,
-                       args.from_raft)
-        results.append(result)
-        print(f"  trial {i:3d}: {result}", flush=True)
-        if result["outcome"] == "handover" and not args.dir:
-            shutil.rmtree(base, ignore_errors=True)
+    try:
+        for i in range(trials):
+            base = os.path.join(root, f"trial-{i:03d}")
+            result = trial(base, rng.uniform(0, args.delay_ms_max / 1000), args.senders if args.send else 0,
+                           args.from_raft)
+            results.append(result)
+            print(f"  trial {i:3d}: {result}", flush=True)
+            if result["outcome"] == "handover" and not args.dir:
+                shutil.rmtree(base, ignore_errors=True)
+    except Exception:
+        keep(root)  # the failing trial's logs
+        raise
     failed = [(i, r) for i, r in enumerate(results)
               if r["outcome"] != "handover" and not r["outcome"].startswith("not leader")]
     skipped = len([r for r in results if r["outcome"] != "handover"]) - len(failed)
@@ -191,9 +195,8 @@ def run(args: argparse.Namespace) -> int:
                  f"{len(results) - len(failed) - skipped}/{len(results) - skipped} handed over; without: "
                  + ", ".join(f"trial {i} at {r['delay_ms']:.0f} ms ({r['outcome']})" for i, r in failed))
     if failed:
+        keep(root)
         step(f"logs of the trials without a handover are under {root}")
-    elif not args.dir:
-        shutil.rmtree(root, ignore_errors=True)
     return checks.summary()
 
 

@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     logging.getLogger("rocketmq-python-client").setLevel(logging.CRITICAL)  # it logs every retry at ERROR
     checks = Checklist("repro slave-write")
-    with work_dir(args, "slave-write") as work:
+    with work_dir(args, "slave-write", checks) as work:
         step(f"work directory {work}")
         try:
             forwarding_on(checks, work, 10 if args.quick else 100)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -25,27 +26,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated RPC names to fuzz (default: all)")
     parser.add_argument("--concurrency", type=int, default=16, help="requests in flight (default 16)")
     parser.add_argument("--dir", default="", help="where the cluster's data and logs go (default: a temp dir, "
-                                                  "kept when there is a defect)")
+                                                  "kept when there is a defect or the run fails)")
     parser.add_argument("--json", default="", help="also write the results to this file")
     args = parser.parse_args(argv)
     if args.requests < 1 or args.concurrency < 1:
         parser.error("--requests and --concurrency must be at least 1")
     base = args.dir or tempfile.mkdtemp(prefix="rocketraft-fuzz-")
-    started = time.monotonic()
-    with DevCluster(base) as cluster:
-        cluster.start().wait_master()
-        fuzzer = Fuzzer(cluster, requests=args.requests, seed=args.seed, concurrency=args.concurrency,
-                        only=set(filter(None, args.only.split(","))), progress=sys.stderr)
-        results = fuzzer.run()
-    for line in report_lines(results, time.monotonic() - started):
-        print(line)
-    defects = sum(r.defects for r in results)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump([r.as_json() for r in results], f, indent=1)
-    if defects:
-        print(f"cluster data and logs kept in {base}")
-    return 1 if defects else 0
+    defects = None  # a run that raised has its logs to look into, as one with defects does
+    try:
+        started = time.monotonic()
+        with DevCluster(base) as cluster:
+            cluster.start().wait_master()
+            fuzzer = Fuzzer(cluster, requests=args.requests, seed=args.seed, concurrency=args.concurrency,
+                            only=set(filter(None, args.only.split(","))), progress=sys.stderr)
+            results = fuzzer.run()
+        for line in report_lines(results, time.monotonic() - started):
+            print(line)
+        defects = sum(r.defects for r in results)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump([r.as_json() for r in results], f, indent=1)
+        return 1 if defects else 0
+    finally:
+        if defects == 0 and not args.dir:
+            shutil.rmtree(base, ignore_errors=True)
+        elif defects != 0:
+            print(f"cluster data and logs kept in {base}", flush=True)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -36,3 +38,30 @@ def test_slave_write_is_forwarded_and_refused_with_the_master_named_when_forward
 def test_busy_group_fails_fast_with_numbers_and_the_producer_loses_nothing(tmp_path, capsys):
     code = busy.run(quick_args(busy, tmp_path))
     assert code == 0, capsys.readouterr().out
+
+
+WORK_DIR = """
+import argparse, os, sys
+from bench.repro.common import work_dir
+from bench.repro.report import Checklist
+checks = Checklist("work dir")
+with work_dir(argparse.Namespace(dir=None), "t", checks) as work:
+    open(os.path.join(work, "node.log"), "w").write("why it failed")
+    checks.check("the claim", sys.argv[1] == "pass")
+print(work)
+"""
+
+
+def test_a_repro_work_directory_is_removed_after_a_pass_and_kept_and_named_after_a_fail(tmp_path):
+    def run(outcome: str):
+        return subprocess.run([sys.executable, "-c", WORK_DIR, outcome], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "BENCH_TMP": str(tmp_path)})
+
+    passed = run("pass")
+    assert passed.returncode == 0, passed.stderr
+    assert not os.path.exists(passed.stdout.split()[-1])
+    failed = run("fail")
+    assert failed.returncode == 0, failed.stderr
+    kept = failed.stdout.split()[-1]
+    assert os.path.exists(os.path.join(kept, "node.log"))
+    assert f"{kept} is kept" in failed.stderr
