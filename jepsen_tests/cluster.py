@@ -51,6 +51,10 @@ class ChaosCluster:
 
     # -- lifecycle ------------------------------------------------------------------------------------------
     def start(self) -> None:
+        """Start on a clean host: a run killed with SIGKILL could not heal, and `add table` would reuse its table,
+        whose drop rules on these addresses would then cut this run's replicas from the first second."""
+        if netfault.available() is None:
+            netfault.heal()
         if self.disk_mib:
             for replica in self.ids:
                 self._mount(replica)

@@ -40,6 +40,7 @@ log = logging.getLogger("jepsen_tests")
 SEND_OP_TIMEOUT_S = 10.0  # the harness's own guard; a send ends (ok, fail or info) within send_timeout first
 RECEIVE_OP_TIMEOUT_S = RECEIVE_WAIT_S + 8.0
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE, EXIT_HARNESS = 0, 1, 2, 3
+INTERRUPTING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # like Ctrl-C: the cleanup runs, the exit code is 130
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AUDIT_BAD_INPUT_EXIT = 2  # `python -m audit` exit codes (audit/__main__.py): 0 valid, 1 invalid, 2 bad input, 3 failed
 FLUSH_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
@@ -386,14 +387,15 @@ def _sleep_until(when: float) -> None:
 
 
 def run(cfg: RunConfig) -> tuple[int, dict]:
-    """Run once; (exit code, results). SIGTERM is turned into KeyboardInterrupt so the cleanup still runs."""
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt) if threading.current_thread() is \
-        threading.main_thread() else None
+    """Run once; (exit code, results). SIGTERM and SIGHUP (a closed terminal or ssh session) are turned into
+    KeyboardInterrupt so the cleanup still runs: nftables table, qdisc on lo, tmpfs mounts, processes."""
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in INTERRUPTING_SIGNALS} if on_main_thread else {}
     try:
         results = Run(cfg).execute()
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     audit = results["audit"] or {}
     if not results["checker"]["valid"] or (audit and not audit.get("valid") and not audit.get("error")):
         return EXIT_INVALID, results  # a violation outranks a harness failure

@@ -110,7 +110,10 @@ def test_a_short_partition_packet_loss_and_disk_full_run_loses_nothing_and_remov
 
 
 @pytest.mark.netfault
-def test_sigterm_in_the_middle_of_a_partition_heals_it_and_stops_every_process(tmp_path, netfaults):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_or_sighup_in_the_middle_of_a_partition_heals_it_and_stops_every_process(tmp_path, netfaults, sig):
+    """SIGHUP is what a closed terminal or ssh session sends: it left the nftables table, the qdisc on lo and the
+    tmpfs mounts in place until it was handled as SIGTERM is."""
     command = [sys.executable, "-m", "jepsen_tests", "run", "--nemesis", "partition", "--interval", "1",
                "--fault", "60", "--time-limit", "120", "--rate", "50", "--out", str(tmp_path)]
     proc = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -125,12 +128,30 @@ def test_sigterm_in_the_middle_of_a_partition_heals_it_and_stops_every_process(t
         proc.kill()
         pytest.fail(f"no fault within 60 s: {''.join(seen)}")
     assert "rocketraft_test" in subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "interrupted" in err
     [run_dir] = os.listdir(tmp_path)
     assert_clean({"directory": str(tmp_path / run_dir)})
+
+
+@pytest.mark.netfault
+def test_a_cluster_start_heals_the_rules_a_killed_run_left_behind(tmp_path, netfaults):
+    """A run killed with SIGKILL cannot heal; `add table` in the next run would reuse its table, and its drop rules
+    (here: every replica cut off from the others, so no master) would still be in force."""
+    from devkit.workerslot import loopback_host
+    from jepsen_tests.cluster import FIRST_HOST, ChaosCluster
+
+    netfaults.partition([[loopback_host(FIRST_HOST + i)] for i in range(3)])
+    cluster = ChaosCluster(str(tmp_path / "cluster"))
+    try:
+        cluster.start()  # waits for a master: none could be elected under the old rules
+        tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout.splitlines()
+        assert f"table inet {netfault.TABLE}" not in tables
+    finally:
+        cluster.close()
+    assert leftover_processes(str(tmp_path)) == []
 
 
 def test_the_cli_refuses_bad_arguments_by_name_and_check_fails_on_a_lost_message(tmp_path):
