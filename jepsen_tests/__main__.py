@@ -73,6 +73,8 @@ def _print(results: dict) -> None:
           f"duplicated {c['duplicated']}, recovered {c['recovered']}, "
           f"order violations {c['order_violations']}; {len(results['faults'])} faults; unavailable "
           f"{c['unavailable_fraction']:.1%}, longest gap {c['longest_unavailable_s']} s")
+    if c["error"]:
+        print(f"checker: {c['error']}")
     if results["audit"] is not None:
         print(f"audit: {'valid' if results['audit'].get('valid') else 'INVALID'} "
               f"{results['audit'].get('error', '')}")
@@ -112,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return runner.EXIT_USAGE
         print(json.dumps(result.summary(), indent=2))
+        if result.error:
+            print(f"error: {result.error}", file=sys.stderr)
+            return runner.EXIT_HARNESS
         return runner.EXIT_VALID if result.valid else runner.EXIT_INVALID
     if args.command == "matrix":
         return _matrix(args, run_parser)

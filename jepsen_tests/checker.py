@@ -14,6 +14,10 @@ promises, in the shape of Jepsen's queue checkers.
   order): within one queue, first deliveries must come in increasing offset order (a safety violation);
 - availability: the fraction of sends that failed or ended unknown, and the longest time without any
   acknowledged send while sends were being attempted.
+
+A history with no acknowledged send and nothing consumed proves nothing (the clients never reached the cluster,
+or the run recorded nothing): it is not valid, and `error` says why, so a caller reports a harness failure and
+not a pass.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ class QueueResult:
     order_violations: list[str] = field(default_factory=list)
     unavailable_fraction: float = 0.0
     longest_unavailable_s: float = 0.0
+    error: str = ""  # the history cannot be judged (nothing acknowledged and nothing consumed)
 
     def summary(self) -> dict:
         def some(items):
@@ -59,7 +64,7 @@ class QueueResult:
                 "order_violations": len(self.order_violations),
                 "order_examples": self.order_violations[:EXAMPLES_MAX],
                 "unavailable_fraction": round(self.unavailable_fraction, 4),
-                "longest_unavailable_s": round(self.longest_unavailable_s, 3)}
+                "longest_unavailable_s": round(self.longest_unavailable_s, 3), "error": self.error}
 
 
 def check(ops: Iterable[Op], duplicates_allowed: bool = True, queue_order: bool = False) -> QueueResult:
@@ -81,8 +86,11 @@ def check(ops: Iterable[Op], duplicates_allowed: bool = True, queue_order: bool 
     if queue_order:
         result.order_violations += _queue_order_violations(deliveries)
     result.unavailable_fraction, result.longest_unavailable_s = _availability(sends)
+    if not acked and not times:
+        result.error = (f"nothing to check: none of {len(attempted)} sends was acknowledged and nothing was consumed "
+                        f"({len(failed_ids)} failed, {len(unknown)} unknown)")
     result.valid = not (result.lost or result.unexpected or result.order_violations or result.failed_but_consumed
-                        or (result.duplicated and not duplicates_allowed))
+                        or (result.duplicated and not duplicates_allowed) or result.error)
     return result
 
 

@@ -396,10 +396,10 @@ def run(cfg: RunConfig) -> tuple[int, dict]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    audit = results["audit"] or {}
-    if not results["checker"]["valid"] or (audit and not audit.get("valid") and not audit.get("error")):
+    audit, checked = results["audit"] or {}, results["checker"]
+    if (not checked["valid"] and not checked["error"]) or (audit and not audit.get("valid") and not audit.get("error")):
         return EXIT_INVALID, results  # a violation outranks a harness failure
-    if results["error"] or audit.get("error"):
+    if results["error"] or audit.get("error") or checked["error"]:
         return EXIT_HARNESS, results
     return EXIT_VALID, results
 

@@ -3,14 +3,20 @@ hand so that each claim (and each way the checker could wrongly pass) is pinned.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from devkit import history
 from devkit.history import Op
+from jepsen_tests import runner
 from jepsen_tests.checker import check
 
 MS = 1_000_000
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class Recorder:
@@ -154,7 +160,31 @@ def test_dropping_any_acknowledged_message_is_always_caught(outcomes, data):
         assert not result.valid and result.lost == [dropped]
     else:
         r.consume(9, *consumed)
-        assert check(r.ops).valid
+        result = check(r.ops)
+        # nothing acknowledged: valid when something was consumed; nothing at all is no evidence (an error)
+        assert result.valid if consumed else (not result.valid and result.error), result.summary()
+
+
+def test_a_history_with_nothing_acknowledged_and_nothing_consumed_is_an_error_and_not_valid():
+    r = Recorder()
+    r.send(1, "refused", outcome="fail")
+    r.send(2, "maybe", outcome="info")
+    r.op(3, "invoke", "consume", None)
+    r.op(3, "ok", "consume", [])
+    result = check(r.ops)
+    assert not result.valid, result.summary()
+    assert result.error == "nothing to check: none of 2 sends was acknowledged and nothing was consumed (1 failed, " \
+                           "1 unknown)"
+    assert result.summary()["error"] == result.error
+    empty = check([])
+    assert not empty.valid and empty.error.startswith("nothing to check: none of 0 sends")
+
+
+def test_a_history_with_acknowledged_sends_has_no_error():
+    r = Recorder()
+    r.send(1, "m0")
+    r.consume(2, "m0")
+    assert check(r.ops).error == "" and check(r.ops).valid
 
 
 def test_a_history_survives_its_jsonl_file(tmp_path):
@@ -177,3 +207,15 @@ def test_the_drain_is_not_complete_while_a_send_is_in_flight():
     clients.sends_in_flight = 1
     assert not clients.complete()
     clients.loop.close()
+
+
+def test_the_check_command_calls_a_history_with_nothing_acknowledged_or_consumed_a_harness_failure(tmp_path):
+    path = str(tmp_path / "history.jsonl")
+    recorder = history.Recorder(path)
+    recorder.record(0, "invoke", "send", {"id": "m0", "group": "g0", "topic": "jepsen"})
+    recorder.record(0, "fail", "send", {"id": "m0", "group": "g0", "topic": "jepsen"})
+    recorder.close()
+    checked = subprocess.run([sys.executable, "-m", "jepsen_tests", "check", path], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
+    assert checked.returncode == runner.EXIT_HARNESS, checked.stdout + checked.stderr
+    assert "nothing to check" in checked.stderr
