@@ -69,6 +69,11 @@ STOP_GRACE_MS = 1000
 CHANNEL_CLOSE_GRACE_MS = 3000
 RECALL_HANDLE_SEPARATOR = ":"
 LOG_TOPIC_NAMES_MAX = 10  # topic names listed in one "changed" log line
+# An auto-created topic that some group could not take (no master, or its master did not answer) is created there
+# again every AUTO_CREATE_RETRY_MS until it is: the field's "auto-created topics landed on one broker only". At most
+# AUTO_CREATE_PENDING_MAX topics wait so (then the oldest is given up, with a warning naming it).
+AUTO_CREATE_RETRY_MS = 1000
+AUTO_CREATE_PENDING_MAX = 10_000
 AUTH_OFF = GuardConfig()  # ACL 2.0 off (the default)
 
 
@@ -111,6 +116,10 @@ class NameServer:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._closing: set[asyncio.Task] = set()
         self._auto_creating: dict[str, asyncio.Future[list[ipb.GroupResult]]] = {}
+        # topic -> (its auto-create config, the groups still without it); retried by _retry_auto_creates
+        self._auto_create_pending: dict[str, tuple[ipb.TopicConfig, set[str]]] = {}
+        self._auto_create_retrier: asyncio.Task | None = None
+        self._auto_create_retried_ms = 0
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -148,6 +157,9 @@ class NameServer:
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
+        if self._auto_create_retrier is not None:
+            self._auto_create_retrier.cancel()
+            self._auto_create_retrier = None
         if self._server is not None:
             await self._server.stop(grace_ms / 1000)
             self._server = None
@@ -224,6 +236,7 @@ class NameServer:
                 self.sweep()
             except Exception:
                 log.exception("expiry sweep failed; retrying in %d ms", self.sweep_interval_ms)
+            self._start_auto_create_retry()
 
     # -- channels to brokers ---------------------------------------------------------------------------------
 
@@ -272,10 +285,60 @@ class NameServer:
                                      message_types=list(ALL_MESSAGE_TYPES))
             log.info("auto-creating topic %s with %d queues on every group that allows it", topic, queue_nums)
             task = asyncio.ensure_future(self.create_topic("", config, auto_create_only=True))
+            task.add_done_callback(lambda done: self._note_auto_create(config, done))
             self._auto_creating[topic] = task
             task.add_done_callback(lambda done: self._auto_creating.pop(topic, None)
                                    if self._auto_creating.get(topic) is done else None)
         return await asyncio.shield(task)
+
+    def _note_auto_create(self, config: ipb.TopicConfig, done: asyncio.Future) -> None:
+        """Remember the groups an auto-created topic did not reach, to create it there once they can take it."""
+        if done.cancelled() or done.exception() is not None:
+            return
+        missing = {r.group for r in done.result() if not r.ok and r.group}
+        if not missing:
+            return
+        pending = self._auto_create_pending
+        if config.name not in pending and len(pending) >= AUTO_CREATE_PENDING_MAX:
+            oldest = next(iter(pending))
+            log.warning("auto-created topic %s will not be created on groups %s: %d auto-created topics already "
+                        "wait for groups (AUTO_CREATE_PENDING_MAX); create it there with `rocketraft admin "
+                        "updateTopic`", oldest, ", ".join(sorted(pending.pop(oldest)[1])), AUTO_CREATE_PENDING_MAX)
+        pending[config.name] = (config, missing)
+        causes = "; ".join(r.message for r in done.result() if not r.ok and r.group)
+        log.warning("auto-created topic %s is not on groups %s yet (%s): retried every %d ms until it is",
+                    config.name, ", ".join(sorted(missing)), causes, AUTO_CREATE_RETRY_MS)
+
+    def _start_auto_create_retry(self) -> None:
+        now = self.clock_ms()
+        if (not self._auto_create_pending or now - self._auto_create_retried_ms < AUTO_CREATE_RETRY_MS
+                or (self._auto_create_retrier is not None and not self._auto_create_retrier.done())):
+            return
+        self._auto_create_retried_ms = now
+        self._auto_create_retrier = asyncio.get_running_loop().create_task(self._retry_auto_creates())
+
+    async def _retry_auto_creates(self) -> None:
+        """Create each pending auto-created topic on the groups still without it that have a master now (a group
+        that left the routes meanwhile stays pending: it may come back)."""
+        masters = dict(self.registry.groups_for_create("", auto_create_only=True, now_ms=self.clock_ms()))
+        for topic, (config, missing) in list(self._auto_create_pending.items()):
+            ready = sorted(g for g in missing if masters.get(g) is not None)
+            if not ready:
+                continue
+            op = self._create_topic_op(config)
+            results = await asyncio.gather(*(self._call_master(g, masters[g], op) for g in ready))
+            for result in results:
+                if result.ok:
+                    missing.discard(result.group)
+                    log.info("auto-created topic %s is now on group %s too", topic, result.group)
+            if not missing:
+                self._auto_create_pending.pop(topic, None)
+
+    def _create_topic_op(self, topic: ipb.TopicConfig) -> _Fanout:
+        return _Fanout("CreateTopic", f"topic {topic.name}", ipb.BrokerCreateTopicRequest(topic=topic), "created",
+                       "the topic may or may not exist there now; CreateTopic is idempotent, run it again",
+                       lambda group: self.registry.add_topic(group, topic, self.clock_ms()),
+                       f" ({topic.queue_nums} queues, perm {topic.perm})")
 
     async def create_topic(self, cluster: str, topic: ipb.TopicConfig,
                            auto_create_only: bool = False) -> list[ipb.GroupResult]:
@@ -284,11 +347,7 @@ class NameServer:
             check_topic_config(topic)
         except BadRequestError as e:
             return [ipb.GroupResult(group="", ok=False, code=e.code, message=e.message)]
-        op = _Fanout("CreateTopic", f"topic {topic.name}", ipb.BrokerCreateTopicRequest(topic=topic), "created",
-                     "the topic may or may not exist there now; CreateTopic is idempotent, run it again",
-                     lambda group: self.registry.add_topic(group, topic, self.clock_ms()),
-                     f" ({topic.queue_nums} queues, perm {topic.perm})")
-        return await self._fan_out(cluster, op, auto_create_only)
+        return await self._fan_out(cluster, self._create_topic_op(topic), auto_create_only)
 
     async def create_group(self, cluster: str, group: ipb.GroupConfig) -> list[ipb.GroupResult]:
         """Create or update consumer group `group` on the master of every group of cluster ("" = all)."""
@@ -308,6 +367,7 @@ class NameServer:
             check_topic_name(topic)
         except BadRequestError as e:
             return [ipb.GroupResult(group="", ok=False, code=e.code, message=e.message)]
+        self._auto_create_pending.pop(topic, None)  # a deleted topic is not created again on the groups it missed
         op = _Fanout("DeleteTopic", f"topic {topic}", ipb.BrokerDeleteTopicRequest(topic=topic), "deleted",
                      "the topic may or may not be deleted there now; run DeleteTopic again (TOPIC_NOT_FOUND then "
                      "means it is gone)",

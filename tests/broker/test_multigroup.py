@@ -3,6 +3,9 @@ NameServer's CreateGroup / DeleteTopic fan-outs reach every group's master (real
 
 from __future__ import annotations
 
+import os
+import signal
+
 import grpc
 import pytest
 from brokerkit import client_metadata, messaging_stub, namesrv_stub, raw_message, wait_until
@@ -72,6 +75,31 @@ def test_an_auto_created_topic_gets_queues_on_both_groups_with_only_each_master_
     wait_until(lambda: reported(first, first.namesrv_addresses[0], "spread") == set(GROUPS), 5,
                "the other NameServer to hear of the topic from both groups' re-registration")
 
+
+
+def test_an_auto_created_topic_reaches_a_group_whose_master_could_not_take_it_at_first(clusters):
+    """The field's "auto-created topics landed on one broker only": broker-b's master is stopped (SIGSTOP) when a
+    client first asks for the topic, so the fan-out reaches broker-a alone; the NameServer then creates it on
+    broker-b as soon as broker-b has a master that answers, without any client asking again."""
+    first, second = clusters
+    stopped = second.brokers[second.wait_master()]
+    stopped.signal(signal.SIGSTOP)
+    try:
+        response = query_route(first, first.namesrv_address, "late-group")
+        assert response.status.code == Code.OK, response.status
+        assert {q.broker.name for q in response.message_queues} == {"broker-a"}, "broker-b could not take it yet"
+    finally:
+        stopped.signal(signal.SIGCONT)
+    wait_until(lambda: reported(first, first.namesrv_address, "late-group") == set(GROUPS), 20,
+               "the NameServer to create the topic on broker-b once it has a master")
+    writable = [q for q in query_route(first, first.namesrv_address, "late-group").message_queues
+                if q.broker.name == "broker-b" and q.permission in (pb.Permission.WRITE, pb.Permission.READ_WRITE)]
+    assert sorted(q.id for q in writable) == list(range(8))
+    log_file = os.path.join(first.base_dir, "logs", "namesrv.log")
+    with open(log_file) as f:
+        logged = f.read()
+    assert "auto-created topic late-group is not on groups broker-b yet" in logged
+    assert "auto-created topic late-group is now on group broker-b too" in logged
 
 def telemetry_settings(cluster, address: str, group: str) -> pb.Settings:
     settings = pb.Settings(client_type=pb.ClientType.SIMPLE_CONSUMER, subscription=pb.Subscription(
