@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+from devkit.procs import alive
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 STARTER = """
@@ -21,14 +23,6 @@ pids = [p.process.pid for p in [*cluster.brokers.values(), *cluster.namesrv_proc
 print(json.dumps(pids), flush=True)
 sys.stdin.read()  # until killed
 """
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_every_server_of_a_devcluster_stops_when_its_parent_is_killed_with_sigkill(tmp_path):

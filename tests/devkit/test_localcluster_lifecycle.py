@@ -13,6 +13,7 @@ import time
 import pytest
 
 from devkit.localcluster import LocalCluster
+from devkit.procs import alive
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -23,14 +24,6 @@ cluster = LocalCluster(sys.argv[1], log_level="WARNING").start()
 print(json.dumps([cluster.pid(n) for n in cluster.nodes]), flush=True)
 sys.stdin.read()  # until killed
 """
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def wait_gone(pids: list[int], timeout_s: float) -> list[int]:

@@ -9,24 +9,13 @@ import subprocess
 import sys
 import time
 
+from devkit.procs import alive, children
+
 PARENT = r"""
 import os, sys
 from dledger import storecheck
 storecheck.check_tree(sys.argv[1])
 """
-
-
-def _children(pid: int) -> list[int]:
-    with open(f"/proc/{pid}/task/{pid}/children") as f:
-        return [int(p) for p in f.read().split()]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_the_check_child_stops_when_the_replica_that_started_it_is_killed(tmp_path):
@@ -37,18 +26,18 @@ def test_the_check_child_stops_when_the_replica_that_started_it_is_killed(tmp_pa
     child = None
     try:
         deadline = time.monotonic() + 20
-        while not _children(parent.pid) and time.monotonic() < deadline:
+        while not children(parent.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        [child] = _children(parent.pid)
+        [child] = children(parent.pid)
         time.sleep(0.5)
-        assert _alive(child), "the check is still reading while its parent lives"
+        assert alive(child), "the check is still reading while its parent lives"
         parent.send_signal(signal.SIGKILL)
         parent.wait(10)
         deadline = time.monotonic() + 5
-        while _alive(child) and time.monotonic() < deadline:
+        while alive(child) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _alive(child), "the check child outlived the replica that started it"
+        assert not alive(child), "the check child outlived the replica that started it"
     finally:
         parent.kill()
-        if child is not None and _alive(child):
+        if child is not None and alive(child):
             os.kill(child, signal.SIGKILL)
