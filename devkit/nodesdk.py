@@ -44,7 +44,11 @@ class NodeScript:
     def _read(self) -> None:
         for line in self.process.stdout:
             if line.startswith("{"):
-                stamped = (time.monotonic(), json.loads(line))
+                try:
+                    event = json.loads(line)
+                except json.JSONDecodeError:  # a cut line: kept as what it is, and the reading goes on
+                    event = {"event": "unreadable", "line": line[:300]}
+                stamped = (time.monotonic(), event)
                 self.lines.append(stamped)
                 if self._on_event is not None:
                     self._on_event(*stamped)

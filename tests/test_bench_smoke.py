@@ -117,19 +117,26 @@ if sys.argv[2] == "own-handler":
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))
 path = scratch_dir(None, "scratch-")
 open(os.path.join(path, "store"), "w").write("x")
-print(path, flush=True)
 try:
+    print(path, flush=True)  # inside the try: a signal right after the path is read still meets the finally
     time.sleep(60)
 finally:
     open(sys.argv[1], "w").write("finally ran")
 """
 
 
+def _default_signals() -> None:
+    """The command as a terminal starts it: a runner under nohup (SIGHUP ignored, which children inherit) must not
+    make the command ignore it too (scratch_dir leaves a disposition other than the default alone)."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _signalled(tmp_path, sig: int, mode: str = "") -> tuple[int, str, str]:
     """Run SIGNALLED, send it `sig` once it has its scratch directory; (exit code, the directory, the marker)."""
     marker = str(tmp_path / f"finally-{sig}-{mode}")
     proc = subprocess.Popen([sys.executable, "-c", SIGNALLED, marker, mode], stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "BENCH_TMP": str(tmp_path)})
+                            env={**os.environ, "BENCH_TMP": str(tmp_path)}, preexec_fn=_default_signals)
     path = proc.stdout.readline().strip()
     assert os.path.exists(os.path.join(path, "store")), path
     proc.send_signal(sig)

@@ -56,10 +56,16 @@ function probe(obj, name, event, report) {
   };
 }
 
+// Exits once everything written to stdout has left: process.exit() at once dropped the end of a line longer than
+// the pipe's buffer (a 60 KB body, base64) that was still queued, and the reader lost that event.
+function exitAfterOutput(code) {
+  process.stdout.write('', () => process.exit(code));
+}
+
 function run(main) {
-  main().then(() => process.exit(0), (err) => {
+  main().then(() => exitAfterOutput(0), (err) => {
     emit('fatal', { error: String((err && err.stack) || err) });
-    process.exit(2);
+    exitAfterOutput(2);
   });
 }
 
