@@ -69,7 +69,7 @@ class Blocking:
         super().__init_subclass__(**kwargs)
         for name in coroutine_methods(cls._async_class):
             if not hasattr(cls, name):
-                setattr(cls, name, blocking(name, async_method=getattr(cls._async_class, name)))
+                setattr(cls, name, blocking(name, getattr(cls._async_class, name)))
 
     def __init__(self, *args, **kwargs):
         self._impl = run(_construct(self._async_class, args, kwargs))
@@ -99,15 +99,13 @@ def coroutine_methods(cls: type) -> list[str]:
                   if not name.startswith("_") and inspect.iscoroutinefunction(getattr(cls, name)))
 
 
-def blocking(name: str, doc: str | None = None, async_method: Callable | None = None) -> Callable:
-    """A blocking method that runs the asyncio client's coroutine method `name` (documented as `async_method`)."""
+def blocking(name: str, async_method: Callable) -> Callable:
+    """A blocking method that runs the asyncio client's coroutine method `name`, documented as `async_method`."""
 
     def method(self, *args, **kwargs):
         return run(getattr(self._impl, name)(*args, **kwargs))
 
     method.__name__ = name
-    method.__doc__ = doc or (async_method.__doc__ if async_method is not None else None)
-    if async_method is not None:
-        method.__signature__ = inspect.signature(async_method)
+    method.__doc__ = async_method.__doc__
+    method.__signature__ = inspect.signature(async_method)
     return method
-
