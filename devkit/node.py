@@ -8,7 +8,6 @@ ROCKETRAFT_PARENT_PID (LocalCluster's) is gone (rocketraft/parentwatch.py).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import signal
@@ -51,27 +50,13 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     threading.Thread(target=lambda: (server.wait_stopped(), stop.set()), daemon=True).start()
-    threading.Thread(target=_watch_parent, args=(stop,), name="parentwatch", daemon=True).start()
+    parentwatch.watch_in_thread(parentwatch.named_parent(), stop.set)
     replica.subscribe(lambda st: logging.getLogger("dledger.role").info(
         "role=%s term=%d leader=%s", st.role.value, st.term, st.leader_id))
     print(f"READY {config.self_id}", flush=True)
     stop.wait()
     replica.close()
     return 0
-
-
-def _watch_parent(stop: threading.Event) -> None:
-    """Set `stop` once the parent named by ROCKETRAFT_PARENT_PID is gone (none named: returns at once). The
-    watch is asyncio's (the servers'); this process is threaded, so it gets a loop of its own in this thread."""
-    async def watch() -> bool:
-        gone = asyncio.Event()
-        task = parentwatch.start(gone)
-        if task is not None:
-            await task
-        return gone.is_set()
-
-    if asyncio.run(watch()):
-        stop.set()
 
 
 if __name__ == "__main__":
