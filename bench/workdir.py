@@ -43,16 +43,22 @@ def scratch_dir(named: str | None, prefix: str) -> str:
 
 def describe(path: str) -> str:
     """`path` as a command prints it: with what happens to it at exit when it is a scratch directory."""
-    scratch = any(os.path.abspath(path).startswith(os.path.abspath(p)) for p in _REMOVE_AT_EXIT)
+    scratch = any(_inside(path, p) for p in _REMOVE_AT_EXIT)
     return f"{path} (removed at exit: --dir or BENCH_KEEP=1 keeps it)" if scratch else path
 
 
 def keep(path: str) -> None:
     """Keep the scratch directory holding `path` (a run whose errors point at its logs)."""
     for scratch in list(_REMOVE_AT_EXIT):
-        if os.path.abspath(path).startswith(os.path.abspath(scratch)):
+        if _inside(path, scratch):
             _REMOVE_AT_EXIT.discard(scratch)
             print(f"{scratch} is kept: its logs explain an error above", file=sys.stderr)
+
+
+def _inside(path: str, directory: str) -> bool:
+    """`path` is `directory` or below it (a sibling sharing its name's prefix is not)."""
+    path, directory = os.path.abspath(path), os.path.abspath(directory)
+    return os.path.commonpath([path, directory]) == directory
 
 
 def _exit_on_signals() -> None:
