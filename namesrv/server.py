@@ -295,9 +295,10 @@ class NameServer:
         """Remember the groups an auto-created topic did not reach, to create it there once they can take it."""
         if done.cancelled() or done.exception() is not None:
             return
-        missing = {r.group for r in done.result() if not r.ok and r.group}
-        if not missing:
+        failed = [r for r in done.result() if not r.ok and r.group]
+        if not failed:
             return
+        missing = {r.group for r in failed}
         pending = self._auto_create_pending
         if config.name not in pending and len(pending) >= AUTO_CREATE_PENDING_MAX:
             oldest = next(iter(pending))
@@ -305,7 +306,7 @@ class NameServer:
                         "wait for groups (AUTO_CREATE_PENDING_MAX); create it there with `rocketraft admin "
                         "updateTopic`", oldest, ", ".join(sorted(pending.pop(oldest)[1])), AUTO_CREATE_PENDING_MAX)
         pending[config.name] = (config, missing)
-        causes = "; ".join(r.message for r in done.result() if not r.ok and r.group)
+        causes = "; ".join(r.message for r in failed)
         log.warning("auto-created topic %s is not on groups %s yet (%s): retried every %d ms until it is",
                     config.name, ", ".join(sorted(missing)), causes, AUTO_CREATE_RETRY_MS)
 
@@ -644,8 +645,7 @@ def _validated_tls(args) -> tls.ServerTls:
         return tls.ServerTls(args.tls_mode, args.tls_cert_file, args.tls_key_file, args.tls_ca_file,
                              args.tls_client_auth).validate()
     except tls.TlsError as e:
-        raise tls.TlsError(re.sub(r"\btls(?:Mode|CertFile|KeyFile|CaFile|ClientAuth)\b",
-                                  lambda m: _TLS_FLAGS[m.group(0)], str(e))) from None
+        raise tls.TlsError(re.sub(rf"\b({'|'.join(_TLS_FLAGS)})\b", lambda m: _TLS_FLAGS[m.group(0)], str(e))) from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
