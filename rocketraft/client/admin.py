@@ -34,7 +34,7 @@ from .message import Message, ReceivedMessage, from_pb
 from .recall import RecallResult
 from .recall import recall as recall_message
 from .routes import TopicRoute
-from .transport import rpc_error
+from .transport import read_pull_stream, rpc_error
 
 ADMIN_TIMEOUT_S = 10.0
 TRANSFER_TIMEOUT_S = 10.0      # a leadership transfer, until the NameServer routes to the new master
@@ -472,16 +472,9 @@ class Admin(AsyncClient):
     async def _pull(stub, queue: pb.MessageQueue, offset: int, batch_size: int) -> tuple[list[pb.Message], int]:
         """One PullMessage without waiting: (messages, next offset). ILLEGAL_OFFSET (retention deleted the messages
         from `offset`) answers the queue's first offset as the next one; any other refusal is raised."""
-        messages, next_offset = [], offset
-        async for r in stub.PullMessage(svc.PullMessageRequest(message_queue=queue, offset=offset,
-                                                               batch_size=batch_size), timeout=ADMIN_TIMEOUT_S):
-            if r.HasField("status") and r.status.code not in (Code.OK, Code.MESSAGE_NOT_FOUND, Code.ILLEGAL_OFFSET):
-                _check(r.status.code, r.status.message)
-            elif r.HasField("message"):
-                messages.append(r.message)
-            elif r.HasField("next_offset"):
-                next_offset = r.next_offset
-        return messages, next_offset
+        messages, next_offset, _moved = await read_pull_stream(stub.PullMessage(
+            svc.PullMessageRequest(message_queue=queue, offset=offset, batch_size=batch_size), timeout=ADMIN_TIMEOUT_S))
+        return messages, offset if next_offset is None else next_offset
 
     async def resend_message(self, topic: str, message_id: str, to_topic: str = "") -> str:
         """Send a copy of stored message `message_id` of `topic` (body, tag, keys, properties) to `to_topic`

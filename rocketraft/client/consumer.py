@@ -40,7 +40,7 @@ from rocketraft.protocol.wire import Code, as_delivered, cpb, pb, svc
 from .base import AsyncClient
 from .config import ClientConfig
 from .message import QueueRef, ReceivedMessage, from_pb
-from .transport import rpc_error
+from .transport import read_pull_stream, rpc_error
 
 log = logging.getLogger(__name__)
 
@@ -421,27 +421,17 @@ class ConsumerBase(AsyncClient):
         request = svc.PullMessageRequest(group=pb.Resource(name=self.group), message_queue=queue_pb(queue),
                                          offset=offset, batch_size=batch_size, filter_expression=filter_of(expression))
         request.long_polling_timeout.FromMilliseconds(duration_ms(polling_s))
-        messages, next_offset = [], offset
         stream = self.transport.messaging(address).PullMessage(
             request, metadata=self.transport.metadata, timeout=polling_s + self.config.request_timeout_s)
         try:
-            moved = None
-            async for response in stream:
-                kind = response.WhichOneof("content")
-                if kind == "status" and response.status.code == Code.ILLEGAL_OFFSET:
-                    moved = response.status  # retention deleted it; next_offset follows (RocketMQ 5's proxy)
-                elif kind == "status" and response.status.code not in (Code.OK, Code.MESSAGE_NOT_FOUND):
-                    raise from_status(response.status)
-                if kind == "message":
-                    # a pull consumer must not skip a corrupted message: raise
-                    messages.append(from_pb(response.message, queue.broker, address, verify=True))
-                elif kind == "next_offset":
-                    next_offset = response.next_offset
+            raw, next_offset, moved = await read_pull_stream(stream)
         except grpc.aio.AioRpcError as exc:
             raise rpc_error(exc, address, what) from None
+        next_offset = offset if next_offset is None else next_offset
         if moved is not None:
             return self._moved(moved, offset, next_offset, what)
-        return messages, max(next_offset, offset)
+        # a pull consumer must not skip a corrupted message: raise
+        return [from_pb(m, queue.broker, address, verify=True) for m in raw], max(next_offset, offset)
 
     def _moved(self, status: pb.Status, offset: int, next_offset: int, what: str) -> tuple[list, int]:
         """The answer to a read below the queue's first offset: resume where the broker says."""

@@ -13,9 +13,9 @@ import grpc
 
 from rocketraft import __version__
 from rocketraft.protocol import auth_acl, auth_internal, tls
-from rocketraft.protocol.errors import BrokerUnreachableError, OutcomeUnknownError, RocketraftError
+from rocketraft.protocol.errors import BrokerUnreachableError, OutcomeUnknownError, RocketraftError, from_status
 from rocketraft.protocol.names import NAMESPACE_HEADER
-from rocketraft.protocol.wire import GRPC_OPTIONS, Code, cpb_grpc, ipb_grpc, svc, svc_grpc
+from rocketraft.protocol.wire import GRPC_OPTIONS, Code, cpb_grpc, ipb_grpc, pb, svc, svc_grpc
 
 SEND_MESSAGE_METHOD = "/apache.rocketmq.v2.MessagingService/SendMessage"
 _MESSAGES_FIELD_TAG = b"\x0a"  # SendMessageRequest.messages: field 1, length-delimited
@@ -117,6 +117,24 @@ def encode_send_request(messages: list[bytes]) -> bytes:
     again: a repeated message field on the wire is just its entries, each tag + length + bytes. Equal to
     SendMessageRequest(messages=[...]).SerializeToString() (pinned by tests/client/test_wire_encoding.py)."""
     return b"".join(b"".join((_MESSAGES_FIELD_TAG, _varint(len(m)), m)) for m in messages)
+
+
+async def read_pull_stream(stream) -> tuple[list[pb.Message], int | None, pb.Status | None]:
+    """One PullMessage answer, as RocketMQ 5's proxy streams it: (its messages, its next_offset or None, the
+    ILLEGAL_OFFSET status when retention deleted the messages from the offset asked). Any other refusal raises."""
+    messages, next_offset, moved = [], None, None
+    async for response in stream:
+        kind = response.WhichOneof("content")
+        if kind == "status":
+            if response.status.code == Code.ILLEGAL_OFFSET:
+                moved = response.status  # next_offset follows: where the queue starts now
+            elif response.status.code not in (Code.OK, Code.MESSAGE_NOT_FOUND):
+                raise from_status(response.status)
+        elif kind == "message":
+            messages.append(response.message)
+        elif kind == "next_offset":
+            next_offset = response.next_offset
+    return messages, next_offset, moved
 
 
 def rpc_error(exc: grpc.aio.AioRpcError, address: str, what: str) -> RocketraftError:
