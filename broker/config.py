@@ -57,6 +57,9 @@ class BrokerConfig:
     namesrvAddr: str = "127.0.0.1:9876"  # ";"-separated; the broker registers with every one
     listenAddress: str = "127.0.0.1:8081"  # gRPC: MessagingService (clients) and BrokerAdmin
     advertisedAddress: str = ""  # what clients are told (brokerIP1:port); default listenAddress
+    # what the NameServers dial (BrokerAdmin, BrokerAuth, RecallMessage) when they cannot reach advertisedAddress,
+    # e.g. the service name in a compose network while clients use a published port; default advertisedAddress
+    internalAddress: str = ""
     storePathRootDir: str = os.path.expanduser("~/rocketraft/store")
     flushDiskType: str = "ASYNC_FLUSH"  # or SYNC_FLUSH; see docs/architecture.md for what an ack means
     flushIntervalCommitLog: int = _DLEDGER.async_flush_interval_ms  # ASYNC_FLUSH: fsync the Raft log this often
@@ -299,6 +302,10 @@ class BrokerConfig:
                              "maxReconsumeTimes + 1, then the message goes to %DLQ%<group>)")
 
     def _validate_registration(self) -> None:
+        for key in ("advertisedAddress", "internalAddress"):
+            host, sep, port = getattr(self, key).rpartition(":")
+            if getattr(self, key) and not (sep and host and port.isdigit() and 0 < int(port) <= PORT_MAX):
+                raise ValueError(f"{key} {getattr(self, key)!r} is not host:port (e.g. broker-n0:8081)")
         interval, timeout = self.heartbeatIntervalMillis, self.heartbeatTimeoutMillis
         if not 1 <= timeout <= limits.HEARTBEAT_TIMEOUT_MS_MAX:
             raise ValueError(f"heartbeatTimeoutMillis {timeout}: use 1..{limits.HEARTBEAT_TIMEOUT_MS_MAX} (ms; the "

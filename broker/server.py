@@ -175,6 +175,7 @@ class BrokerServer:
         return ipb.BrokerRegistration(
             cluster=cfg.brokerClusterName, group=cfg.brokerName, replica_id=cfg.dLegerSelfId,
             follower_broker_id=cfg.follower_broker_id, role=st.role.value, term=st.term, address=cfg.advertised,
+            internal_address=cfg.internalAddress,
             topics=self.topics.all(), auto_create_topic=cfg.autoCreateTopicEnable,
             applied_index=st.applied_index, commit_index=st.commit_index,
             heartbeat_timeout_ms=cfg.heartbeatTimeoutMillis, default_queue_nums=cfg.defaultTopicQueueNums,

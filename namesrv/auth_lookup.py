@@ -22,7 +22,7 @@ from rocketraft.proto import auth_pb2_grpc as apb_grpc
 from rocketraft.protocol.auth_acl import AuthenticationError, Policy
 from rocketraft.protocol.wire import Code
 
-from .registry import RouteRegistry
+from .registry import RouteRegistry, dial_address
 
 log = logging.getLogger("namesrv")
 
@@ -73,16 +73,17 @@ class SubjectLookup:
             replicas = self.registry.replicas_of(group, now)
             master = self.registry.master_of(group, now)
             for reg in ([master] if master is not None else []) + [r for r in replicas if r is not master]:
+                address = dial_address(reg)
                 try:
-                    reply = await apb_grpc.BrokerAuthStub(self.channel(reg.address)).GetSubject(
+                    reply = await apb_grpc.BrokerAuthStub(self.channel(address)).GetSubject(
                         apb.NameRequest(name=username), timeout=LOOKUP_TIMEOUT_S)
                 except grpc.aio.AioRpcError as exc:
-                    problems.append(f"{reg.address}: {exc.code().name}")
+                    problems.append(f"{address}: {exc.code().name}")
                     continue
                 if reply.code == Code.OK:
                     return (reply.user if reply.HasField("user") else None,
                             reply.acl if reply.HasField("acl") else None)
-                problems.append(f"{reg.address}: {reply.message}")
+                problems.append(f"{address}: {reply.message}")
         log.warning("cannot look up user %s: no broker replica answered (%s)", username, "; ".join(problems[:5]))
         raise AuthenticationError(f"cannot check user {username!r} now: no broker replica answered this NameServer "
                                   f"({'; '.join(problems[:3]) or 'none is registered'}); retry")

@@ -38,6 +38,12 @@ HEARTBEAT_TIMEOUT_MS_DEFAULT = 3000
 DEFAULT_QUEUE_NUMS = QUEUES_PER_TOPIC_DEFAULT
 REPLICAS_MAX = 4096  # registrations held at once; a bound, far above any real cluster
 
+def dial_address(reg: ipb.BrokerRegistration) -> str:
+    """Where this NameServer reaches a replica: its internal address if it registered one (a container whose
+    clients come in through a published port), else the address it advertises to clients."""
+    return reg.internal_address or reg.address
+
+
 def check_registration(reg: ipb.BrokerRegistration) -> None:
     """Raise BadRequestError naming the first field that makes this registration unroutable."""
     who = f"registration of replica {reg.replica_id!r} of group {reg.group!r}"
@@ -49,10 +55,13 @@ def check_registration(reg: ipb.BrokerRegistration) -> None:
     if reg.follower_broker_id <= MASTER_BROKER_ID:
         raise BadRequestError(f"{who}: follower_broker_id is {reg.follower_broker_id}; it must be >= 1 "
                               f"(brokerId 0 is reserved for the master)")
-    try:
-        split_address(reg.address)
-    except ValueError:
-        raise BadRequestError(f"{who}: address {reg.address!r} is not host:port") from None
+    for key, value in (("address", reg.address), ("internal_address", reg.internal_address)):
+        if key == "internal_address" and not value:
+            continue  # optional: the NameServer dials `address` then
+        try:
+            split_address(value)
+        except ValueError:
+            raise BadRequestError(f"{who}: {key} {value!r} is not host:port") from None
     if not 0 <= reg.heartbeat_timeout_ms <= HEARTBEAT_TIMEOUT_MS_MAX:
         raise BadRequestError(f"{who}: heartbeat_timeout_ms {reg.heartbeat_timeout_ms} is out of range "
                               f"0..{HEARTBEAT_TIMEOUT_MS_MAX} (0 = {HEARTBEAT_TIMEOUT_MS_DEFAULT})")
@@ -244,7 +253,7 @@ class RouteRegistry:
 
     def groups_for_create(self, cluster: str = "", auto_create_only: bool = False,
                           now_ms: int | None = None) -> list[tuple[str, str | None]]:
-        """(group, master address or None) for every group of cluster ("" = all), sorted by group.
+        """(group, the master's dial address or None) for every group of cluster ("" = all), sorted by group.
 
         auto_create_only keeps the groups where some live replica has autoCreateTopicEnable.
         """
@@ -258,7 +267,7 @@ class RouteRegistry:
         result = []
         for group in sorted(groups):
             master = self.master_of(group, now_ms)
-            result.append((group, master.address if master is not None else None))
+            result.append((group, dial_address(master) if master is not None else None))
         return result
 
     def auto_create_defaults(self, now_ms: int | None = None) -> tuple[bool, int]:
@@ -277,8 +286,8 @@ class RouteRegistry:
         return sorted({e.reg.cluster for e in self._live(now_ms)})
 
     def addresses(self) -> set[str]:
-        """Every address registered (live or not yet swept)."""
-        return {e.reg.address for e in self._entries.values()}
+        """Every address this NameServer may dial (live or not yet swept registrations)."""
+        return {dial_address(e.reg) for e in self._entries.values()}
 
     # -- internals -------------------------------------------------------------------------------------------
 

@@ -55,7 +55,7 @@ from rocketraft.protocol.wire import (
 from . import metrics
 from .auth_lookup import CACHE_MS_DEFAULT, SubjectLookup
 from .auth_registry import ForeignReplicaError
-from .registry import RegistrationChange, RouteRegistry
+from .registry import RegistrationChange, RouteRegistry, dial_address
 
 log = logging.getLogger("namesrv")
 
@@ -434,18 +434,19 @@ class NameServer:
         timeout_s = self.recall_timeout_ms / 1000
         if time_remaining_s is not None:
             timeout_s = max(0.001, min(timeout_s, time_remaining_s))
+        address = dial_address(master)
         try:
-            reply = await svc_grpc.MessagingServiceStub(self.channel(master.address)).RecallMessage(
+            reply = await svc_grpc.MessagingServiceStub(self.channel(address)).RecallMessage(
                 request, timeout=timeout_s)
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise OutcomeUnknownError(f"the master of group {group} at {master.address} did not answer "
+                raise OutcomeUnknownError(f"the master of group {group} at {address} did not answer "
                                           f"RecallMessage within {timeout_s * 1000:.0f} ms; the message may or "
                                           f"may not have been recalled") from None
-            raise RocketraftError(f"cannot reach the master of group {group} at {master.address} "
+            raise RocketraftError(f"cannot reach the master of group {group} at {address} "
                                   f"(gRPC {e.code().name}: {e.details()}); retry", Code.HA_NOT_AVAILABLE) from None
         if not reply.status.code:
-            reply.status.CopyFrom(status(Code.INTERNAL_ERROR, f"the master of group {group} at {master.address} "
+            reply.status.CopyFrom(status(Code.INTERNAL_ERROR, f"the master of group {group} at {address} "
                                                               f"answered RecallMessage without a status"))
         return reply
 

@@ -50,8 +50,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def required(args: argparse.Namespace) -> str | None:
     if args.password_file:
-        with open(args.password_file, encoding="utf-8") as f:
-            args.password = f.read().strip()
+        make_it = (f"write the user's password (its secret key) there first, e.g. "
+                   f"python3 -c 'import secrets; print(secrets.token_hex(16))' > {args.password_file}")
+        try:
+            with open(args.password_file, encoding="utf-8") as f:
+                args.password = f.read().strip()
+        except OSError as e:
+            return f"--password-file {args.password_file}: cannot read it ({e.strerror}); {make_it}"
+        if not args.password:
+            return f"--password-file {args.password_file} is empty; {make_it}"
     missing = [_FLAGS[n] for n in _NEEDS.get(args.verb, ()) if not getattr(args, n)]
     return f"{args.verb} needs {' and '.join(missing)}" if missing else None
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv with rocketraft and its test dependencies, and the system tools the tests use (nftables for
-# partitions, Java for Spark; with --tests also chromium and its driver for the dashboard's browser tests).
+# partitions, Java for Spark; with --tests also chromium and its driver for the dashboard's browser tests, and a
+# Docker engine with Compose for the compose cluster test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v nft >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -18,6 +19,22 @@ if [ "${1:-}" = "--tests" ] && ! { command -v chromium >/dev/null 2>&1 && comman
   echo "installing chromium and chromium-driver (the dashboard's browser tests, tests/dashboard) ..."
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
     || echo "warning: could not install chromium; the dashboard tests will fail"
+fi
+# The compose cluster test (tests/test_docker_compose.py) runs on a real Docker engine: Debian's docker.io and Compose
+# v1 (docker-compose), and dockerd started here when none answers (there is no systemd on the CI machines).
+if [ "${1:-}" = "--tests" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+    && ! { command -v dockerd >/dev/null 2>&1 && command -v docker-compose >/dev/null 2>&1; }; then
+  echo "installing docker.io and docker-compose (the compose cluster test, tests/test_docker_compose.py) ..."
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io docker-compose >/dev/null) \
+    || echo "warning: could not install docker.io and docker-compose; the compose cluster test will be skipped"
+fi
+if [ "${1:-}" = "--tests" ] && [ "$(id -u)" = 0 ] && command -v dockerd >/dev/null 2>&1 \
+    && ! docker info >/dev/null 2>&1; then
+  echo "starting dockerd (log: /var/log/rocketraft-dockerd.log) ..."
+  setsid nohup dockerd >/var/log/rocketraft-dockerd.log 2>&1 </dev/null &
+  for _ in $(seq 1 30); do docker info >/dev/null 2>&1 && break; sleep 1; done
+  docker info >/dev/null 2>&1 \
+    || echo "warning: dockerd did not start (/var/log/rocketraft-dockerd.log); the compose cluster test will be skipped"
 fi
 if [ ! -x .venv/bin/python ]; then
   python3.11 -m venv .venv 2>/dev/null || python3 -m venv .venv

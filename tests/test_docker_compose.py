@@ -1,12 +1,11 @@
-"""docker/docker-compose.yml and docker/Dockerfile, checked without a Docker engine.
+"""docker/docker-compose.yml and docker/Dockerfile: checked without an engine, then run on a real Docker engine.
 
-There is no Docker engine where these tests run, so the compose cluster is never started here. Instead every
-service's `command:` is run through the real `rocketraft` CLI (rocketraft.cli.main, with the server's `run`
-replaced by a hook that keeps the parsed arguments), each broker's arguments go through broker.config.from_args,
-and the resulting settings are checked against the compose file's ports, volumes and service names: what a
-container would be started with is what these tests read. `docker compose config -q` runs too when the Compose
-plugin is installed (it needs no engine).
-"""
+The first tests need no engine: every service's `command:` is run through the real `rocketraft` CLI
+(rocketraft.cli.main, with the server's `run` replaced by a hook that keeps the parsed arguments), each broker's
+arguments go through broker.config.from_args, and the resulting settings are checked against the compose file's
+ports, volumes and service names; `config -q` runs with every Compose installed (v2 and v1). The last test starts
+the cluster as docker/README.md says wherever a Docker engine answers (scripts/setup.sh --tests installs and starts
+one as root), and skips, saying why, only where none does."""
 
 from __future__ import annotations
 
@@ -18,6 +17,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 from types import SimpleNamespace
@@ -201,7 +201,8 @@ def services(compose) -> dict[str, dict]:
 
 
 # Compose variables set for the "overridden" variant: the file must use them where the README says.
-OVERRIDES = {"ROCKETRAFT_ADVERTISED_HOST": "192.0.2.7", "ROCKETRAFT_SUBNET_PREFIX": "10.9.8"}
+OVERRIDES = {"ROCKETRAFT_ADVERTISED_HOST": "192.0.2.7", "ROCKETRAFT_SUBNET_PREFIX": "10.9.8",
+             "ROCKETRAFT_PUBLISH_HOST": "192.0.2.7"}
 
 
 @pytest.fixture(scope="module")
@@ -333,6 +334,9 @@ def test_broker_ports_are_published_and_advertised(services, configs):
         assert adv_host == ADVERTISED_HOST_DEFAULT, (
             f"service {name}: advertisedAddress host {adv_host!r}; by default clients on the docker host are "
             f"told {ADVERTISED_HOST_DEFAULT}")
+        assert cfg.internalAddress == f"{name}:{listen_port}", (
+            f"service {name}: internalAddress {cfg.internalAddress!r}; the NameServer must dial {name}:{listen_port} "
+            f"(inside its container {cfg.advertisedAddress} is not this broker)")
 
 
 def test_broker_stores_live_on_their_own_named_volumes(compose, services, configs):
@@ -391,6 +395,8 @@ def test_variables_change_the_advertised_host_and_the_subnet(variants, parsed_va
         assert cfg.advertisedAddress.startswith(f"{host}:"), (
             f"service {name}: advertisedAddress {cfg.advertisedAddress} ignores ROCKETRAFT_ADVERTISED_HOST={host}")
     for name, service in variants["overridden"].items():
+        for entry in service.get("ports") or []:
+            assert str(entry).startswith(f"{host}:"), f"service {name}: port {entry} ignores ROCKETRAFT_PUBLISH_HOST"
         for attached in (service.get("networks") or {}).values():
             if (attached or {}).get("ipv4_address"):
                 assert attached["ipv4_address"].startswith(f"{prefix}."), (
@@ -447,7 +453,9 @@ def _args(rest: str) -> list[str]:
 def test_dockerfile_base_user_volume_and_ports(services):
     instructions = dockerfile_instructions()
     froms = [rest for ins, rest in instructions if ins == "FROM"]
-    assert froms and froms[0].split()[0] == "python:3.11-slim", f"FROM {froms}: expected python:3.11-slim"
+    args = dict(rest.partition("=")[::2] for ins, rest in instructions if ins == "ARG" and "=" in rest)
+    assert froms and froms[0].split()[0] == "${BASE_IMAGE}", f"FROM {froms}: expected FROM ${{BASE_IMAGE}}"
+    assert args.get("BASE_IMAGE") == "python:3.11-slim", f"ARG BASE_IMAGE default {args.get('BASE_IMAGE')!r}"
     users = [rest for ins, rest in instructions if ins == "USER"]
     assert users and users[-1].split(":")[0] not in ("root", "0"), f"the image must run as a non-root USER: {users}"
     volumes = [v for ins, rest in instructions if ins == "VOLUME" for v in _args(rest)]
@@ -492,7 +500,7 @@ def test_dockerfile_copies_exist_and_cover_every_package():
 # -- docker compose itself (no engine needed) --------------------------------------------------------------------
 
 def _compose_cli() -> list[str] | None:
-    """`docker compose` (v2) if it works here; the legacy docker-compose v1 does not know this file's `name:`."""
+    """`docker compose` (v2) if it works here (v1, `docker-compose`, is tried too where installed)."""
     if not shutil.which("docker"):
         return None
     try:
@@ -502,10 +510,268 @@ def _compose_cli() -> list[str] | None:
     return ["docker", "compose"] if probe.returncode == 0 else None
 
 
-def test_docker_compose_config_accepts_the_file():
-    compose_cli = _compose_cli()
-    if compose_cli is None:
-        pytest.skip("no Docker Compose on this machine (`docker compose version` fails)")
-    result = subprocess.run([*compose_cli, "-f", str(COMPOSE_FILE), "config", "-q"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, f"`docker compose config -q` rejects {COMPOSE_FILE.name}:\n{result.stderr}"
+def test_docker_compose_config_accepts_the_file(tmp_path):
+    clis = [c for c in (_compose_cli(), ["docker-compose"] if shutil.which("docker-compose") else None) if c]
+    if not clis:
+        pytest.skip("no Docker Compose on this machine (neither `docker compose` nor `docker-compose`)")
+    for compose_cli in clis:  # v2 and v1 both, where both are installed
+        result = subprocess.run([*compose_cli, "-p", "rocketraft", "-f", str(COMPOSE_FILE), "config", "-q"], cwd=ROOT,
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, (
+            f"`{' '.join(compose_cli)} config -q` rejects {COMPOSE_FILE.name}:\n{result.stderr}")
+
+
+# -- the cluster itself, on a real Docker engine -----------------------------------------------------------------
+# Follows docker/README.md: make the cluster secret, `up --build`, make app.key and the user `app`, run the README's
+# official-SDK snippet as it is written, then our client as that ACL user; kill the master under load, start it
+# again, `down` + `up` (with the README's recipe for clients on other machines) and check that every message, the
+# user and the consumer offset are still there. Its own project name and subnet; ports are the README's, on
+# 127.0.0.1, and on LAN_STANDIN_HOST, a loopback address standing in for a LAN IP (the test sends nothing off the
+# machine: only to 127.0.0.0/8 and to the compose network it makes). `down -v` always runs at the end.
+
+TEST_PROJECT = "rocketraft-composetest"
+TEST_SUBNET_PREFIX = "10.251.231"
+LAN_STANDIN_HOST = "127.0.0.231"
+LOCAL_BASE_IMAGE = "rocketraft-base:bookworm"  # what scripts/docker-base.sh makes
+HOST_PORTS = (9876, 8081, 8082, 8083)
+UP_TIMEOUT_S = 900  # a first build on a fresh machine: the base image, then pip installing the project
+MASTER_WAIT_S = 60
+LOAD_BEFORE_KILL_S, LOAD_AFTER_KILL_S = 3.0, 6.0
+SEND_INTERVAL_S = 0.05
+AFTER_RESTART_MESSAGES = 10
+
+
+def _any_compose_cli() -> list[str] | None:
+    """Compose v2 (`docker compose`) where it works, else Compose v1 (`docker-compose`): the file suits both."""
+    return _compose_cli() or (["docker-compose"] if shutil.which("docker-compose") else None)
+
+
+def _engine_problem() -> str | None:
+    if not shutil.which("docker"):
+        return "no docker command (bash scripts/setup.sh --tests installs Debian's docker.io as root)"
+    try:
+        info = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"`docker info` failed: {e}"
+    if info.returncode != 0:
+        return (f"no Docker engine answers (`docker info`: {info.stderr.strip()[:200]}); bash scripts/setup.sh "
+                f"--tests starts dockerd as root")
+    return None
+
+
+def _base_image() -> str:
+    """The README's default base where this machine has it, else the local one made from Debian's packages (no
+    registry is asked: a pull would leave the machine)."""
+    if os.environ.get("ROCKETRAFT_BASE_IMAGE"):
+        return os.environ["ROCKETRAFT_BASE_IMAGE"]
+    for image in ("python:3.11-slim", LOCAL_BASE_IMAGE):
+        if subprocess.run(["docker", "image", "inspect", image], capture_output=True, timeout=30).returncode == 0:
+            return image
+    made = subprocess.run(["bash", "scripts/docker-base.sh"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert made.returncode == 0, f"scripts/docker-base.sh failed:\n{made.stdout[-2000:]}\n{made.stderr[-2000:]}"
+    return LOCAL_BASE_IMAGE
+
+
+def _busy_ports(host: str) -> list[int]:
+    import socket
+    busy = []
+    for port in HOST_PORTS:
+        with socket.socket() as s:
+            s.settimeout(0.5)
+            if s.connect_ex((host, port)) == 0:
+                busy.append(port)
+    return busy
+
+
+class _Compose:
+    def __init__(self, cli: list[str], env: dict[str, str]):
+        self.cli, self.env = cli, env
+
+    def __call__(self, *args: str, timeout: float = 180, check: bool = True, **env) -> subprocess.CompletedProcess:
+        command = [*self.cli, "-p", TEST_PROJECT, "-f", str(COMPOSE_FILE), *args]
+        done = subprocess.run(command, cwd=ROOT, env=dict(self.env, **env), capture_output=True, text=True,
+                              timeout=timeout)
+        assert not check or done.returncode == 0, (
+            f"`{shlex.join(command)}` exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        return done
+
+
+def _groups(admin) -> list:
+    try:
+        return admin.cluster_list()
+    except Exception:  # noqa: BLE001 - the NameServer is not up yet, or lost its registrations: asked again
+        return []
+
+
+def _wait_master(admin, not_replica: str = "", timeout_s: float = MASTER_WAIT_S):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for group in _groups(admin):
+            if group.group == GROUP and group.master and group.master != not_replica:
+                return group
+        time.sleep(0.1)
+    pytest.fail(f"no master of {GROUP} (other than {not_replica or 'none'}) within {timeout_s} s: "
+                f"{_groups(admin)}")
+
+
+def _wait_rejoined(admin, replica: str, timeout_s: float = MASTER_WAIT_S) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        for group in _groups(admin):
+            master = next((r for r in group.replicas if r.replica_id == group.master), None)
+            mine = next((r for r in group.replicas if r.replica_id == replica), None)
+            if master and mine and mine.role == "FOLLOWER" and mine.applied_index >= master.commit_index > 0:
+                return time.monotonic() - started
+        time.sleep(0.2)
+    pytest.fail(f"replica {replica} did not rejoin {GROUP} as a caught-up follower within {timeout_s} s: "
+                f"{_groups(admin)}")
+
+
+def _readme_block(heading: str, language: str) -> str:
+    text = (DOCKER_DIR / "README.md").read_text()
+    section = text.split(heading, 1)[1]
+    return section.split(f"```{language}\n", 1)[1].split("```", 1)[0]
+
+
+def _consume_all(consumer, expected: int, timeout_s: float = 60) -> list:
+    got, deadline = [], time.monotonic() + timeout_s
+    while len(got) < expected and time.monotonic() < deadline:
+        for message in consumer.receive(max_messages=32):
+            consumer.ack(message)
+            got.append(message)
+    return got
+
+
+def _send_under_load(producer, topic: str, stop, outcomes: dict) -> None:
+    import rocketraft
+    n = 0
+    while not stop.is_set():
+        body = f"load-{n}".encode()
+        try:
+            producer.send(rocketraft.Message(topic, body, keys=[body.decode()]))
+            outcomes["ok"].append(body)
+        except Exception as e:  # noqa: BLE001 - counted as failed, and shown
+            outcomes["failed"].append(f"{body.decode()}: {type(e).__name__}: {e}")
+        n += 1
+        time.sleep(SEND_INTERVAL_S)
+
+
+def test_the_compose_cluster_runs_as_the_readme_says_on_a_real_engine(tmp_path, capsys):
+    import threading
+
+    import rocketraft
+
+    compose_cli = _any_compose_cli()
+    problem = _engine_problem() or (None if compose_cli else "neither `docker compose` nor `docker-compose` is "
+                                    "installed (bash scripts/setup.sh --tests installs Debian's docker-compose)")
+    if problem:
+        pytest.skip(f"cannot start the compose cluster: {problem}")
+    busy = _busy_ports("127.0.0.1")
+    assert not busy, (f"127.0.0.1 ports {busy} are in use (a `bash scripts/dev.sh` running?); the README's cluster "
+                      f"publishes {HOST_PORTS} there: stop what holds them and run this test again")
+    figures: dict[str, object] = {"compose": " ".join(compose_cli)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROCKETRAFT_")}
+    env.update(ROCKETRAFT_BASE_IMAGE=_base_image(), ROCKETRAFT_SUBNET_PREFIX=TEST_SUBNET_PREFIX)
+    figures["base"] = env["ROCKETRAFT_BASE_IMAGE"]
+    dc = _Compose(compose_cli, env)
+    secret_file = DOCKER_DIR / "cluster-secret"
+    made_secret = not secret_file.exists()
+    if made_secret:  # the README's two commands
+        subprocess.run("python3 -c 'import secrets; print(secrets.token_hex(32))' > docker/cluster-secret && "
+                       "chmod 644 docker/cluster-secret", shell=True, cwd=ROOT, check=True)
+    cli_env = dict(env, ROCKETRAFT_CLUSTER_SECRET_FILE=str(secret_file))
+    rocketraft_cli = str(Path(sys.executable).parent / "rocketraft")
+    admin_config = rocketraft.ClientConfig(namesrv=("localhost:9876",), cluster_secret=secret_file.read_text().strip())
+    try:
+        started = time.monotonic()
+        dc("up", "--build", "-d", timeout=UP_TIMEOUT_S)
+        figures["up_s"] = round(time.monotonic() - started, 1)
+        with rocketraft.Admin("localhost:9876", config=admin_config) as admin:
+            first = _wait_master(admin)
+            figures["first_master_s"] = round(time.monotonic() - started, 1)
+            assert {r.address for r in first.replicas} == {"localhost:8081", "localhost:8082", "localhost:8083"}
+
+            # The user, as the README makes it (app.key first), from the README's working directory (tmp_path).
+            subprocess.run("python3 -c 'import secrets; print(secrets.token_hex(16))' > app.key", shell=True,
+                           cwd=tmp_path, check=True)
+            created = subprocess.run([rocketraft_cli, "admin", "createUser", "-u", "app", "--password-file",
+                                      "app.key", "--user-type", "SUPER"], cwd=tmp_path, env=cli_env,
+                                     capture_output=True, text=True, timeout=60)
+            assert created.returncode == 0, f"createUser failed: {created.stdout}{created.stderr}"
+            password = (tmp_path / "app.key").read_text().strip()
+
+            # The README's official-SDK snippet, as written (the topic is auto-created at its first route query).
+            snippet = tmp_path / "sdk_snippet.py"
+            snippet.write_text(_readme_block("## The official SDK against it", "python"))
+            ran = subprocess.run([sys.executable, str(snippet)], cwd=tmp_path, env=env, capture_output=True,
+                                 text=True, timeout=120)
+            assert ran.returncode == 0 and "b'hello'" in ran.stdout, (
+                f"the README's SDK snippet failed (exit {ran.returncode}):\n{ran.stdout[-2000:]}\n{ran.stderr[-3000:]}")
+
+            # Our client as the ACL user; load, and the master killed under it.
+            user = rocketraft.ClientConfig(namesrv=("localhost:9876",), access_key="app", secret_key=password)
+            outcomes: dict[str, list] = {"ok": [], "failed": []}
+            stop = threading.Event()
+            with rocketraft.Producer("localhost:9876", config=user) as producer:
+                producer.send(rocketraft.Message("load", b"warm-up", keys=["warm-up"]))
+                sender = threading.Thread(target=_send_under_load, args=(producer, "load", stop, outcomes))
+                sender.start()
+                try:
+                    time.sleep(LOAD_BEFORE_KILL_S)
+                    victim = _wait_master(admin).master
+                    killed = time.monotonic()
+                    dc("kill", f"broker-{victim}")
+                    new_master = _wait_master(admin, not_replica=victim).master
+                    figures["failover_s"] = round(time.monotonic() - killed, 2)
+                    time.sleep(LOAD_AFTER_KILL_S)
+                finally:
+                    stop.set()
+                    sender.join(timeout=60)
+            figures.update(killed=victim, new_master=new_master, sent_ok=len(outcomes["ok"]),
+                           failed=len(outcomes["failed"]))
+            assert not outcomes["failed"], f"sends failed while the master was killed: {outcomes['failed'][:5]}"
+            dc("start", f"broker-{victim}")
+            figures["rejoin_s"] = round(_wait_rejoined(admin, victim), 1)
+            with rocketraft.SimpleConsumer("localhost:9876", group="load-readers", subscriptions={"load": "*"},
+                                           await_duration_s=2, config=user) as consumer:
+                got = {m.body for m in _consume_all(consumer, len(outcomes["ok"]) + 1)}
+            lost = set(outcomes["ok"]) - got
+            figures["lost"] = len(lost)
+            assert not lost, f"{len(lost)} acknowledged messages were not consumed, e.g. {sorted(lost)[:5]}"
+            with rocketraft.Producer("localhost:9876", config=user) as producer:
+                after = [f"after-{i}".encode() for i in range(AFTER_RESTART_MESSAGES)]
+                for body in after:
+                    producer.send(rocketraft.Message("load", body))
+            stored = sum(q.broker_offset for q in admin.consumer_progress("load-readers", "load"))
+
+        # down + up, with the README's recipe for clients elsewhere (the LAN address stood in for by a loopback one)
+        dc("down")
+        lan = {"ROCKETRAFT_ADVERTISED_HOST": LAN_STANDIN_HOST, "ROCKETRAFT_PUBLISH_HOST": LAN_STANDIN_HOST}
+        dc("up", "-d", **lan)
+        lan_ns = f"{LAN_STANDIN_HOST}:9876"
+        lan_admin_config = rocketraft.ClientConfig(namesrv=(lan_ns,), cluster_secret=admin_config.cluster_secret)
+        with rocketraft.Admin(lan_ns, config=lan_admin_config) as admin:
+            restarted = _wait_master(admin)
+            assert {r.address.rpartition(":")[0] for r in restarted.replicas} == {LAN_STANDIN_HOST}
+            assert sum(q.broker_offset for q in admin.consumer_progress("load-readers", "load")) == stored, (
+                "the topic's queues hold another number of messages after down + up")
+            lan_user = rocketraft.ClientConfig(namesrv=(lan_ns,), access_key="app", secret_key=password)
+            with rocketraft.SimpleConsumer(lan_ns, group="load-readers", subscriptions={"load": "*"},
+                                           await_duration_s=2, config=lan_user) as consumer:
+                again = sorted(m.body for m in _consume_all(consumer, len(after), timeout_s=30))
+            assert again == sorted(after), (f"after down + up the group should get exactly the {len(after)} messages "
+                                            f"it had not consumed (its offset kept): got {again[:12]}")
+            found = admin.query_message_by_key("load", "load-0")
+            assert [m.body for m in found] == [b"load-0"], f"the first loaded message by key: {found}"
+        figures["stored_messages"] = stored
+    except BaseException:
+        logs = dc("logs", "--tail", "40", check=False, timeout=60)
+        print(f"compose logs:\n{logs.stdout[-6000:]}")
+        raise
+    finally:
+        dc("down", "-v", check=False, timeout=180)
+        if made_secret:
+            secret_file.unlink(missing_ok=True)
+        with capsys.disabled():
+            print(f"\ncompose cluster figures: {json.dumps(figures)}")

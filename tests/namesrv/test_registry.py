@@ -221,6 +221,7 @@ def test_unregister_removes_the_replica_at_once():
     (dict(broker_id=0), "follower_broker_id"),
     (dict(group="a:b"), "':'"),
     (dict(address="nohost"), "host:port"),
+    (dict(internal_address="broker-n0"), "internal_address 'broker-n0' is not host:port"),
     (dict(group=""), "must all be set"),
     (dict(heartbeat_timeout_ms=-1), "heartbeat_timeout_ms"),
 ])
@@ -322,6 +323,19 @@ def test_groups_for_create_gives_each_groups_master_address_or_none():
     three_replicas(r, group="broker-z", cluster="other")
     assert r.groups_for_create("c1") == [("broker-a", None), ("broker-b", "127.0.0.11:8081")]
     assert [g for g, _ in r.groups_for_create("")] == ["broker-a", "broker-b", "broker-z"]
+
+
+def test_the_namesrv_dials_a_replicas_internal_address_and_routes_give_clients_its_advertised_one():
+    """A broker in a container advertises the host's published port to clients (localhost:8082) and registers
+    the address its NameServer can reach (the compose service name) as internal_address."""
+    r = RouteRegistry()
+    for rid in ("n1", "n2", "n3"):
+        r.register(reg(rid, "LEADER" if rid == "n2" else "FOLLOWER", 3, address=f"localhost:808{rid[1]}",
+                       internal_address=f"broker-{rid}:8081"), 0)
+    assert r.groups_for_create("c1") == [("broker-a", "broker-n2:8081")]
+    assert r.addresses() == {"broker-n1:8081", "broker-n2:8081", "broker-n3:8081"}
+    assert {address_of(q.broker.endpoints) for q in r.route("T")} == {"localhost:8081", "localhost:8082",
+                                                                      "localhost:8083"}
 
 
 def test_auto_create_is_enabled_when_any_live_replica_allows_it():
