@@ -597,6 +597,12 @@ class _Compose:
         return done
 
 
+def _dangling_volumes() -> list[str]:
+    listed = subprocess.run(["docker", "volume", "ls", "-q", "-f", "dangling=true"], capture_output=True, text=True,
+                            timeout=60)
+    return listed.stdout.split()
+
+
 def _groups(admin) -> list:
     try:
         return admin.cluster_list()
@@ -675,6 +681,7 @@ def test_the_compose_cluster_runs_as_the_readme_says_on_a_real_engine(tmp_path, 
     env.update(ROCKETRAFT_BASE_IMAGE=_base_image(), ROCKETRAFT_SUBNET_PREFIX=TEST_SUBNET_PREFIX)
     figures["base"] = env["ROCKETRAFT_BASE_IMAGE"]
     dc = _Compose(compose_cli, env)
+    volumes_before = set(_dangling_volumes())
     secret_file = DOCKER_DIR / "cluster-secret"
     made_secret = not secret_file.exists()
     if made_secret:  # the README's two commands
@@ -771,6 +778,10 @@ def test_the_compose_cluster_runs_as_the_readme_says_on_a_real_engine(tmp_path, 
         raise
     finally:
         dc("down", "-v", check=False, timeout=180)
+        # the first `down` left the first NameServer container's anonymous /data volume (the image's VOLUME)
+        leaked = [v for v in _dangling_volumes() if v not in volumes_before]
+        if leaked:
+            subprocess.run(["docker", "volume", "rm", *leaked], capture_output=True, timeout=60)
         if made_secret:
             secret_file.unlink(missing_ok=True)
         with capsys.disabled():
