@@ -7,9 +7,11 @@ of a replica's LMDB store, such as the audit).
 Modules: replica (the Replica surface), engine (the tick loop around pysyncobj), raftrules (pre-vote
 and append_entries trimming as pure functions), _pysyncobj_seam (the only module that imports and
 patches pysyncobj), journal (pysyncobj's journal interface over LMDB), store (the LMDB environment),
-logformat (the stored layout), codec (a batch of payloads, with its checksum), repair (fetching a verified copy
-of a corrupt entry from a peer), scrub (background verification of the stored log), snapshot (compaction and
-snapshot transfer), config, errors.
+logformat (the stored layout), groupclock (the group time: a majority of the voters' clocks, carried
+by Raft's heartbeats), peermessages (the shape of every Raft message, checked before it is read), codec
+(a batch of payloads, with its checksum), repair (fetching a verified copy of a corrupt entry from a peer),
+scrub (background verification of the stored log), snapshot (compaction and snapshot transfer), config,
+errors.
 """
 
 from . import logformat
@@ -25,6 +27,7 @@ from .errors import (
     ListenError,
     MembershipChangePendingError,
     MembershipRefusedError,
+    NoGroupTimeError,
     NoLeaderError,
     NotLeaderError,
     OutcomeUnknownError,
@@ -35,6 +38,7 @@ from .errors import (
     TransferRefusedError,
     TransferTimeoutError,
 )
+from .groupclock import ClockSource, ClockView
 from .logformat import read_payloads
 from .replica import AppendResult, LogEntry, Replica, ReplicaStatus, Role, StateMachine
 from .store import Store
@@ -47,6 +51,8 @@ __all__ = [
     "AppliedEntryConflictError",
     "batch_count",
     "check_data_file",
+    "ClockSource",
+    "ClockView",
     "decode_batch",
     "DledgerError",
     "encode_batch",
@@ -56,6 +62,7 @@ __all__ = [
     "ListenError",
     "LogEntry",
     "logformat",
+    "NoGroupTimeError",
     "NoLeaderError",
     "NotLeaderError",
     "OutcomeUnknownError",

@@ -332,6 +332,8 @@ class Transport(TCPTransport):
             if kind == "append_entries" and message.get("entries") and engine.hold_back(node, message):
                 self.drain(node)
                 return True
+            if kind in ("append_entries", "next_node_idx"):
+                engine.stamp_clock(message)
         engine.release_acks()  # keep held acks ahead of anything sent after them
         sent = super().send(node, message)
         self.drain(node)
@@ -440,6 +442,8 @@ class Transport(TCPTransport):
                                         "error": (REFUSED, *refusal)})
                 return
             engine.note_forwarded()
+        if kind in ("append_entries", "next_node_idx"):
+            engine.on_clock_stamp(node, message)
         if kind == "append_entries":
             engine.on_leader_contact(node, message["term"])
             engine.note_leader_commit(message["commit_index"])

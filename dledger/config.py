@@ -73,6 +73,11 @@ class ReplicaConfig:
     # compute (encoding, gRPC) starve it and heartbeats stall: Python's default 5 ms switch interval
     # caused leader churn under load. Process-wide; None leaves it alone.
     python_switch_interval_s: float | None = 0.0005
+    # Group time (groupclock.py): a replica whose wall clock is further than this from the group time is out of bound
+    # (its status says so; the broker's master then runs no time-based retention). Clock samples (carried by Raft's
+    # heartbeats) older than clock_sample_max_age_ms do not count.
+    clock_skew_bound_ms: int = 1000
+    clock_sample_max_age_ms: int = 2000
     # Raft peer traffic is encrypted and authenticated with this password when set.
     password: str | None = None
     # Raft log compaction (a snapshot + prefix deletion) runs when retention allows deleting this many

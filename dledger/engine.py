@@ -70,6 +70,7 @@ from .errors import (
     TransferRefusedError,
     TransferTimeoutError,
 )
+from .groupclock import STAMP_FIELD, GroupClock
 from .journal import LmdbJournal, StoredEntryCorrupt
 from .repair import Repairs
 from .store import Store
@@ -198,6 +199,7 @@ class RaftEngine:
                       "commits_beyond_durable": 0, "prevote_rounds": 0, "elections_started": 0,
                       "snapshots_installed": 0, "sends_held_back": 0, "corrupt_refused": 0}
         self.repairs = Repairs(self)
+        self.clock = GroupClock(config.self_id, config.clock_skew_bound_ms, config.clock_sample_max_age_ms)
         self.identity = self._load_identity(untrusted)
         self._accepted_peers: set[str] = set()  # addresses whose hello we accepted on their current connection
         self._peer_hellos: dict[str, dict] = {}  # replica id -> its last accepted hello
@@ -1068,6 +1070,7 @@ class RaftEngine:
             latest[node] = message
         transport = self.so._SyncObj__transport
         for node, message in latest.items():
+            self.stamp_clock(message)
             self.stats["acks_sent"] += 1
             if self.journal.durable_index < message["next_node_idx"] - 1:
                 self.stats["acks_beyond_durable"] += 1
@@ -1135,6 +1138,7 @@ class RaftEngine:
         for callback, result, reason in deferred:
             callback(result, reason)
         self.view = self._make_view()
+        self._follow_clock(self.view)
         self._after_tick(self.view)
 
     def on_tick_thread(self) -> bool:
@@ -1174,6 +1178,31 @@ class RaftEngine:
             voters=self.voters(),
             removed=self._removed,
         )
+
+    # -- group time (groupclock.py): stamps on Raft's own messages -----------------------------------------------------
+    def stamp_clock(self, message: dict) -> None:
+        """Stamp an outgoing append_entries (leader) or next_node_idx (follower) with this replica's clock."""
+        if message["type"] == "append_entries":
+            message[STAMP_FIELD] = self.clock.stamp_append(message["term"])
+        else:
+            stamp = self.clock.stamp_answer()
+            if stamp is not None:
+                message[STAMP_FIELD] = stamp
+
+    def on_clock_stamp(self, node, message: dict) -> None:
+        """An incoming append_entries or next_node_idx (peermessages checked the stamp's shape if there is one)."""
+        if message["type"] == "append_entries":
+            if message["term"] >= self.so.raftCurrentTerm:
+                self.clock.on_append(message.get(STAMP_FIELD))
+        elif self.so._SyncObj__raftState == RaftState.LEADER:
+            replica_id = self.peer_id(node.address)
+            if replica_id is not None:
+                self.clock.on_answer(replica_id, message.get(STAMP_FIELD))
+
+    def _follow_clock(self, view: EngineView) -> None:
+        if view.raft_state != RaftState.LEADER:
+            self.clock.step_down()
+        self.clock.set_voters([pid for pid, voter in view.voters.items() if voter])
 
     def peer_id(self, address: str | None) -> str | None:
         return self._address_to_id.get(address) if address else None

@@ -30,6 +30,14 @@ class NoLeaderError(NotLeaderError):
     code = "NO_LEADER"
 
 
+class NoGroupTimeError(DledgerError):
+    """No group time is known on this replica right now (a new leader that has not heard a majority of the voters'
+    clocks yet, a follower that has not heard its leader): nothing that needs the time can be decided; retry
+    shortly (dledger/groupclock.py)."""
+
+    code = "NO_GROUP_TIME"
+
+
 class OutcomeUnknownError(DledgerError):
     """The entry may or may not have been committed; a caller must not report it as a failure."""
 

@@ -30,7 +30,9 @@ FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "dl_fetch_entry": {"index": _INT, "term": _INT},
     "dl_fetch_entry_resp": {"index": _INT, "term": _INT, "command": (bytes, *_NOTHING), "reason": (str,)},
 }
-TRANSMISSIONS = ("start", "process", "finish")  # pysyncobj's chunks of one entry too large for one message
+TRANSMISSIONS = ("start", "process", "finish")
+CLOCK_STAMPED = ("append_entries", "next_node_idx")  # may carry a group-clock stamp (groupclock.STAMP_FIELD)
+CLOCK_STAMP = "dl_clock"  # pysyncobj's chunks of one entry too large for one message
 
 
 def problem(message: object) -> str | None:
@@ -47,7 +49,15 @@ def problem(message: object) -> str | None:
             return f"{kind}: {wrong}"
     extra = _append_entries_problem(message) if kind == "append_entries" else _response_problem(message) \
         if kind == "apply_command_response" else None
+    if extra is None and kind in CLOCK_STAMPED and CLOCK_STAMP in message:
+        extra = _clock_stamp_problem(message[CLOCK_STAMP])
     return f"{kind}: {extra}" if extra else None
+
+
+def _clock_stamp_problem(stamp: object) -> str | None:
+    if isinstance(stamp, list) and len(stamp) == 2 and all(type(v) is int and 0 <= v < 2**63 for v in stamp):
+        return None
+    return f"{CLOCK_STAMP} is not [two non-negative ints]"
 
 
 def _wrong(message: dict, name: str, types: tuple[type, ...]) -> str | None:

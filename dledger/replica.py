@@ -48,6 +48,7 @@ from .errors import (
     TransferRefusedError,
     TransferTimeoutError,
 )
+from .groupclock import ClockView
 from .journal import LmdbJournal
 from .logformat import (
     META_APPLIED_INDEX,
@@ -500,6 +501,19 @@ class Replica:
                 return st
             time.sleep(0.005)
         raise TimeoutError(f"condition not reached within {timeout_s}s; last status {self._status}")
+
+    # -- group time (groupclock.py) ----------------------------------------------------------------------
+    def group_time_ms(self) -> int:
+        """The group's time now (ms since the epoch), the only wall-clock time to stamp into or act on in the
+        replicated state: bounded by a majority of the voters' clocks, never backwards. Raises NoGroupTimeError
+        while none is known (a new leader before its followers' first answers; a follower cut off from its
+        leader): retry shortly."""
+        return self._engine.clock.now_ms()
+
+    def clock(self) -> ClockView:
+        """This replica's view of the group time: the time, where it comes from, how far this replica's own wall
+        clock (and, on the leader, each follower's) is from it, and the bound (clock_skew_bound_ms)."""
+        return self._engine.clock.view()
 
     # -- retention -------------------------------------------------------------------------------------
     def set_retention_floor(self, index: int) -> None:
