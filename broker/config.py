@@ -31,6 +31,8 @@ SHUTDOWN_TRANSFER_MILLIS_MAX = 60_000
 METRICS_PORT_DEFAULT = 5557  # RocketMQ 5's metricsPromExporterPort
 PORT_MAX = 65_535
 FILE_RESERVED_HOURS_MAX = 24 * 365 * 100
+CLOCK_SKEW_BOUND_MS_MIN = 10
+CLOCK_SKEW_BOUND_MS_MAX = 3_600_000
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 RAFT_PASSWORD_LABEL = b"rocketraft dledger password v1"  # HMAC(cluster secret, label) = the default Raft password
 
@@ -137,6 +139,10 @@ class BrokerConfig:
     storeMapCleanForciblyRatio: int = 80
     # consume-queue entries one retention command deletes: one apply on every replica's Raft thread (~8 us each)
     cleanMessagesPerCommandMax: int = 2_000
+    # Group time (docs/operations.md, "Clocks"): every time the broker stamps or acts on is the group's, bounded by a
+    # majority of the replicas' clocks (dledger/groupclock.py). A replica whose own wall clock is further than this
+    # from it is out of bound: its status, metrics and log say so, and as master it deletes nothing by time.
+    clockSkewBoundMillis: int = _DLEDGER.clock_skew_bound_ms
     # Raft log compaction (dledger): the log prefix below the retention floor is compacted (a snapshot, then the
     # prefix deleted) once this many entries can go, at most once per interval
     dLegerCompactionMinEntries: int = _DLEDGER.compaction_min_entries
@@ -234,7 +240,8 @@ class BrokerConfig:
             leader_fallback_timeout_ms=self.dLegerLeaderFallbackTimeoutMs or None,
             append_timeout_ms=self.dLegerMaxWaitAckTimeMs, entry_bytes_max=self.entry_bytes_max,
             join_as_voter=self.dLegerJoinAsVoter, compaction_min_entries=self.dLegerCompactionMinEntries,
-            compaction_min_interval_ms=self.dLegerCompactionMinIntervalMs)
+            compaction_min_interval_ms=self.dLegerCompactionMinIntervalMs,
+            clock_skew_bound_ms=self.clockSkewBoundMillis)
 
     @property
     def entry_bytes_max(self) -> int:
@@ -407,6 +414,9 @@ class BrokerConfig:
         if not (0 < self.fileReservedTime <= FILE_RESERVED_HOURS_MAX) or self.file_reserved_ms < 1:
             raise ValueError(f"fileReservedTime {self.fileReservedTime}: use hours in (0, {FILE_RESERVED_HOURS_MAX}] "
                              "(fractions allowed: 0.001 = 3.6 s; at least 1 ms)")
+        if not CLOCK_SKEW_BOUND_MS_MIN <= self.clockSkewBoundMillis <= CLOCK_SKEW_BOUND_MS_MAX:
+            raise ValueError(f"clockSkewBoundMillis {self.clockSkewBoundMillis}: use {CLOCK_SKEW_BOUND_MS_MIN}.."
+                             f"{CLOCK_SKEW_BOUND_MS_MAX} (ms; NTP keeps clocks within a few ms, so 1000 leaves room)")
         if self.cleanResourceInterval < 1:
             raise ValueError(f"cleanResourceInterval {self.cleanResourceInterval}: use at least 1 (ms)")
         for clean_key, refuse_key, of in (("diskSpaceCleanForciblyRatio", "diskMaxUsedSpaceRatio", "percent"),

@@ -15,7 +15,7 @@ from rocketraft.protocol.wire import Code, ipb, pb
 
 from . import reads, validation
 from . import tables as t
-from .core import Broker, now_ms
+from .core import Broker
 from .renewal import Renewals
 from .statemachine import HandleResult, Popped
 from .topics import Topics
@@ -52,7 +52,7 @@ class Consume:
         deadline = time.monotonic() + long_polling_ms / 1000
         empty_pops = 0
         while True:
-            now = now_ms()
+            now = await self.broker.now_ms(deadline)
             if attempt_id and self._attempt_live(group, topic, attempt_id, now):
                 maybe, earliest = True, None  # a retry of a pop on record: answered again, FIFO lock or not
             else:
@@ -161,7 +161,7 @@ class Consume:
             self.renewals.forget(group, topic, handle)
         return await self.broker.commit(spb.Command(handle=spb.HandleCommand(
             kind=kind, group=group, topic=topic, receipt_handle=handle, invisible_ms=invisible_ms,
-            now_ms=now_ms())))
+            now_ms=await self.broker.now_ms())))
 
     # -- offset-based consumption (PullMessage) -------------------------------------------------------------
     async def pull(self, topic: str, queue: int, offset: int, batch_size: int, expression: pb.FilterExpression,

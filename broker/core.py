@@ -21,15 +21,14 @@ from rocketraft.protocol.wire import Code
 
 from .batcher import Batcher
 from .config import BrokerConfig
-from .errors import StoreFacts
+from .errors import StoreFacts, from_dledger
 from .guards import WriteGuards
 from .statemachine import BrokerStateMachine
 
 log = logging.getLogger(__name__)
 
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
+GROUP_TIME_WAIT_S = 1.0  # how long a request waits for a group time (a new leader hears its followers within ms)
+GROUP_TIME_POLL_S = 0.01
 
 
 class Broker:
@@ -195,6 +194,27 @@ class Broker:
             if to in by_client:
                 return by_client[to]
         return to
+
+    # -- time -------------------------------------------------------------------------------------------------
+    async def now_ms(self, deadline: float | None = None) -> int:
+        """The group time (dledger/groupclock.py), never this host's wall clock: every time that goes into a
+        command (store timestamps, delivery times, invisibility deadlines, retention cutoffs) or decides what is
+        due. Waits up to GROUP_TIME_WAIT_S (or the deadline, time.monotonic()) while the group has none yet, then
+        raises a retryable HA_NOT_AVAILABLE naming why."""
+        try:
+            return self.replica.group_time_ms()
+        except dledger.NoGroupTimeError:
+            pass
+        give_up = time.monotonic() + GROUP_TIME_WAIT_S
+        if deadline is not None:
+            give_up = min(give_up, deadline)
+        while True:
+            await asyncio.sleep(GROUP_TIME_POLL_S)
+            try:
+                return self.replica.group_time_ms()
+            except dledger.NoGroupTimeError as exc:
+                if time.monotonic() >= give_up:
+                    raise from_dledger(exc) from None
 
     # -- reads and writes -----------------------------------------------------------------------------------
     def read(self, fn):

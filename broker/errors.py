@@ -58,6 +58,8 @@ def from_dledger(exc: BaseException, store: StoreFacts | None = None) -> BaseExc
         return RocketraftError(f"no master in this broker group: {exc}", Code.HA_NOT_AVAILABLE)
     if isinstance(exc, dledger.NotLeaderError):
         return NotMasterError(f"not the master: {exc}", exc.leader_address)
+    if isinstance(exc, dledger.NoGroupTimeError):  # a leadership's first moments, or cut off from the master
+        return RocketraftError(f"{exc}; retry shortly", Code.HA_NOT_AVAILABLE)
     if isinstance(exc, dledger.OutcomeUnknownError):
         return OutcomeUnknownError(f"outcome unknown: {exc}; the write may or may not have been committed")
     if is_map_full(exc):

@@ -71,6 +71,7 @@ class BrokerCollector:
         self._node(f)
         self._renewals(f)
         self._retention(f)
+        self._clock(f)
         self._traffic(f)
         if status.role is dledger.Role.LEADER and status.failure is None:
             self._state(f, self.queries.state_view(CONSUMPTION_QUEUES_MAX))
@@ -163,6 +164,28 @@ class BrokerCollector:
         f.gauge("rocketraft_retention_last_run_timestamp_seconds", "when this replica last committed a retention "
                 "command as master (0: never)")(r.last_run_s)
 
+    def _clock(self, f: m.Families) -> None:
+        clock = self.broker.replica.clock()
+        f.gauge("rocketraft_clock_group_time_seconds", "the group time on this replica (a majority of the replicas' "
+                "clocks; 0 while none is known): what it stamps into and acts on in the replicated state")(
+            clock.group_time_ms / 1000)
+        f.gauge("rocketraft_clock_skew_seconds", "this replica's wall clock minus the group time (0 while none is "
+                "known)")(clock.skew_ms / 1000)
+        f.gauge("rocketraft_clock_in_bound", "1 if this replica's wall clock is within clockSkewBoundMillis of the "
+                "group time; 0 if not, or if no group time from a majority of the clocks is known")(int(clock.in_bound))
+        source = f.gauge("rocketraft_clock_source", "1 for where this replica's group time comes from: group (a "
+                         "majority of the clocks), own clock (peers of an older version send none), none", "source")
+        for name in dledger.ClockSource:
+            source(int(clock.source is name), name.value)
+        peers = f.gauge("rocketraft_clock_peer_skew_seconds", "leader only: a follower's wall clock minus the group "
+                        "time, as measured over Raft's heartbeats", "peer")
+        for peer, skew_ms in sorted(clock.peer_skew_ms.items()):
+            peers(skew_ms / 1000, peer)
+        r = self.retention
+        f.counter("rocketraft_retention_time_refused_total", "retention decisions of this replica, as master, that "
+                  "deleted nothing by time because its clock was out of bound or no group time was known")(
+            r.time_refusals)
+
     # -- counted on the request paths of this replica -----------------------------------------------------------
     def _traffic(self, f: m.Families) -> None:
         messages_in = f.counter("rocketmq_messages_in_total", "messages stored from sends this replica received "
@@ -234,7 +257,7 @@ class BrokerCollector:
                            "and not acknowledged yet", m.TOPIC, m.CONSUMER_GROUP)
         latency = f.gauge("rocketmq_consumer_lag_latency", "milliseconds since the oldest message the group has not "
                           "consumed became ready (0 when there is none)", m.TOPIC, m.CONSUMER_GROUP)
-        now_ms = time.time_ns() // 1_000_000
+        now_ms = self.broker.replica.clock().group_time_ms or time.time_ns() // 1_000_000
         for (topic, group), (lag_total, ready_total, inflight_total, oldest_ms, pop_queues) in sorted(totals.items()):
             lag(lag_total, topic, group)
             if pop_queues:

@@ -37,7 +37,7 @@ from rocketraft.protocol.errors import RocketraftError, TooManyRequestsError
 from rocketraft.protocol.wire import Code
 
 from .clients import ClientRegistry
-from .core import Broker, now_ms
+from .core import Broker
 from .statemachine import HandleResult, Popped
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ class Renewals:
         while True:
             await asyncio.sleep(period_s)
             try:
-                await self.renew_due(now_ms())
+                await self.renew_due(await self.broker.now_ms())
             except Exception:  # noqa: BLE001 - the next look tries again
                 log.exception("renewing push consumers' messages failed")
 

@@ -39,7 +39,7 @@ from .auth_service import BrokerAuthService
 from .auth_store import AuthView
 from .clients import ClientRegistry
 from .consume import Consume
-from .core import Broker, now_ms
+from .core import Broker
 from .queries import Queries
 from .renewal import Renewals
 from .retention import Retention
@@ -171,7 +171,7 @@ class BrokerServer:
         self._check_counts: dict[str, tuple[int, float]] = {}
 
     def registration(self) -> ipb.BrokerRegistration:
-        cfg, st = self.config, self.broker.status
+        cfg, st, clock = self.config, self.broker.status, self.broker.replica.clock()
         return ipb.BrokerRegistration(
             cluster=cfg.brokerClusterName, group=cfg.brokerName, replica_id=cfg.dLegerSelfId,
             follower_broker_id=cfg.follower_broker_id, role=st.role.value, term=st.term, address=cfg.advertised,
@@ -181,7 +181,9 @@ class BrokerServer:
             heartbeat_timeout_ms=cfg.heartbeatTimeoutMillis, default_queue_nums=cfg.defaultTopicQueueNums,
             leader_address=st.leader_address or "", history_id=st.history_id,
             raft_peers=sorted(f"{i}-{a}" for i, a in (st.members or cfg.peers).items()),
-            non_voter=not st.voter, catch_up_index=st.catch_up_index)
+            non_voter=not st.voter, catch_up_index=st.catch_up_index,
+            clock_skew_ms=clock.skew_ms, clock_in_bound=clock.in_bound, clock_source=clock.source.value,
+            peer_clock_skew_ms=clock.peer_skew_ms)
 
     async def _auth_catch_up(self) -> bool:
         """Before a follower refuses a client's call (ACL 2.0): it may be a few milliseconds behind the master, which
@@ -338,8 +340,8 @@ class BrokerServer:
                 continue
             try:
                 earliest = self.writes.earliest_timer_ms()
-                while earliest is not None and earliest <= now_ms():
-                    await self.writes.deliver_due(now_ms())
+                while earliest is not None and earliest <= (now := await self.broker.now_ms()):
+                    await self.writes.deliver_due(now)
                     earliest = self.writes.earliest_timer_ms()
             except Exception as exc:  # noqa: BLE001 - tried again on the next tick
                 log.warning("delayed-message delivery failed: %s", exc)
@@ -359,7 +361,7 @@ class BrokerServer:
     async def _check_transactions(self) -> None:
         cfg = self.config
         now = time.monotonic()
-        pending = self.writes.half_messages(now_ms() - cfg.transactionTimeOut)
+        pending = self.writes.half_messages(await self.broker.now_ms() - cfg.transactionTimeOut)
         still_half = set()
         for send in pending:
             message = pb.Message.FromString(send.message)

@@ -18,7 +18,7 @@ from rocketraft.protocol.wire import Code, MessageType, ipb, pb
 
 from . import tables as t
 from . import validation
-from .core import Broker, now_ms
+from .core import Broker
 from .statemachine import RecallResult, SendResult
 from .topics import Topics
 from .traffic import Traffic
@@ -60,7 +60,7 @@ class Writes:
         go to the batcher as one submission. `deadline` (time.monotonic(), from the request's own deadline)
         bounds every wait: a message without an outcome then is answered PROXY_TIMEOUT (outcome unknown)."""
         await self.broker.require_writable()
-        now = now_ms()
+        now = await self.broker.now_ms(deadline)
         topics: dict[str, ipb.TopicConfig | Exception] = {}
         outcomes: list = [None] * len(messages)
         payloads, accepted, tokens = [], [], []
@@ -198,7 +198,8 @@ class Writes:
             raise RocketraftError(f"transaction id {transaction_id!r} does not belong to message {message_id}",
                                   Code.INVALID_TRANSACTION_ID)
         decided = await self.broker.commit(spb.Command(end_transaction=spb.EndTransactionCommand(
-            topic=topic, message_id=message_id, transaction_id=transaction_id, commit=commit, now_ms=now_ms())))
+            topic=topic, message_id=message_id, transaction_id=transaction_id, commit=commit,
+            now_ms=await self.broker.now_ms())))
         if decided and self.traffic is not None:  # not a repeat of an outcome already decided
             self.traffic.count_transaction(topic, commit)
 
@@ -228,7 +229,8 @@ class Writes:
                                   f"{self.config.brokerName}; send RecallMessage to a NameServer, which forwards it")
         validation.message_id(parsed.message_id)
         return await self.broker.commit(spb.Command(recall=spb.RecallCommand(
-            topic=topic, message_id=parsed.message_id, token=parsed.token, now_ms=now_ms())))
+            topic=topic, message_id=parsed.message_id, token=parsed.token,
+            now_ms=await self.broker.now_ms())))
 
     # -- delayed messages (the master's timer) -------------------------------------------------------------------
     def earliest_timer_ms(self) -> int | None:

@@ -37,6 +37,7 @@ from rocketraft.protocol.routing import MASTER_BROKER_ID
 from rocketraft.protocol.wire import GRPC_OPTIONS, Code, ipb, ipb_grpc, pb, svc, svc_grpc
 
 from . import certs as dev_certs
+from .clockshift import ClockShift
 from .localcluster import free_port as dledger_free_port
 from .logtail import log_tail
 from .pause import pause
@@ -68,6 +69,7 @@ class Proc:
     args: list[str]
     log_path: str
     process: subprocess.Popen | None = None
+    env_extra: dict = field(default_factory=dict)  # this process's own additions to the environment it is given
 
     def start(self, env: dict) -> None:
         self.spawn(env)
@@ -75,7 +77,7 @@ class Proc:
 
     def spawn(self, env: dict) -> None:
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
-        self.process = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=log, env=env,
+        self.process = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=log, env={**env, **self.env_extra},
                                         start_new_session=True)
         log.close()
 
@@ -160,6 +162,8 @@ class DevCluster:
     # there is no cluster secret (a TLS broker refuses an unauthenticated Raft port)
     tls_mode: str = ""
     tls_client_auth: str = tls.CLIENT_AUTH_NONE
+    # every replica runs with a wall clock the test can shift (devkit/clockshift.py: `clocks[replica_id].set(s)`)
+    clock_shifts: bool = False
 
     def __post_init__(self) -> None:
         self.base_dir = os.path.abspath(self.base_dir)
@@ -187,6 +191,11 @@ class DevCluster:
         self.brokers = {i: Proc(i, [sys.executable, "-m", "broker", "--config", self._write_config(i)],
                                 os.path.join(self.base_dir, "logs", f"{self.group}-{i}.log")) for i in self.ids}
         self._channels: dict[str, grpc.Channel] = {}
+        self.clocks: dict[str, ClockShift] = {}
+        if self.clock_shifts:
+            for i in self.ids:
+                self.clocks[i] = ClockShift(os.path.join(self.base_dir, "conf", f"{i}.clockshift"))
+                self.brokers[i].env_extra.update(self.clocks[i].env())
 
     def _namesrv_proc(self, i: int, address: str) -> Proc:
         name = "namesrv" if i == 0 else f"namesrv-{i}"

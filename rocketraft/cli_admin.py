@@ -168,11 +168,11 @@ def _show(console: Console, verb: str, result) -> None:
         cli_auth.show(console, verb, result)
     elif verb == "clusterList":
         table = _table("cluster", "group", "replica", "brokerId", "role", "term", "address", "applied", "commit",
-                       "vote")
+                       "vote", "clock")
         for g in result:
             for r in g.replicas:
                 table.add_row(g.cluster, g.group, r.replica_id, str(r.broker_id), r.role, str(r.term), r.address,
-                              str(r.applied_index), str(r.commit_index), _vote(r))
+                              str(r.applied_index), str(r.commit_index), _vote(r), r.clock_text)
         console.print(table)
     elif verb == "topicList":
         for name in result:

@@ -56,6 +56,19 @@ class ReplicaInfo:
     commit_index: int
     voter: bool = True      # False while it catches up on a new store (it neither votes nor counts for quorum)
     catch_up_index: int = 0  # a non-voter votes once it holds this index (-1: not known yet)
+    clock_skew_ms: int = 0  # its wall clock minus the group time (docs/operations.md, "Clocks")
+    clock_in_bound: bool = True  # within clockSkewBoundMillis of a group time a majority's clocks gave
+    clock_source: str = ""  # where its group time comes from: group, own clock, none ("" from an older broker)
+
+    @property
+    def clock_text(self) -> str:
+        """Its wall clock against the group time, as clusterList and the dashboard show it."""
+        if not self.clock_source:
+            return "-"  # a broker of an older version
+        if self.clock_source != "group":
+            return f"no group time ({self.clock_source})"
+        skew = f"{self.clock_skew_ms / 1000:+.3f} s"
+        return skew if self.clock_in_bound else f"OUT OF BOUND {skew}"
 
 
 @dataclass(frozen=True)
@@ -188,7 +201,8 @@ class Admin(AsyncClient):
                 continue
             replicas = tuple(sorted((ReplicaInfo(
                 r.replica_id, r.role, r.term, r.address, 0 if r.replica_id == g.master_replica_id
-                else r.follower_broker_id, r.applied_index, r.commit_index, not r.non_voter, r.catch_up_index)
+                else r.follower_broker_id, r.applied_index, r.commit_index, not r.non_voter, r.catch_up_index,
+                r.clock_skew_ms, r.clock_in_bound or not r.clock_source, r.clock_source)
                 for r in g.replicas),
                 key=lambda r: (r.broker_id, r.replica_id)))
             topics = sorted({t.name for r in g.replicas for t in r.topics})

@@ -96,14 +96,21 @@ def _groups_html(groups: list[GroupInfo]) -> str:
 def _group_html(g: GroupInfo) -> str:
     commit = max((r.commit_index for r in g.replicas), default=0)
     rows = [[esc(r.replica_id), str(r.broker_id), badge(r.role), str(r.term), esc(r.address), str(r.applied_index),
-             str(r.commit_index), str(commit - r.applied_index)] for r in g.replicas]
+             str(r.commit_index), str(commit - r.applied_index), esc(r.clock_text)] for r in g.replicas]
     head = (f'<h2>{esc(g.cluster)} / {esc(g.group)} <span class="sub">master '
             f'{badge(g.master, "leader") if g.master else badge("none", "down")} &middot; {len(g.replicas)} '
             f'replicas registered &middot; {len(g.topics)} topics</span></h2>')
     warn = "" if g.master else notice(
         f"Group {g.group} has no master: an election is under way, or fewer than a majority of its replicas are up "
         f"({len(g.replicas)} registered). Sends to it wait or fail; start the missing replicas if it lasts.", "warn")
-    return head + warn + table(["replica", "brokerId", "role", "term", "address", "applied", "commit", "lag"], rows,
+    off = [r for r in g.replicas if r.clock_source and not r.clock_in_bound]
+    if off:
+        warn += notice(
+            "Clocks: " + "; ".join(f"{r.replica_id} {r.clock_text}" for r in off) + ". The group keeps one time from "
+            "a majority of its replicas' clocks, so nothing is lost, but a master whose clock is out of bound deletes "
+            "nothing by time: fix NTP on those hosts (docs/operations.md, \"Clocks\").", "warn")
+    return head + warn + table(["replica", "brokerId", "role", "term", "address", "applied", "commit", "lag", "clock"],
+                               rows,
                                "no replica registered", numeric=(1, 3, 5, 6, 7), table_id=f"replicas-{g.group}")
 
 
