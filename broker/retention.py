@@ -45,6 +45,7 @@ class Retention:
         self.time_refused = ""  # why the last decision deleted nothing by time ("" = it did, or was not master)
         self.time_refusals = 0  # decisions that deleted nothing by time because of the clocks
         self._previous: tuple[int, int, float] | None = None  # (term, cutoff ms, time.monotonic()) of the last one
+        self._held_back = False  # the last cutoff was held to the elapsed time (logged once per episode)
 
     async def run(self) -> None:
         """The master's loop (a task of the server): one command per interval, more at once while a limit of the
@@ -104,13 +105,16 @@ class Retention:
             self.time_refusals += 1
             return 0
         cutoff = max(0, now - self.config.file_reserved_ms)
+        held_back = False
         if self._previous is not None and self._previous[0] == term and self._previous[1]:
             _, previous, at = self._previous
             allowed = previous + round((time.monotonic() - at) * 1000) + clock.skew_bound_ms
             if cutoff > allowed:
-                log.warning("retention: the group time moved %d ms further than this master's own clock since its "
-                            "previous command: the cutoff moves by the elapsed time only", cutoff - allowed)
-                cutoff = allowed
+                if not self._held_back:
+                    log.warning("retention: the group time moved %d ms further than this master's own clock since "
+                                "its previous command: the cutoff moves by the elapsed time only", cutoff - allowed)
+                cutoff, held_back = allowed, True
+        self._held_back = held_back
         return cutoff
 
     def space_pressure(self) -> str | None:

@@ -70,7 +70,7 @@ from .errors import (
     TransferRefusedError,
     TransferTimeoutError,
 )
-from .groupclock import STAMP_FIELD, GroupClock
+from .groupclock import STAMP_FIELD, ClockSource, GroupClock
 from .journal import LmdbJournal, StoredEntryCorrupt
 from .repair import Repairs
 from .store import Store
@@ -79,6 +79,7 @@ log = logging.getLogger(__name__)
 
 RAFT_BIND_RETRY_S = 0.25  # how often a replica tries to bind its Raft listener when it opens
 RAFT_BIND_WAIT_S = 5.0  # and for how long, before it refuses to open (ListenError)
+CLOCK_CHECK_S = 1.0  # how often the tick looks whether this replica's clock left or rejoined the bound (to log it)
 
 # The fail reason of an append refused because leadership is being handed over: (HANDING_OVER, target replica id).
 HANDING_OVER = "dl_handing_over"
@@ -200,6 +201,8 @@ class RaftEngine:
                       "snapshots_installed": 0, "sends_held_back": 0, "corrupt_refused": 0}
         self.repairs = Repairs(self)
         self.clock = GroupClock(config.self_id, config.clock_skew_bound_ms, config.clock_sample_max_age_ms)
+        self._clock_checked_at = 0.0
+        self._clock_state: tuple | None = None  # (source, in bound) last logged
         self.identity = self._load_identity(untrusted)
         self._accepted_peers: set[str] = set()  # addresses whose hello we accepted on their current connection
         self._peer_hellos: dict[str, dict] = {}  # replica id -> its last accepted hello
@@ -1203,6 +1206,34 @@ class RaftEngine:
         if view.raft_state != RaftState.LEADER:
             self.clock.step_down()
         self.clock.set_voters([pid for pid, voter in view.voters.items() if voter])
+        now = time.monotonic()
+        if now >= self._clock_checked_at + CLOCK_CHECK_S:
+            self._clock_checked_at = now
+            self._log_clock_change(self.clock.view())
+
+    def _log_clock_change(self, view) -> None:
+        """Say it once when this replica's clock leaves or rejoins the bound, or its group time's source changes."""
+        state = (view.source, view.in_bound)
+        if state == self._clock_state:
+            return
+        was_off = self._clock_state in ((ClockSource.GROUP, False), (ClockSource.OWN, False))
+        first = self._clock_state is None
+        self._clock_state = state
+        if view.source is ClockSource.NONE:
+            if not first:
+                log.info("replica %s/%s: no group time right now (no majority of clocks heard)", self.config.group_id,
+                         self.config.self_id)
+        elif view.source is ClockSource.OWN:
+            log.warning("replica %s/%s: too few peers send their clocks (an older version): the group time is this "
+                        "replica's own clock until they do", self.config.group_id, self.config.self_id)
+        elif not view.in_bound:
+            log.warning("replica %s/%s: this host's wall clock is %+.3f s from the group time (bound %d ms): it stamps "
+                        "and acts with the group time, and as master deletes nothing by time; fix its NTP "
+                        "(docs/operations.md, \"Clocks\")", self.config.group_id, self.config.self_id,
+                        view.skew_ms / 1000, view.skew_bound_ms)
+        elif was_off:
+            log.warning("replica %s/%s: this host's wall clock agrees with the group time again (%+d ms)",
+                        self.config.group_id, self.config.self_id, view.skew_ms)
 
     def peer_id(self, address: str | None) -> str | None:
         return self._address_to_id.get(address) if address else None

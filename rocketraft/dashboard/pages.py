@@ -103,7 +103,7 @@ def _group_html(g: GroupInfo) -> str:
     warn = "" if g.master else notice(
         f"Group {g.group} has no master: an election is under way, or fewer than a majority of its replicas are up "
         f"({len(g.replicas)} registered). Sends to it wait or fail; start the missing replicas if it lasts.", "warn")
-    off = [r for r in g.replicas if r.clock_source and not r.clock_in_bound]
+    off = [r for r in g.replicas if r.clock_source == "group" and not r.clock_in_bound]
     if off:
         warn += notice(
             "Clocks: " + "; ".join(f"{r.replica_id} {r.clock_text}" for r in off) + ". The group keeps one time from "

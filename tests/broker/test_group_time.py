@@ -6,6 +6,8 @@ early, and the replica whose clock is wrong says so in its status, its metrics a
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import pytest
@@ -81,6 +83,11 @@ def test_a_replica_three_days_ahead_that_becomes_master_deletes_nothing_and_says
     wait_clock(group, ahead, in_bound=False)
     status = clock_of(group, ahead)
     assert 3 * DAY_S - SLACK_S < status.clock_skew_ms / 1000 < 3 * DAY_S + SLACK_S, status
+    wait_until(lambda: "this host's wall clock is +259" in log_of(group, ahead), 10, f"{ahead} logging its skew")
+    shown = subprocess.run([sys.executable, "-m", "rocketraft.cli", "admin", "clusterList", "-n",
+                            group.namesrv_address], capture_output=True, text=True, timeout=60)
+    row = next(line for line in shown.stdout.splitlines() if f" {ahead} " in line)  # docs/operations.md, "Clocks"
+    assert "OUT OF BOUND +259" in row, shown.stdout
     transfer(group, ahead)
     sent += send(group, 40, "during")  # stamped with the group time, not the new master's clock
     time.sleep(RETENTION_RUNS_S)
@@ -161,3 +168,24 @@ def test_a_delayed_message_is_not_delivered_early_by_a_master_whose_clock_runs_a
         waited = time.monotonic() - sent_at
     bound_s = 1.0 + 0.5  # clockSkewBoundMillis, and the timer's and a receive's own latency
     assert delay_s - bound_s <= waited, f"delivered {delay_s - waited:.1f} s early"
+
+
+def test_a_received_message_is_not_redelivered_early_when_the_masters_clock_steps_ahead(group):
+    """An invisibility deadline set before the master's clock stepped 3 days ahead: with the master's own clock it
+    would have passed at once, and the message would go to the next receive."""
+    master = group.wait_master()
+    send(group, 1, "hidden")
+    invisible_s = 5.0
+    with rocketraft.SimpleConsumer(group.namesrv_address, group="patient", subscriptions={TOPIC: "*"},
+                                   await_duration_s=2) as consumer:
+        first = []
+        while not first:
+            first = consumer.receive(max_messages=1, invisible_duration_s=invisible_s)
+        received_at = time.monotonic()
+        group.clocks[master].set(3 * DAY_S)
+        again = []
+        while not again and time.monotonic() - received_at < invisible_s + 10:
+            again = consumer.receive(max_messages=1, invisible_duration_s=invisible_s)
+        assert again and again[0].message_id == first[0].message_id, "never redelivered"
+        waited = time.monotonic() - received_at
+    assert invisible_s - 1.5 <= waited, f"redelivered {invisible_s - waited:.1f} s early"
