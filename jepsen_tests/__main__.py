@@ -26,6 +26,10 @@ MATRIX = [  # (nemesis, extra flags): every fault family alone, then combined
     # storage faults (nemesis.STORAGE), each alone; the whole-group crash under both flush modes
     ("lostdisk", []), ("bitflip", []), ("torn", []), ("garbage", []), ("crash", ["--flush", "ASYNC_FLUSH"]),
     ("crash", ["--flush", "SYNC_FLUSH"]), ("replace", []),
+    # one replica's wall clock wrong by days (nemesis.CLOCKS), with retention on and every message left in the store
+    # until the drain: a clock that decided retention for the group would show as lost messages
+    *((family, ["--retention-s", "12", "--expose-retention", "--interval", "3", "--fault", "5"])
+      for family in nemesis.CLOCKS),
 ]
 
 
@@ -51,6 +55,12 @@ def _run_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--spark-master", default=d.audit_master, help="Spark master for --audit (default local[2])")
     p.add_argument("--disk-mib", type=int, default=0, help="tmpfs per replica (default 256 with the disk nemesis)")
     p.add_argument("--flush", default=d.flush, choices=runner.FLUSH_TYPES, help="the group's flushDiskType")
+    p.add_argument("--retention-s", type=float, default=d.retention_s,
+                   help="fileReservedTime in seconds, retention checked every 0.5 s (default 0: the broker's 72 h)")
+    p.add_argument("--expose-retention", action="store_true",
+                   help="before each fault, senders pause until all sent so far expired; consumers stop during the "
+                        "fault and 2 s after it: what was sent meanwhile heads every queue, where retention looks "
+                        "first")
     return p
 
 
@@ -62,7 +72,7 @@ def _config(args) -> runner.RunConfig:
         message_groups=args.groups, interval_s=args.interval, fault_s=args.fault, combine=args.combine,
         drain_s=args.drain, seed=args.seed if args.seed is not None else int(time.time()) % 100_000,
         out_dir=args.out, audit=args.audit, audit_master=args.spark_master, disk_mib=args.disk_mib,
-        flush=args.flush)
+        flush=args.flush, retention_s=args.retention_s, expose_retention=args.expose_retention)
 
 
 def _print(results: dict) -> None:

@@ -142,11 +142,22 @@ def _queue_order_violations(deliveries: list[dict]) -> list[str]:
 
 
 def _availability(sends: list[tuple[Op, Op | None]]) -> tuple[float, float]:
+    """(failed or unknown fraction, longest time without an acknowledged send while one was being attempted): a gap
+    between two acknowledgements starts when a send was in flight (at the first one, or at the next invoke), so a
+    pause of the senders themselves (--expose-retention) is not counted as unavailability."""
     if not sends:
         return 0.0, 0.0
     bad = sum(1 for _, c in sends if c is None or c.type != "ok")
     oks = sorted(c.time_ns for _, c in sends if c is not None and c.type == "ok")
-    start, end = sends[0][0].time_ns, max(c.time_ns if c else i.time_ns for i, c in sends)
+    invokes = sorted(i.time_ns for i, _ in sends)
+    completions = sorted(c.time_ns for _, c in sends if c is not None)
+    start, end = invokes[0], max(c.time_ns if c else i.time_ns for i, c in sends)
     edges = [start, *oks, end]
-    longest = max((b - a for a, b in zip(edges, edges[1:], strict=False)), default=0)
+    longest = 0
+    for a, b in zip(edges, edges[1:], strict=False):
+        in_flight = bisect.bisect_right(invokes, a) - bisect.bisect_right(completions, a)
+        if in_flight <= 0:  # nothing attempted at a: the gap starts at the next invoke (if before b)
+            following = bisect.bisect_right(invokes, a)
+            a = invokes[following] if following < len(invokes) else b
+        longest = max(longest, b - a)
     return bad / len(sends), longest / 1e9

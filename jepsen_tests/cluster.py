@@ -34,14 +34,15 @@ VOTER_AGAIN_MARKS = ("it votes again", "too few trusted replicas are left",
 
 class ChaosCluster:
     def __init__(self, base_dir: str, replicas: int = 3, disk_mib: int = 0, broker_settings: dict | None = None,
-                 flush: str = "ASYNC_FLUSH"):
+                 flush: str = "ASYNC_FLUSH", clock_shifts: bool = False):
         if not 1 <= replicas <= 9:
             raise ValueError(f"replicas must be 1..9, not {replicas}")
         hosts = tuple(loopback_host(FIRST_HOST + i) for i in range(replicas))
         # Forced cleanup off: the checker and the audit require every acknowledged message, and the disk nemesis
         # fills filesystems on purpose; forced cleanup deletes the oldest messages, acknowledged or not, by design.
         settings = {"cleanFileForciblyEnable": False, **(broker_settings or {})}
-        self.dev = DevCluster(base_dir, replicas=replicas, hosts=hosts, broker_settings=settings, flush=flush)
+        self.dev = DevCluster(base_dir, replicas=replicas, hosts=hosts, broker_settings=settings, flush=flush,
+                              clock_shifts=clock_shifts)
         self.flush = flush
         self.aside_dir = os.path.join(self.dev.base_dir, "aside")  # stores the nemesis moved aside, kept
         self.ids = self.dev.ids
@@ -71,6 +72,8 @@ class ChaosCluster:
         `restart`, a stopped replica is started again (on a store the nemesis left unusable: a new one)."""
         for replica in self.ids:
             self.signal(replica, signal.SIGCONT)
+        for clock in self.dev.clocks.values():
+            clock.set(0)
         netfault.heal()
         for replica in self.mounts:
             self.free_disk(replica)
@@ -194,6 +197,12 @@ class ChaosCluster:
 
     def signal(self, replica: str, sig: int) -> None:
         self.dev.brokers[replica].signal(sig)
+
+    def shift_clock(self, replica: str, offset_s: float) -> None:
+        """Step the replica's wall clock to the true time + offset_s (the cluster runs with clock shifts)."""
+        if replica not in self.dev.clocks:
+            raise RuntimeError(f"{replica} has no shiftable clock: the cluster was started without clock shifts")
+        self.dev.clocks[replica].set(offset_s)
 
     def fill_disk(self, replica: str, percent: float) -> float:
         """Write a ballast file until the replica's filesystem is `percent` used; returns the use reached."""

@@ -19,6 +19,15 @@ when a run ends early. Families:
              (BrokerAdmin.AddReplica, what `rocketraft admin addReplica` does), wait until it votes, remove the old
              follower (RemoveReplica) and stop it; every cycle replaces one more
 
+Clock families (not in 'all'; they need a cluster whose replicas run with shiftable clocks, devkit/clockshift.py,
+which the runner starts when one is chosen; run them with retention on, --retention-s, and --expose-retention, so
+that what was sent while a clock was wrong heads every queue, where retention looks first):
+
+  clockskew   shift one replica's wall clock (the master half the time) 3 days ahead; back when healed
+  clockstep   step the master's clock 3 days ahead (an NTP step) while it leads; back when healed
+  clockbehind set a follower's clock 3 days behind and make it master (TransferLeader); healed by moving
+              mastership to another replica, then setting the clock right
+
 Storage families (not in 'all': two of them at once can take a majority of the group's disks, which the group
 rightly refuses to recover from without an operator; see jepsen_tests/README.md):
 
@@ -54,6 +63,7 @@ import lmdb
 
 from devkit import storefault
 from dledger import logformat
+from rocketraft.client.config import ClientConfig
 from rocketraft.protocol.wire import Code, ipb, ipb_grpc
 
 from . import netfault
@@ -63,8 +73,10 @@ log = logging.getLogger(__name__)
 
 BASIC = ("kill", "pause", "partition", "netem", "disk")  # 'all'
 OPERATIONS = ("transfer", "rolling", "membership")  # what operators do to a live group
+CLOCKS = ("clockskew", "clockstep", "clockbehind")  # one replica's wall clock wrong (need clock shifts)
 STORAGE = ("lostdisk", "bitflip", "torn", "garbage", "crash", "replace")
-FAMILIES = BASIC + OPERATIONS + STORAGE
+FAMILIES = BASIC + OPERATIONS + STORAGE + CLOCKS
+CLOCK_OFFSET_S = 3 * 86_400.0  # the field's case: three days
 DISK_FILL_PERCENT = 97.0
 LAG_S = 1.0  # lostdisk: how long the others go on acknowledging while one follower is paused
 FLIPPED_ENTRIES_MAX = 3
@@ -371,6 +383,73 @@ def log_vote(cluster: ChaosCluster, replica: str) -> None:
     log.info("%s %s", replica, "still catches up (a non-voter)" if replica in pending else "votes again")
 
 
+class ClockSkew:
+    family = "clockskew"
+    backlog_s = 1.0  # --expose-retention: what was sent before a clock ran ahead is what it would delete
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> ActiveFault:
+        replica, role = _target(cluster, rng)
+        offset = CLOCK_OFFSET_S
+        cluster.shift_clock(replica, offset)
+        return ActiveFault(self.family, f"{replica}'s clock ({role}) {offset / 86_400:+.0f} days", [replica],
+                           [lambda: cluster.shift_clock(replica, 0)])
+
+
+class ClockStep:
+    family = "clockstep"
+    backlog_s = 1.0
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> ActiveFault:
+        master = cluster.master_id()
+        if master is None:
+            return ActiveFault(self.family, "no master: no clock step", [])
+        offset = CLOCK_OFFSET_S
+        cluster.shift_clock(master, offset)
+        return ActiveFault(self.family, f"the master {master}'s clock steps {offset / 86_400:+.0f} days", [master],
+                           [lambda: cluster.shift_clock(master, 0)])
+
+
+class ClockBehind:
+    family = "clockbehind"
+    backlog_s = 0.0  # --expose-retention: what it stamps heads every queue, where a correct master's retention looks
+    # --expose-retention: senders wait until their routes name the new master (a send to the old one is forwarded,
+    # and stamped there)
+    settle_s = ClientConfig().route_refresh_interval_s + 1.0
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> ActiveFault:
+        master = cluster.master_id()
+        followers = [r for r in cluster.ids if r != master and cluster.alive(r)]
+        if master is None or not followers:
+            return ActiveFault(self.family, "no master or no live follower: no clock fault", [])
+        behind = rng.choice(followers)
+        cluster.shift_clock(behind, -CLOCK_OFFSET_S)
+        moved = _transfer(cluster, master, behind)
+
+        def take_over() -> None:
+            now = cluster.master_id()
+            if now == behind:
+                others = [r for r in cluster.ids if r != behind and cluster.alive(r)]
+                if others:
+                    target = rng.choice(others)
+                    log.info("clockbehind: mastership %s -> %s (%s)", behind, target,
+                             _transfer(cluster, behind, target))
+            cluster.shift_clock(behind, 0)
+
+        return ActiveFault(self.family, f"{behind}'s clock -3 days, transfer {master} -> {behind} ({moved})",
+                           [behind], [take_over])
+
+
+def _transfer(cluster: ChaosCluster, master: str, target: str) -> str:
+    """Ask `master` to hand leadership to `target`; what it answered."""
+    stub = ipb_grpc.BrokerAdminStub(cluster.dev.channel(cluster.dev.address_of[master]))
+    try:
+        answer = stub.TransferLeader(ipb.TransferLeaderRequest(to=target, timeout_ms=TRANSFER_TIMEOUT_MS),
+                                     timeout=TRANSFER_TIMEOUT_MS / 1000 + 5)
+        return f"{answer.new_master or 'no new master'}: {answer.message or 'OK'}"
+    except grpc.RpcError as exc:
+        return f"{exc.code().name}: {exc.details()}"
+
+
 TRANSFER_TIMEOUT_MS = 5_000
 CATCH_UP_S = 30.0  # rolling: how long a restarted replica may take to catch up before the next one stops
 
@@ -384,13 +463,7 @@ class Transfer:
         if master is None or not followers:
             return ActiveFault(self.family, "no master or no live follower: no transfer", [])
         target = rng.choice(followers)
-        stub = ipb_grpc.BrokerAdminStub(cluster.dev.channel(cluster.dev.address_of[master]))
-        try:
-            answer = stub.TransferLeader(ipb.TransferLeaderRequest(to=target, timeout_ms=TRANSFER_TIMEOUT_MS),
-                                         timeout=TRANSFER_TIMEOUT_MS / 1000 + 5)
-            outcome = f"{answer.new_master or 'no new master'}: {answer.message or 'OK'}"
-        except grpc.RpcError as exc:
-            outcome = f"{exc.code().name}: {exc.details()}"
+        outcome = _transfer(cluster, master, target)
         return ActiveFault(self.family, f"transfer leadership {master} -> {target} ({outcome})", [master, target])
 
 
@@ -467,7 +540,7 @@ def _membership_call(cluster: ChaosCluster, master: str, rpc: str, replica: str)
 CLASSES = {"kill": Kill, "pause": Pause, "partition": Partition, "netem": Netem, "disk": DiskFull,
            "lostdisk": LostDisk, "bitflip": BitFlip, "torn": Torn, "garbage": Garbage, "crash": Crash,
            "replace": Replace, "transfer": Transfer, "rolling": Rolling,
-           "membership": Membership}
+           "membership": Membership, "clockskew": ClockSkew, "clockstep": ClockStep, "clockbehind": ClockBehind}
 
 
 def parse(spec: str) -> list[str]:

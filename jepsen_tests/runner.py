@@ -44,6 +44,10 @@ INTERRUPTING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # like Ctrl-C: the clean
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AUDIT_BAD_INPUT_EXIT = 2  # `python -m audit` exit codes (audit/__main__.py): 0 valid, 1 invalid, 2 bad input, 3 failed
 FLUSH_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
+RETENTION_CHECK_MS = 500  # cleanResourceInterval with --retention-s: a wrong clock has many chances to delete
+# --expose-retention: consumers wait this long after a heal (four retention runs), and catch up within the margin
+HOLD_AFTER_HEAL_S = 2.0
+CATCH_UP_MARGIN_S = 4.0
 AUDIT_TIMEOUT_S = 3600.0  # the audit of a long run's stores takes minutes; beyond this it is reported as failed
 
 
@@ -68,6 +72,11 @@ class RunConfig:
     audit_master: str = "local[2]"
     disk_mib: int = 0              # tmpfs per replica (0: 256 when the disk nemesis is on, else none)
     flush: str = "ASYNC_FLUSH"     # the group's flushDiskType: ASYNC_FLUSH or SYNC_FLUSH
+    retention_s: float = 0.0       # > 0: the group's fileReservedTime in seconds (retention every RETENTION_CHECK_MS)
+    # before each fault the senders pause until everything sent so far expired (retention_s + 2 s; the consumers
+    # take it all first), and the consumers stop during the fault and for HOLD_AFTER_HEAL_S after it: whatever was
+    # sent while the fault lasted heads every queue then, where retention looks first
+    expose_retention: bool = False
 
     def validate(self) -> None:
         checks = [(self.time_limit_s > 0, "--time-limit must be positive"), (self.rate > 0, "--rate must be positive"),
@@ -76,7 +85,15 @@ class RunConfig:
                   (self.replicas in (1, 3, 5, 7), "--replicas must be 1, 3, 5 or 7"),
                   (1 <= self.message_groups <= 10_000, "--groups must be 1..10000"),
                   (self.interval_s > 0 and self.fault_s > 0, "--interval and --fault must be positive"),
-                  (self.flush in FLUSH_TYPES, f"--flush must be one of {', '.join(FLUSH_TYPES)}")]
+                  (self.flush in FLUSH_TYPES, f"--flush must be one of {', '.join(FLUSH_TYPES)}"),
+                  (self.expose_retention or self.retention_s == 0
+                   or self.retention_s >= self.time_limit_s + self.drain_s,
+                   "--retention-s must be 0 (the broker's 72 h) or at least --time-limit + --drain: a message must "
+                   "not expire by the true time before the drain has consumed it"),
+                  (not self.expose_retention or self.retention_s >= self.fault_s + HOLD_AFTER_HEAL_S
+                   + CATCH_UP_MARGIN_S, f"--expose-retention needs --retention-s of at least --fault + "
+                   f"{HOLD_AFTER_HEAL_S + CATCH_UP_MARGIN_S:.0f} s: what a fault's time took must not expire by the "
+                   "true time before the consumers, held until just after it, take it")]
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
@@ -105,6 +122,8 @@ class Clients:
         self.cfg, self.workload, self.recorder, self.namesrv = cfg, workload, recorder, namesrv
         self.sending = threading.Event()
         self.consuming = threading.Event()
+        self.may_consume = threading.Event()  # cleared while expose_retention holds them
+        self.may_send = threading.Event()
         self.acked: set[str] = set()
         self.consumed: set[str] = set()
         self.sends_in_flight = 0  # invoked and not yet answered (written on the clients' loop, read by the drain)
@@ -118,6 +137,8 @@ class Clients:
     def start(self, timeout_s: float = 60.0) -> None:
         self.sending.set()
         self.consuming.set()
+        self.may_consume.set()
+        self.may_send.set()
         self.thread.start()
         self.done = asyncio.run_coroutine_threadsafe(self._main(), self.loop)
         if not self.ready.wait(timeout_s) or self.error:
@@ -171,6 +192,10 @@ class Clients:
         next_at = loop.time() + rng.random() * interval
         n = 0
         while self.sending.is_set():
+            if not self.may_send.is_set():
+                await asyncio.sleep(0.05)
+                next_at = loop.time()
+                continue
             await asyncio.sleep(max(0.0, next_at - loop.time()))
             next_at = max(next_at + interval, loop.time())  # a process that fell behind does not burst
             if not self.sending.is_set():
@@ -196,6 +221,9 @@ class Clients:
 
     async def _consume_loop(self, process: int, client) -> None:
         while self.consuming.is_set():
+            if not self.may_consume.is_set():
+                await asyncio.sleep(0.1)
+                continue
             self.recorder.record(process, "invoke", "consume", None)
             try:
                 deliveries = await asyncio.wait_for(client.receive(), RECEIVE_OP_TIMEOUT_S)
@@ -222,8 +250,11 @@ class Run:
         self.rng = random.Random(cfg.seed)
         self.faults: list[FaultWindow] = []
         self.nemeses = {family: nemesis.CLASSES[family]() for family in cfg.nemesis}
+        retention = {"fileReservedTime": cfg.retention_s / 3600, "cleanResourceInterval": RETENTION_CHECK_MS
+                     } if cfg.retention_s else {}
         self.cluster = ChaosCluster(os.path.join(self.dir, "cluster"), cfg.replicas, cfg.disk_mib,
-                                    flush=cfg.flush)
+                                    broker_settings=retention, flush=cfg.flush,
+                                    clock_shifts=any(f in nemesis.CLOCKS for f in cfg.nemesis))
         self.recorder = Recorder(self.history_path)
         self.notes: list[str] = []
         netem = self.nemeses.get("netem")
@@ -242,7 +273,7 @@ class Run:
             clients = Clients(self.cfg, make_workload(self.cfg.workload, self.cfg.concurrency + self.cfg.consumers
                                                       + 4), self.recorder, self.cluster.namesrv)
             clients.start()
-            self._chaos()
+            self._chaos(clients)
             self._drain(clients)
             clients.stop()
             clients = None
@@ -264,21 +295,46 @@ class Run:
         return self._results(audit_result, error)
 
     # -- phases -----------------------------------------------------------------------------------------------
-    def _chaos(self) -> None:
+    def _chaos(self, clients: Clients) -> None:
         deadline = time.monotonic() + self.cfg.time_limit_s
         log.info("chaos for %.0fs: nemesis %s", self.cfg.time_limit_s, ", ".join(self.cfg.nemesis) or "none")
         while time.monotonic() < deadline:
             _sleep_until(min(deadline, time.monotonic() + self.cfg.interval_s * self.rng.uniform(0.5, 1.5)))
             if time.monotonic() >= deadline or not self.nemeses:
                 continue
-            window, active = self._inject()
-            _sleep_until(min(deadline, time.monotonic() + self.cfg.fault_s))
+            chosen = self._choose()
+            expose = self.cfg.expose_retention
+            if expose:
+                self._expose(clients, chosen)
+            window, active = self._inject(chosen)
+            if expose:  # the clients' routes follow a new master before they send (else a forwarding replica stamps)
+                _sleep_until(time.monotonic() + max(getattr(self.nemeses[f], "settle_s", 0.0) for f in chosen))
+            clients.may_send.set()
+            _sleep_until(min(deadline, time.monotonic() + self.cfg.fault_s) if not expose
+                         else time.monotonic() + self.cfg.fault_s)
             self._heal(window, active)
+            if expose:
+                _sleep_until(time.monotonic() + HOLD_AFTER_HEAL_S)
+                clients.may_consume.set()
 
-    def _inject(self) -> tuple[FaultWindow, list[nemesis.ActiveFault]]:
+    def _choose(self) -> list[str]:
         families = list(self.nemeses)
         count = 2 if self.cfg.combine and len(families) > 1 and self.rng.random() < 1 / 3 else 1
-        chosen = self.rng.sample(families, count)
+        return self.rng.sample(families, count)
+
+    def _expose(self, clients: Clients, chosen: list[str]) -> None:
+        """--expose-retention: everything sent so far expires (the consumers take it first); then the consumers stop,
+        and the senders send for the faults' backlog_s before the faults (a backlog that a clock ahead would delete)
+        or not at all (what the faults' time stamps heads every queue: a clock behind would make it look old)."""
+        clients.may_send.clear()
+        _sleep_until(time.monotonic() + self.cfg.retention_s + 2 * RETENTION_CHECK_MS / 1000 + 1)
+        clients.may_consume.clear()
+        backlog_s = max(getattr(self.nemeses[family], "backlog_s", 0.0) for family in chosen)
+        if backlog_s:
+            clients.may_send.set()
+            _sleep_until(time.monotonic() + backlog_s)
+
+    def _inject(self, chosen: list[str]) -> tuple[FaultWindow, list[nemesis.ActiveFault]]:
         window = FaultWindow(chosen, "", self.recorder.now_ns() / 1e9)
         active = []
         for family in chosen:
@@ -306,6 +362,7 @@ class Run:
     def _drain(self, clients: Clients) -> None:
         clients.stop_sending()
         self.cluster.heal_everything()  # also restarts a killed replica whose restart failed
+        clients.may_consume.set()
         deadline = time.monotonic() + self.cfg.drain_s
         log.info("drain: waiting for %d acknowledged messages to be consumed (at most %.0fs)",
                  len(clients.acked), self.cfg.drain_s)

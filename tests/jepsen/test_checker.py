@@ -136,13 +136,26 @@ def test_queue_order_catches_a_lower_offset_first_delivered_after_a_higher_one_a
 def test_availability_reports_the_unavailable_fraction_and_the_longest_window_without_acks():
     r = Recorder()
     r.send(1, "m0")
+    r.op(1, "invoke", "send", {"id": "m1", "group": None})
     r.now += 2_000 * MS                     # 2 s in which every send fails
-    r.send(1, "m1", outcome="fail")
+    r.op(1, "fail", "send", {"id": "m1", "group": None})
     r.send(1, "m2", outcome="info")
     r.send(1, "m3")
     result = check(r.ops)
     assert result.unavailable_fraction == 0.5
     assert 2.0 <= result.longest_unavailable_s < 2.1
+
+
+def test_a_pause_of_the_senders_themselves_is_not_unavailability():
+    r = Recorder()
+    r.send(1, "m0")
+    r.now += 20_000 * MS                    # nobody sends for 20 s (--expose-retention pauses the senders)
+    r.send(1, "m1")
+    r.op(1, "invoke", "send", {"id": "m2", "group": None})
+    r.now += 3_000 * MS                     # then one send waits 3 s for its answer
+    r.op(1, "ok", "send", {"id": "m2", "group": None, "queue": "broker-a/0"})
+    r.consume(2, "m0", "m1", "m2")
+    assert 3.0 <= check(r.ops).longest_unavailable_s < 3.1
 
 
 @given(st.lists(st.sampled_from(["ok", "fail", "info"]), min_size=1, max_size=40), st.data())
