@@ -14,6 +14,8 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from rocketraft.protocol.auth_acl import AuthorizationError
+from rocketraft.protocol.auth_guard import caller_name
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.refusals import RefusalLog
 from rocketraft.protocol.wire import Code, pb
@@ -40,6 +42,7 @@ class ClientSession:
     subscriptions: dict[str, str] = field(default_factory=dict)  # topic -> normalized expression
     last_seen: float = 0.0
     outbox: asyncio.Queue | None = None  # commands to push on its Telemetry stream
+    owner: str | None = None  # the ACL 2.0 user that registered it (None: authentication off, or a server's call)
 
 
 SWEEP_INTERVAL_S = 1.0  # expired sessions are dropped at most this often (a sweep looks at every session)
@@ -56,12 +59,29 @@ class ClientRegistry:
         self._subscriptions_refused = RefusalLog("subscription differing from its group's", log)
 
     def session(self, client_id: str) -> ClientSession:
+        """The client's session, made on first use. A client id belongs to the ACL 2.0 user whose call first used
+        it (auth_guard.caller_name), until the client is forgotten: another user's call with it is refused, so no
+        tenant can take another's check-backs, group membership or session (AuthorizationError)."""
+        owner = caller_name()
         session = self._sessions.get(client_id)
         if session is None:
             self._make_room()
-            session = self._sessions[client_id] = ClientSession(client_id)
+            session = self._sessions[client_id] = ClientSession(client_id, owner=owner)
+        else:
+            self._check_owner(session, owner)
         session.last_seen = time.monotonic()
         return session
+
+    def _check_owner(self, session: ClientSession, owner: str | None) -> None:
+        if owner is None or session.owner == owner:
+            return
+        if session.owner is None:  # registered before authentication was on: the first user claims it
+            session.owner = owner
+            return
+        raise AuthorizationError(
+            f"client id {session.client_id!r} belongs to another user on this broker replica: a client id is bound "
+            f"to the user that first registered it until that client has been silent for {self._expiry_s:.0f} s "
+            "(clientExpiryMillis); give every client an id of its own")
 
     def _make_room(self) -> None:
         """Refuses a new client while clientsMax live ones are known (each costs memory, and every Heartbeat,
@@ -100,7 +120,11 @@ class ClientRegistry:
             session.client_type = client_type
 
     def remove(self, client_id: str) -> None:
-        self._sessions.pop(client_id, None)
+        """The client said goodbye (NotifyClientTermination): only its own user may say it for it."""
+        session = self._sessions.get(client_id)
+        if session is not None:
+            self._check_owner(session, caller_name())
+            del self._sessions[client_id]
 
     def is_live(self, client_id: str) -> bool:
         """Whether this replica still counts the client as connected: its Telemetry stream is open, or it was heard from

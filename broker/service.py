@@ -149,7 +149,11 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
     async def Telemetry(self, request_iterator, context):
         client_id = client_id_of(context)
         outbox: asyncio.Queue = asyncio.Queue(TELEMETRY_PENDING_MAX)  # full: frames are not read until it drains
-        session = self.clients.session(client_id)
+        try:
+            session = self.clients.session(client_id)
+        except RocketraftError as exc:  # another user's client id, or clientsMax: answered, and the stream ends
+            yield svc.TelemetryCommand(status=_status_of(exc))
+            return
         session.outbox = outbox
 
         async def read_commands():

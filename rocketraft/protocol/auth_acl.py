@@ -29,7 +29,9 @@ from rocketraft.proto import auth_pb2 as apb
 from .errors import BadRequestError, RocketraftError
 from .limits import RETRY_TOPIC_PREFIX
 from .names import namespace_of
-from .wire import Code
+from .wire import Code, pb
+
+ClientType = pb.ClientType
 
 AUTHORIZATION_HEADER = "authorization"
 DATE_TIME_HEADER = "x-mq-date-time"
@@ -429,7 +431,6 @@ def peer_ip(peer: str) -> str:
 
 # -- what each v2 call needs (RocketMQ 5's DefaultAuthorizationContextBuilder, as far as rocketraft serves it) ----
 
-_CONSUMER_TYPES = frozenset({5, 6, 7})  # apache.rocketmq.v2.ClientType PUSH_CONSUMER, SIMPLE_CONSUMER, PULL_CONSUMER
 _GROUP_AND_TOPIC = {"AckMessage", "ForwardMessageToDeadLetterQueue", "QueryAssignment", "ChangeInvisibleDuration"}
 _GROUP_AND_QUEUE = {"ReceiveMessage", "PullMessage", "UpdateOffset", "GetOffset"}
 
@@ -444,7 +445,9 @@ def needs_of(method: str, request) -> list[Need]:
     if method == "QueryRoute":
         return [Need(topic(request.topic.name), frozenset({Action.PUB, Action.SUB}))]
     if method in ("Heartbeat", "NotifyClientTermination"):
-        consumer = method == "NotifyClientTermination" or request.client_type in _CONSUMER_TYPES
+        # a heartbeat naming a group makes its client a member (pull consumers share the group's queues by it): it
+        # needs Sub on the group unless the client says it is a producer (a producer is never counted as a member)
+        consumer = method == "NotifyClientTermination" or request.client_type != ClientType.PRODUCER
         return [sub(group(request.group.name))] if consumer and request.group.name else []
     if method in _GROUP_AND_TOPIC:
         return [sub(group(request.group.name)), sub(topic(request.topic.name))]

@@ -10,6 +10,7 @@ cluster secret is a server's or an admin's (rocketraft/protocol/auth_internal.py
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import logging
 import time
@@ -30,6 +31,15 @@ from .refusals import RefusalLog
 log = logging.getLogger(__name__)
 
 V2_PATH = "/apache.rocketmq.v2.MessagingService/"
+STREAM_RECHECK_S = 0.5  # an open stream's user is looked up again this often: a revoked one's stream is closed
+_CALLER: contextvars.ContextVar[str | None] = contextvars.ContextVar("rocketraft_acl_user", default=None)
+
+
+def caller_name() -> str | None:
+    """The ACL 2.0 user the call being served (on this asyncio task) authenticated as; None with authentication
+    off, or for a server's or an admin's call (proven by the cluster secret). What a client id is bound to
+    (broker/clients.py)."""
+    return _CALLER.get()
 Lookup = Callable[[str], Awaitable[tuple[apb.User | None, auth_acl.Policy | apb.Acl | None]]]
 
 
@@ -75,6 +85,7 @@ class Guard:
             try:
                 caller = await self.identify(path or V2_PATH + method, context)
                 self.authorize(caller, method, request)
+                _CALLER.set(caller.user.username if caller.user is not None else None)
                 return None
             except (AuthenticationError, AuthorizationError) as exc:
                 if decided_again or self.recheck is None or _carries_internal_proof(context) \
@@ -209,7 +220,8 @@ def _stream(guard: Guard, name: str, path: str, impl, response_cls):
             guard.note(name, exc)
             yield response_cls(status=exc.to_status())
             return
-        if not guard.checks_requests(caller):
+        _CALLER.set(caller.user.username if caller.user is not None else None)
+        if caller.user is None:  # a server or an admin (the cluster secret): nothing to check or revoke
             async for response in impl(request_iterator, context):
                 yield response
             return
@@ -217,16 +229,43 @@ def _stream(guard: Guard, name: str, path: str, impl, response_cls):
 
         async def checked():
             async for frame in request_iterator:
-                problem = await guard.frame_refusal(caller, name, frame)
+                problem = await guard.frame_refusal(caller, name, frame) if guard.checks_requests(caller) else None
                 if problem is None:
                     yield frame
                 else:
                     await refusals.put(response_cls(status=problem.to_status()))
 
-        async for response in serving.merged(impl(checked(), context), refusals):
-            yield response
+        watcher = asyncio.ensure_future(_watch_revocation(guard, caller, name, response_cls, refusals))
+        try:
+            async for response in serving.merged(impl(checked(), context), refusals):
+                if response is _REVOKED:
+                    return
+                yield response
+        finally:
+            watcher.cancel()
 
     return handle
+
+
+_REVOKED = object()  # put on a stream's refusals after the refusal itself: the stream ends there
+
+
+async def _watch_revocation(guard: Guard, caller: Caller, name: str, response_cls, refusals: asyncio.Queue) -> None:
+    """Ends the stream once its user is deleted or disabled (nothing more is pushed to it, check-backs included)."""
+    while True:
+        await asyncio.sleep(STREAM_RECHECK_S)
+        try:
+            user, _ = await guard.lookup(caller.user.username)
+        except Exception as exc:  # noqa: BLE001 - a lookup that cannot be made now is tried again
+            log.debug("cannot look up %s for its open %s stream: %s", caller.user.username, name, exc)
+            continue
+        if user is None or user.status == apb.DISABLE:
+            refused = AuthorizationError(f"user {caller.user.username!r} was deleted or disabled: its {name} "
+                                         "stream is closed")
+            guard.note(name, refused)
+            await refusals.put(response_cls(status=refused.to_status()))
+            await refusals.put(_REVOKED)
+            return
 
 
 # -- admin calls (rocketraft.internal.v1) an ACL 2.0 user may make -----------------------------------------------
