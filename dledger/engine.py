@@ -1203,7 +1203,9 @@ class RaftEngine:
                 self.clock.on_answer(replica_id, message.get(STAMP_FIELD))
 
     def _follow_clock(self, view: EngineView) -> None:
-        if view.raft_state != RaftState.LEADER:
+        if view.raft_state == RaftState.LEADER:
+            self.clock.lead(view.term)
+        else:
             self.clock.step_down()
         self.clock.set_voters([pid for pid, voter in view.voters.items() if voter])
         now = time.monotonic()

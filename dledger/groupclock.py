@@ -113,6 +113,13 @@ class GroupClock:
         self._leader_time = None
         self._leading_term = term
 
+    def lead(self, term: int) -> None:
+        """This replica leads in `term` (a group of one sends no append_entries, so the tick says it too)."""
+        if self._leading_term != term:
+            with self._lock:
+                if self._leading_term != term:
+                    self._lead(term)
+
     def step_down(self) -> None:
         """This replica does not lead (any more)."""
         if self._leading_term is not None:
@@ -121,9 +128,7 @@ class GroupClock:
 
     def stamp_append(self, term: int) -> list[int]:
         """The stamp for an append_entries the leader of `term` sends now."""
-        if self._leading_term != term:
-            with self._lock:
-                self._lead(term)
+        self.lead(term)
         try:
             group_ms = self.now_ms()
         except NoGroupTimeError:

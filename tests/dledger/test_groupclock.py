@@ -164,3 +164,10 @@ def test_a_stamp_from_another_leadership_or_a_forged_one_is_no_measurement():
     world.clocks["a"].on_answer("c", [world.mono_ns - 10 * 10**9, T0_MS + DAY_MS])  # 10 s round trip
     with pytest.raises(NoGroupTimeError):
         world.clocks["a"].now_ms()
+
+
+def test_a_group_of_one_has_its_own_clock_as_the_group_time():
+    world = World({"a": 5000})
+    world.clocks["a"].lead(1)  # it sends no append_entries: the tick says it leads
+    assert world.clocks["a"].now_ms() == world.true_ms + 5000
+    assert world.clocks["a"].view().in_bound and world.clocks["a"].view().source is ClockSource.GROUP
