@@ -18,7 +18,7 @@ import socket
 import uvicorn
 
 from rocketraft import parentwatch
-from rocketraft.protocol.wire import address_argument, split_address
+from rocketraft.protocol.wire import address_argument, split_address, tcp_listener
 
 from .app import ALLOW_FLAG, POLL_INTERVAL_S_DEFAULT, create_app
 
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     host, port = split_address(args.listen)
     try:
-        sock = socket.create_server((host, port))
+        sock = tcp_listener(host, port)
     except OSError as e:
         print(f"rocketraft dashboard: cannot listen on {args.listen}: {e}; pick another with --listen HOST:PORT")
         return 1

@@ -20,7 +20,7 @@ import socket
 import threading
 import time
 
-from .wire import split_address
+from .wire import split_address, tcp_listener
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +90,7 @@ class Splicer:
         """Bind `listen` (here, so a port in use fails the caller) and serve; the bound port, 0 if it cannot bind."""
         host, port = split_address(self.listen)
         try:
-            family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
-            sock = socket.create_server((host.strip("[]"), port), family=family, backlog=BACKLOG)
+            sock = tcp_listener(host, port, BACKLOG)  # accepted callers get TCP_NODELAY (see tcp_listener)
         except OSError as exc:
             log.error("cannot listen on %s: %s", self.listen, exc)
             return 0
