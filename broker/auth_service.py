@@ -29,8 +29,9 @@ class BrokerAuthService(apb_grpc.BrokerAuthServicer):
         self.broker = broker
         self.view = view
 
-    async def lookup(self, username: str) -> tuple[apb.User | None, auth_acl.Policy]:
-        """The user and its ACL as this replica has applied them (the broker's ACL guard)."""
+    async def lookup(self, username: str, caller_ip: str = "") -> tuple[apb.User | None, auth_acl.Policy]:
+        """The user and its ACL as this replica has applied them (the broker's ACL guard; local, so no caller is
+        bounded)."""
         return self.view.user(username), self.view.policy(auth_acl.SUBJECT_PREFIX + username)
 
     async def _commit(self, change: spb.AuthCommand) -> None:

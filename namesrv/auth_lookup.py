@@ -30,6 +30,9 @@ CACHE_MS_DEFAULT = 2000
 CACHE_ENTRIES_MAX = 10_000
 LOOKUP_TIMEOUT_S = 2.0
 LOOKUPS_IN_FLIGHT_MAX = 64  # broker round trips at once; more is refused (calls with made-up names are free to send)
+# broker round trips one caller (IP) may have started and not finished: a caller flooding made-up user names uses up
+# its own share, not the lookups of every other caller
+LOOKUPS_PER_CALLER_MAX = 8
 
 
 class SubjectLookup:
@@ -41,30 +44,45 @@ class SubjectLookup:
         self.cache_ms = cache_ms
         self._cache: collections.OrderedDict[str, tuple[int, apb.User | None, Policy]] = collections.OrderedDict()
         self._in_flight: dict[str, asyncio.Future] = {}  # one broker round trip per username at a time
+        self._started_by: dict[str, int] = {}  # caller IP -> round trips it started that are still in flight
 
-    async def __call__(self, username: str) -> tuple[apb.User | None, Policy]:
+    async def __call__(self, username: str, caller_ip: str = "") -> tuple[apb.User | None, Policy]:
         now = time.monotonic_ns() // 1_000_000
         cached = self._cache.get(username)
         if cached is not None and now - cached[0] < self.cache_ms:
             return cached[1], cached[2]
-        user, policy = await self._ask_once(username)
+        user, policy = await self._ask_once(username, caller_ip)
         self._cache[username] = (now, user, policy)
         self._cache.move_to_end(username)
         while len(self._cache) > CACHE_ENTRIES_MAX:
             self._cache.popitem(last=False)
         return user, policy
 
-    async def _ask_once(self, username: str) -> tuple[apb.User | None, Policy]:
+    async def _ask_once(self, username: str, caller_ip: str) -> tuple[apb.User | None, Policy]:
         pending = self._in_flight.get(username)
-        if pending is None:
+        if pending is None:  # a lookup of this name already on its way is joined, whoever started it
+            mine = self._started_by.get(caller_ip, 0)
+            if mine >= LOOKUPS_PER_CALLER_MAX:
+                raise AuthenticationError(f"cannot check user {username[:64]!r} now: {mine} lookups this caller "
+                                          f"({caller_ip or 'unknown address'}) started are still in flight "
+                                          "(LOOKUPS_PER_CALLER_MAX); retry")
             if len(self._in_flight) >= LOOKUPS_IN_FLIGHT_MAX:
                 raise AuthenticationError(f"cannot check user {username[:64]!r} now: {len(self._in_flight)} user "
                                           f"lookups are in flight (LOOKUPS_IN_FLIGHT_MAX); retry")
             pending = asyncio.ensure_future(self._ask(username))
             self._in_flight[username] = pending
-            pending.add_done_callback(lambda _done: self._in_flight.pop(username, None))
+            self._started_by[caller_ip] = mine + 1
+            pending.add_done_callback(lambda _done: self._finished(username, caller_ip))
         user, acl = await asyncio.shield(pending)
         return user, Policy(acl)
+
+    def _finished(self, username: str, caller_ip: str) -> None:
+        self._in_flight.pop(username, None)
+        left = self._started_by.get(caller_ip, 1) - 1
+        if left > 0:
+            self._started_by[caller_ip] = left
+        else:
+            self._started_by.pop(caller_ip, None)
 
     async def _ask(self, username: str) -> tuple[apb.User | None, apb.Acl | None]:
         now = self.clock_ms()

@@ -40,7 +40,8 @@ def caller_name() -> str | None:
     off, or for a server's or an admin's call (proven by the cluster secret). What a client id is bound to
     (broker/clients.py)."""
     return _CALLER.get()
-Lookup = Callable[[str], Awaitable[tuple[apb.User | None, auth_acl.Policy | apb.Acl | None]]]
+# (username, the caller's IP) -> the user and its ACL; the IP lets a lookup that costs a round trip bound each caller
+Lookup = Callable[[str, str], Awaitable[tuple[apb.User | None, auth_acl.Policy | apb.Acl | None]]]
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ class Guard:
         if cred is None:
             raise AuthenticationError("this server requires ACL credentials (authenticationEnabled): give the client "
                                       "an access key and secret key of a user (`rocketraft admin createUser`)")
-        user, acl = await self.lookup(cred.username)
+        user, acl = await self.lookup(cred.username, source_ip)
         user = auth_acl.authenticate(cred, user, time.time(), self.config.window_ms, self.config.any_timezone)
         return Caller(user, acl, source_ip)
 
@@ -128,7 +129,7 @@ class Guard:
     async def frame_refusal(self, caller: Caller, method: str, frame) -> RocketraftError | None:
         """Whether one frame of a long-lived stream may go on, by the user and ACL as they are now."""
         try:
-            user, policy = await self.lookup(caller.user.username)
+            user, policy = await self.lookup(caller.user.username, caller.source_ip)
             if user is None or user.status == apb.DISABLE:
                 raise AuthorizationError(f"user {caller.user.username!r} was deleted or disabled since the stream "
                                          f"opened")
@@ -255,7 +256,7 @@ async def _watch_revocation(guard: Guard, caller: Caller, name: str, response_cl
     while True:
         await asyncio.sleep(STREAM_RECHECK_S)
         try:
-            user, _ = await guard.lookup(caller.user.username)
+            user, _ = await guard.lookup(caller.user.username, caller.source_ip)
         except Exception as exc:  # noqa: BLE001 - a lookup that cannot be made now is tried again
             log.debug("cannot look up %s for its open %s stream: %s", caller.user.username, name, exc)
             continue

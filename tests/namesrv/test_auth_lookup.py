@@ -1,7 +1,9 @@
 """A NameServer's user lookups (namesrv/auth_lookup.py) stay bounded: at most LOOKUPS_IN_FLIGHT_MAX broker round
-trips at once (the next distinct user is refused by name, not queued for ever), and at most CACHE_ENTRIES_MAX
-answers kept (the oldest forgotten). The broker side is a real gRPC BrokerAuth server on 127.0.0.1 whose
-GetSubject waits until the test lets it answer; the lookup, its channels and its cache are the real ones."""
+trips at once (the next distinct user is refused by name, not queued for ever), at most LOOKUPS_PER_CALLER_MAX
+started by one caller (a flood of made-up names from one address does not starve the others), and at most
+CACHE_ENTRIES_MAX answers kept (the oldest forgotten). The broker side is a real gRPC BrokerAuth server on
+127.0.0.1 whose GetSubject waits until the test lets it answer; the lookup, its channels and its cache are the real
+ones."""
 
 from __future__ import annotations
 
@@ -59,7 +61,9 @@ def test_lookups_beyond_the_in_flight_limit_are_refused_by_name_and_the_others_c
         broker = SlowBrokerAuth()
         lookup, close = await lookup_against(broker)
         try:
-            waiting = [asyncio.ensure_future(lookup(f"user{i}")) for i in range(auth_lookup.LOOKUPS_IN_FLIGHT_MAX)]
+            share = auth_lookup.LOOKUPS_PER_CALLER_MAX  # callers of their own, each within its share
+            waiting = [asyncio.ensure_future(lookup(f"user{i}", f"127.0.1.{i // share}"))
+                       for i in range(auth_lookup.LOOKUPS_IN_FLIGHT_MAX)]
             await asyncio.sleep(0)  # every lookup is registered in flight
             with pytest.raises(AuthenticationError, match="LOOKUPS_IN_FLIGHT_MAX"):
                 await lookup("one-too-many")
@@ -69,6 +73,27 @@ def test_lookups_beyond_the_in_flight_limit_are_refused_by_name_and_the_others_c
             assert [u.username for u, _ in users] == [f"user{i}" for i in range(len(waiting))] + ["user0"]
             assert sorted(broker.asked) == sorted(f"user{i}" for i in range(len(waiting)))
             assert (await lookup("one-too-many"))[0].username == "one-too-many"  # room again once they finished
+        finally:
+            await close()
+
+    asyncio.run(scenario())
+
+
+def test_a_caller_flooding_made_up_names_uses_up_its_own_share_and_not_the_others_lookups():
+    async def scenario():
+        broker = SlowBrokerAuth()
+        lookup, close = await lookup_against(broker)
+        try:
+            flood = [asyncio.ensure_future(lookup(f"made-up-{i}", "127.0.9.9"))
+                     for i in range(auth_lookup.LOOKUPS_PER_CALLER_MAX)]
+            await asyncio.sleep(0)
+            with pytest.raises(AuthenticationError, match="LOOKUPS_PER_CALLER_MAX"):
+                await lookup("made-up-one-more", "127.0.9.9")
+            real = asyncio.ensure_future(lookup("alice", "127.0.0.5"))  # another caller still gets its lookup
+            broker.release.set()
+            assert (await asyncio.wait_for(real, 10))[0].username == "alice"
+            await asyncio.wait_for(asyncio.gather(*flood), 10)
+            assert (await lookup("made-up-later", "127.0.9.9"))[0].username == "made-up-later"  # its share is back
         finally:
             await close()
 
