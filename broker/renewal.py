@@ -112,8 +112,12 @@ class Renewals:
         period_s = self.config.renewSchedulePeriodMillis / 1000
         while True:
             await asyncio.sleep(period_s)
+            if not self._held:
+                continue
             try:
                 await self.renew_due(await self.broker.now_ms())
+            except RocketraftError as exc:  # no group time (no master reachable): the next look tries again
+                log.warning("cannot renew push consumers' messages now: %s", exc.message)
             except Exception:  # noqa: BLE001 - the next look tries again
                 log.exception("renewing push consumers' messages failed")
 
