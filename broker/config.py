@@ -82,6 +82,9 @@ class BrokerConfig:
     # limits
     maxMessageSize: int = limits.BODY_BYTES_MAX
     messagePropertiesBytesMax: int = limits.PROPERTIES_BYTES_MAX
+    # a send is refused if its message, as delivered, would exceed this gRPC message size (the SDKs' receive limit);
+    # 0: no such check (limits.DELIVERY_FRAME_BYTES_MAX)
+    deliveryFrameBytesMax: int = limits.DELIVERY_FRAME_BYTES_MAX
     diskMaxUsedSpaceRatio: int = 75
     diskCheckIntervalMs: int = 1000
     # sends are refused once this replica's LMDB map (storeMapSizeBytes) is more than this percent used, so
@@ -328,6 +331,9 @@ class BrokerConfig:
                 raise ValueError(f"{key} {getattr(self, key)}: use at least 1")
         if not 1 <= self.maxMessageSize <= MESSAGE_SIZE_MAX:
             raise ValueError(f"maxMessageSize {self.maxMessageSize}: use 1..{MESSAGE_SIZE_MAX} (bytes of a body)")
+        if self.deliveryFrameBytesMax and not 65_536 <= self.deliveryFrameBytesMax <= MESSAGE_SIZE_MAX * 2:
+            raise ValueError(f"deliveryFrameBytesMax {self.deliveryFrameBytesMax}: use 0 (no check) or "
+                             f"65536..{MESSAGE_SIZE_MAX * 2} (bytes of a delivered message)")
         if not PROPERTIES_BYTES_MIN <= self.messagePropertiesBytesMax <= PROPERTIES_BYTES_LIMIT:
             raise ValueError(f"messagePropertiesBytesMax {self.messagePropertiesBytesMax}: use {PROPERTIES_BYTES_MIN}.."
                              f"{PROPERTIES_BYTES_LIMIT} (bytes of a message's user properties; at least room for the "

@@ -12,7 +12,13 @@ bytes) is checked here.
 from __future__ import annotations
 
 from rocketraft.protocol import limits, names, rules, sql92
-from rocketraft.protocol.errors import BadRequestError, InvalidReceiptHandleError, RocketraftError, UnsupportedError
+from rocketraft.protocol.errors import (
+    BadRequestError,
+    BodyTooLargeError,
+    InvalidReceiptHandleError,
+    RocketraftError,
+    UnsupportedError,
+)
 from rocketraft.protocol.wire import Code, MessageType, pb
 
 from . import tables
@@ -44,7 +50,11 @@ def message(msg: pb.Message, config: BrokerConfig, now_ms: int) -> int:
     topic_name(msg.topic.name)
     props = msg.system_properties
     rules.check_message_id(props.message_id)
-    rules.check_body_size(len(msg.body), config.maxMessageSize)
+    body_bytes = len(msg.body)
+    rules.check_body_size(body_bytes, config.maxMessageSize)
+    frame_max = config.deliveryFrameBytesMax
+    if frame_max and body_bytes + limits.DELIVERY_OVERHEAD_BYTES_MAX > frame_max:
+        _check_delivered_size(msg, body_bytes, frame_max)
     if props.body_encoding not in ENCODINGS:
         raise BadRequestError(f"body_encoding {props.body_encoding} is unknown; use IDENTITY or GZIP")
     if props.HasField("tag"):  # set but empty is refused like any blank tag
@@ -206,6 +216,19 @@ def receipt_handle(handle: str) -> str:
 def attempt_id(value: str) -> str:
     """ReceiveMessageRequest.attempt_id: none, or a short printable id (part of a table key on every replica)."""
     return rules.check_attempt_id(value)
+
+
+def _check_delivered_size(msg: pb.Message, body_bytes: int, frame_max: int) -> None:
+    """A message a consumer could not receive is refused at the door (RocketMQ stores it, and every SDK that keeps
+    grpc's 4 MiB receive limit then fails each receive of it until it is dead-lettered)."""
+    delivered_max = msg.ByteSize() + limits.DELIVERY_OVERHEAD_BYTES_MAX
+    if delivered_max > frame_max:
+        headers = delivered_max - body_bytes
+        raise BodyTooLargeError(
+            f"message of {body_bytes} body bytes would reach consumers as up to {delivered_max} bytes (with its "
+            f"properties and delivery fields, {headers} bytes), more than deliveryFrameBytesMax={frame_max} bytes, "
+            f"the gRPC receive limit of the official Go, Node.js and Python SDKs; send at most "
+            f"{max(0, frame_max - headers)} body bytes with these properties")
 
 
 def messages_in_request(count: int) -> int:

@@ -146,9 +146,8 @@ class Writes:
         if isinstance(result, Exception):
             return result
         props = message.system_properties
-        sent = Sent(props.message_id, 0 if result.offset == t.NO_OFFSET else result.offset)
-        if props.message_type == validation.TRANSACTION:
-            sent.transaction_id = props.message_id
+        # the transaction id is the message id, and RocketMQ's broker answers every send with it (Node.js SDK's tests)
+        sent = Sent(props.message_id, 0 if result.offset == t.NO_OFFSET else result.offset, props.message_id)
         if result.deduplicated:  # a retry: the stored copy's handle (a copy stored before tokens has none)
             token = result.recall_token
         if token:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Creates .venv with rocketraft and its test dependencies, and the system tools the tests use (nftables for
 # partitions, Java for Spark; with --tests also chromium and its driver for the dashboard's browser tests, and a
-# Docker engine with Compose for the compose cluster test).
+# Docker engine with Compose for the compose cluster test, and the drivers of the official Java and Go SDKs built with
+# Maven and Go: tests/sdk_java, tests/sdk_go).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v nft >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -47,5 +48,20 @@ if [ "${1:-}" = "--tests" ]; then
       || echo "warning: npm ci failed in tests/sdk_node; the Node.js SDK tests will be skipped"
   else
     echo "warning: npm not found (Node.js 18+); the Node.js SDK tests (tests/sdk_node) will be skipped"
+  fi
+  # The official Java and Go SDKs, each with our driver built once here (devkit/sdkdrivers.py runs them).
+  if command -v mvn >/dev/null 2>&1 && command -v javac >/dev/null 2>&1; then
+    echo "building the official Java SDK's driver (tests/sdk_java, rocketmq-client-java) ..."
+    (cd tests/sdk_java && mvn -q -B package -DskipTests) \
+      || echo "warning: mvn package failed in tests/sdk_java; the Java SDK tests will be skipped"
+  else
+    echo "warning: Maven or a JDK not found; the Java SDK tests (tests/sdk_java) will be skipped"
+  fi
+  if command -v go >/dev/null 2>&1; then
+    echo "building the official Go SDK's driver (tests/sdk_go, rocketmq-clients/golang/v5) ..."
+    (cd tests/sdk_go && go build -o sdk-go-driver .) \
+      || echo "warning: go build failed in tests/sdk_go; the Go SDK tests will be skipped"
+  else
+    echo "warning: go not found; the Go SDK tests (tests/sdk_go) will be skipped"
   fi
 fi

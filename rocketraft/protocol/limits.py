@@ -29,6 +29,15 @@ MESSAGE_ID_CHARS_MAX = 128
 INDEXED_FIELD_BYTES_MAX = 256
 PROPERTY_KEY_CHARS_MAX = 64
 PROPERTIES_BYTES_MAX = 16 * 1024      # messagePropertiesBytesMax default: keys + values of user properties
+# deliveryFrameBytesMax default: a message is refused at send if, as a consumer receives it (body, properties and the
+# broker's delivery fields), it would not fit in a gRPC message of this size: grpc's default receive limit, which the
+# official Go, Node.js and Python SDKs keep (they could never receive it: docs/client.md, "The official RocketMQ 5
+# SDKs")
+DELIVERY_FRAME_BYTES_MAX = 4 * 1024 * 1024
+# what the broker adds to a stored message when it delivers it, at most: receipt handle, queue id and offset, store
+# time, delivery attempt, invisible duration, a dead letter's origin, __SHARDINGKEY and __transactionId__, the
+# response's framing (measured: under 600 bytes; tests/sdk_go checks the largest accepted message is received)
+DELIVERY_OVERHEAD_BYTES_MAX = 2048
 RESERVED_PROPERTY_PREFIX = "__"       # user property keys may not start with it
 DELAY_LEVEL_PROPERTY = "DELAY"        # RocketMQ's delayTimeLevel: 1..len(DELAY_LEVELS)
 QUEUE_ID_PROPERTY = "QUEUE_ID"        # the queue the producer chose (decimal); routing only, not stored
