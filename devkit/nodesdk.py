@@ -30,6 +30,8 @@ class NodeScript:
     handed to `on_event(t, event)` as it comes, on the reader thread); its stderr (the SDK's warnings and errors) in
     a file, shown when a wait fails."""
 
+    what = "the Node.js script"  # how failures name the process (devkit.sdkdrivers runs the Java and Go drivers)
+
     def __init__(self, script: str, *args: str, log_dir: str,
                  on_event: Callable[[float, dict], None] | None = None):
         self.lines: list[tuple[float, dict]] = []
@@ -65,12 +67,12 @@ class NodeScript:
         """The first `count` events of `kind`, once there are that many; fails early if the script exits."""
         def enough():
             if self.process.poll() is not None and len(self.events(kind)) < count:
-                raise AssertionError(f"the Node.js script exited ({self.process.returncode}) with "
+                raise AssertionError(f"{self.what} exited ({self.process.returncode}) with "
                                      f"{len(self.events(kind))} of {count} {kind!r} events: {self.tail()}")
             return len(self.events(kind)) >= count
 
         try:
-            wait_until(enough, timeout_s, f"{count} {kind!r} events from the Node.js script")
+            wait_until(enough, timeout_s, f"{count} {kind!r} events from {self.what}")
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{self.tail()}") from None
         return self.events(kind)[:count]
@@ -81,10 +83,10 @@ class NodeScript:
             self.process.wait(timeout_s)
         except subprocess.TimeoutExpired:
             self.stop()
-            raise AssertionError(f"the Node.js script did not exit within {timeout_s} s: {self.tail()}") from None
+            raise AssertionError(f"{self.what} did not exit within {timeout_s} s: {self.tail()}") from None
         self._reader.join(5)
         fatal = self.events("fatal")
-        assert not fatal and self.process.returncode == 0, f"the Node.js script failed: {fatal or self.tail()}"
+        assert not fatal and self.process.returncode == 0, f"{self.what} failed: {fatal or self.tail()}"
         return [d for _, d in self.lines]
 
     def tail(self) -> str:

@@ -49,6 +49,7 @@ class SdkDriver(NodeScript):
 
     def __init__(self, sdk: str, *args: str, log_dir: str, env: dict[str, str] | None = None,
                  on_event: Callable[[float, dict], None] | None = None):
+        self.what = f"the {sdk} SDK's driver ({args[0]})"
         self.lines: list[tuple[float, dict]] = []
         self._on_event = on_event
         self.stderr_path = os.path.join(log_dir, f"{sdk}-{args[0]}-{time.monotonic_ns()}.log")
