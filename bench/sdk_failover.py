@@ -3,10 +3,14 @@
     .venv/bin/python -m bench sdk-failover --kills 10          # 10 kills on one cluster
     .venv/bin/python -m bench sdk-failover --kills 2 --hold 5   # keep each killed master down 5 s
     .venv/bin/python -m bench sdk-failover --sdk node --kills 5 # the official Node.js SDK (tests/sdk_node)
+    .venv/bin/python -m bench sdk-failover --sdk java --kills 5 # the official Java SDK (tests/sdk_java)
+    .venv/bin/python -m bench sdk-failover --sdk go --kills 5   # the official Go SDK (tests/sdk_go)
 
 One NameServer and a 3-replica group (real processes on 127.0.0.1), one unmodified SDK Producer
 (rocketmq-python-client) sending 1 KiB messages one at a time on a thread, as bench.broker_sdk's failover does;
-with --sdk node, the official Node.js SDK (rocketmq-client-nodejs) in a node process, one at a time too.
+with --sdk node, the official Node.js SDK (rocketmq-client-nodejs) in a node process, one at a time too; with --sdk
+java or go, the official Java SDK (rocketmq-client-java, with its default TLS) or Go SDK (always TLS) in our driver's
+process (devkit.sdkdrivers), one at a time too, against a cluster with TLS in permissive mode.
 Each kill: wait until every replica is up and knows the master and the last second held only acknowledged
 sends; kill -9 the master; measure the gap = end of the first acknowledged send started after the kill minus
 the kill; keep the killed replica down for --hold seconds (the SDK gets no new route in that time unless its
@@ -29,7 +33,7 @@ import threading
 import time
 from datetime import date
 
-from devkit import nodesdk
+from devkit import nodesdk, sdkdrivers
 from devkit.devcluster import DevCluster
 
 from .broker_sdk import (
@@ -46,6 +50,8 @@ from .broker_sdk import (
 from .workdir import describe, scratch_dir
 
 HOLD_S_DEFAULT = 3.0
+SDK_PACKAGES = {"python": "rocketmq-python-client", "node": "rocketmq-client-nodejs",
+                "java": "rocketmq-client-java 5.2.0", "go": "rocketmq-clients/golang/v5 v5.1.2"}
 
 
 def first_ack_after(log: SendLog, t: float, worker: threading.Thread, limit_s: float) -> tuple | None:
@@ -68,16 +74,22 @@ def ended_after(log: SendLog, t: float) -> list[tuple]:
 
 class NodeSender:
     """The official Node.js SDK sending one message at a time (tests/sdk_node/send_one_at_a_time.js, read as the
-    tests read it: devkit.nodesdk), its sends recorded in a SendLog like the Python producer thread's: a send starts
-    when the previous one ended."""
+    tests read it: devkit.nodesdk), or the Java or Go SDK's driver doing the same (send_loop: devkit.sdkdrivers), its
+    sends recorded in a SendLog like the Python producer thread's: a send starts when the previous one ended."""
 
-    def __init__(self, namesrv: str, log: SendLog, log_dir: str):
-        if not nodesdk.installed():
-            raise RuntimeError(f"--sdk node: {nodesdk.MISSING}")
+    def __init__(self, namesrv: str, log: SendLog, log_dir: str, sdk: str = "node"):
         self.log = log
         self._last = time.monotonic()
-        self.script = nodesdk.NodeScript("send_one_at_a_time.js", namesrv, TOPIC, log_dir=log_dir,
-                                         on_event=self._on_event)
+        if sdk == "node":
+            if not nodesdk.installed():
+                raise RuntimeError(f"--sdk node: {nodesdk.MISSING}")
+            self.script = nodesdk.NodeScript("send_one_at_a_time.js", namesrv, TOPIC, log_dir=log_dir,
+                                             on_event=self._on_event)
+        else:  # the Java or Go driver's send_loop prints the same "send" events
+            if not sdkdrivers.installed(sdk):
+                raise RuntimeError(f"--sdk {sdk}: {sdkdrivers.MISSING[sdk]}")
+            self.script = sdkdrivers.SdkDriver(sdk, "send_loop", namesrv, TOPIC, log_dir=log_dir,
+                                               on_event=self._on_event)
 
     def _on_event(self, at: float, event: dict) -> None:
         if event["event"] == "send":
@@ -134,15 +146,16 @@ def run_python(base_dir: str, flush: str, kills: int, hold_s: float) -> list[dic
     return rows
 
 
-def run_node(base_dir: str, flush: str, kills: int, hold_s: float) -> list[dict]:
+def run_node(base_dir: str, flush: str, kills: int, hold_s: float, sdk: str = "node") -> list[dict]:
+    """The Node.js SDK (or, with sdk java or go, the Java or Go SDK's driver, which need TLS: permissive mode)."""
     rows = []
-    cluster = DevCluster(base_dir, flush=flush)
+    cluster = DevCluster(base_dir, flush=flush, tls_mode="" if sdk == "node" else "permissive")
     try:
         cluster.start()
         cluster.wait_master(30)
         cluster.create_topic(TOPIC)
         log = SendLog()
-        worker = NodeSender(cluster.namesrv_address, log, os.path.join(base_dir, "logs"))
+        worker = NodeSender(cluster.namesrv_address, log, os.path.join(base_dir, "logs"), sdk)
         try:
             wait_for_streak(log, worker, 2.0)
             for number in range(1, kills + 1):
@@ -155,7 +168,8 @@ def run_node(base_dir: str, flush: str, kills: int, hold_s: float) -> list[dict]
 
 
 def run(base_dir: str, flush: str, kills: int, hold_s: float, sdk: str = "python") -> dict:
-    rows = (run_node if sdk == "node" else run_python)(base_dir, flush, kills, hold_s)
+    rows = run_python(base_dir, flush, kills, hold_s) if sdk == "python" else run_node(base_dir, flush, kills,
+                                                                                         hold_s, sdk)
     gaps = sorted(r["gap_s"] for r in rows if r["gap_s"] is not None)
     return {"sdk": sdk, "flush": flush, "kills": rows, "hold_s": hold_s,
             "gap_p50_s": round(statistics.median(gaps), 4) if gaps else None,
@@ -172,9 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hold", type=float, default=HOLD_S_DEFAULT,
                         help=f"seconds each killed master stays down (default {HOLD_S_DEFAULT})")
     parser.add_argument("--flush", default="ASYNC_FLUSH", choices=["ASYNC_FLUSH", "SYNC_FLUSH"])
-    parser.add_argument("--sdk", default="python", choices=["python", "node"],
+    parser.add_argument("--sdk", default="python", choices=list(SDK_PACKAGES),
                         help="python: rocketmq-python-client in this process; node: rocketmq-client-nodejs from "
-                             "tests/sdk_node (npm ci there first)")
+                             "tests/sdk_node (npm ci there first); java, go: the official Java and Go SDKs' drivers "
+                             "(tests/sdk_java, tests/sdk_go: scripts/setup.sh --tests builds them)")
     parser.add_argument("--dir", default=None, help="cluster directory (default: a temporary one)")
     args = parser.parse_args(argv)
     if args.kills < 1 or not 0 <= args.hold <= 25:
@@ -190,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join(["python -m bench sdk-failover", *(sys.argv[2:] if argv is None else argv)])
     results = {"date": date.today().isoformat(), "command": command,
                "machine": f"{os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}",
-               "sdk_package": "rocketmq-client-nodejs" if args.sdk == "node" else "rocketmq-python-client", **out}
+               "sdk_package": SDK_PACKAGES[args.sdk], **out}
     os.makedirs(RESULTS_DIR, exist_ok=True)
     path = os.path.join(RESULTS_DIR, f"sdk_failover-{int(time.time())}.json")
     with open(path, "w") as f:
