@@ -98,13 +98,29 @@ def _unary(method, response_cls):
 
 
 def _server_streaming(method, response_cls):
+    """Writes each response itself (context.write) rather than yielding it to grpc: a response the client will not
+    take (it reset the stream, or the answer is over its receive limit) then fails here, where it is one WARNING
+    line, instead of in grpc, which logged an ERROR with a traceback (ExecuteBatchError) for each such call."""
     @functools.wraps(method)
     async def handle(request, context):
         if isinstance(request, Undecodable):
-            yield await _refuse(response_cls, request, context)
+            await context.write(await _refuse(response_cls, request, context))
             return
-        async for response in method(request, context):
-            yield response
+        responses = method(request, context)
+        try:
+            async for response in responses:
+                try:
+                    await context.write(response)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - whatever grpc raises for a stream the client dropped
+                    log.warning("%s: the client %s did not take the answer (%s: %s); the call ends with an error on "
+                                "its side (a message received this way stays invisible for its invisible duration, "
+                                "then comes again)", method.__name__, context.peer(), type(exc).__name__,
+                                str(exc)[:200])
+                    return
+        finally:
+            await responses.aclose()
 
     return handle
 

@@ -148,3 +148,28 @@ def auth(cluster: DevCluster, call):
             return await call(AuthAdmin(admin))
 
     return asyncio.run(run())
+
+
+def test_a_receive_the_sdk_cannot_take_fails_in_the_sdk_and_the_broker_logs_no_traceback(make_cluster, go, tmp_path):
+    """With the check off (deliveryFrameBytesMax 0, RocketMQ's behaviour) a 4 MiB body is stored; the SDK refuses
+    the answer (grpc's 4 MiB receive limit) and the broker, whose stream write failed, says so without a traceback."""
+    c = make_cluster(tls_mode="permissive", broker_settings={"deliveryFrameBytesMax": 0})
+    c.create_topic("go-huge")
+    sent_by(go, c, "go-huge", [{"body_bytes": 4 * 1024 * 1024}])
+    consumer = go("simple", c.namesrv_address, "go-huge-readers", "go-huge", "1", "ack")
+    failed = consumer.wait_for("receive_failed", 1, TIMEOUT_S)
+    assert not consumer.events("received"), "the SDK took a message over its receive limit"
+    consumer.stop()
+    errors = go_sdk_log_lines(tmp_path, "received message larger than max")
+    assert errors, f"the SDK did not say why its receive failed: {failed}"
+    for replica in c.ids:  # (whether the broker's write fails, or the client drops what was written, is timing)
+        with open(c.brokers[replica].log_path) as f:
+            log = f.read()
+        assert "Traceback" not in log, f"{replica} logged a traceback: {log[log.index('Traceback') - 300:][:2000]}"
+
+
+def go_sdk_log_lines(log_dir, text: str) -> list[str]:
+    lines = []
+    for path in (log_dir / "go-sdk-log").glob("*.log"):
+        lines += [line for line in path.read_text(errors="replace").splitlines() if text in line]
+    return lines
