@@ -26,7 +26,7 @@ from rocketraft.protocol.errors import BadRequestError, BrokerUnreachableError, 
 from rocketraft.protocol.limits import DLQ_TOPIC_PREFIX, RECEIVE_BATCH_SIZE_MAX
 from rocketraft.protocol.names import check_group_name, check_topic_name
 from rocketraft.protocol.routing import PERM_READ_WRITE
-from rocketraft.protocol.wire import Code, ipb, pb, svc
+from rocketraft.protocol.wire import DELIVERY_PROPERTIES, Code, ipb, pb, svc
 
 from .base import AsyncClient
 from .config import ClientConfig
@@ -505,9 +505,11 @@ class Admin(AsyncClient):
         if target.startswith(DLQ_TOPIC_PREFIX):
             raise BadRequestError(f"message {message_id} is a dead letter: name the topic to resend it to (one its "
                                   "consumer group subscribes); resent into its dead-letter topic no one gets it")
+        # what delivery adds (RocketMQ's __SHARDINGKEY and __transactionId__) is not the copy's to send
+        properties = {k: v for k, v in original.properties.items() if k not in DELIVERY_PROPERTIES}
         copy = Message(target, original.body, tag=original.tag, keys=original.keys,
                        message_group=original.message_group,
-                       properties={**original.properties, RESENT_FROM_PROPERTY: original.message_id})
+                       properties={**properties, RESENT_FROM_PROPERTY: original.message_id})
         from .producer import Producer  # the admin client needs a producer only here
 
         async with Producer(config=self.config) as producer:

@@ -123,6 +123,7 @@ def addresses_of(eps: pb.Endpoints) -> list[str]:
 
 SHARDING_KEY_PROPERTY = "__SHARDINGKEY"  # RocketMQ's MessageConst names
 TRANSACTION_ID_PROPERTY = "__transactionId__"
+DELIVERY_PROPERTIES = frozenset((SHARDING_KEY_PROPERTY, TRANSACTION_ID_PROPERTY))  # as_delivered adds them
 
 
 def as_delivered(message: pb.Message, topic: str, queue_id: int, offset: int, store_ms: int) -> pb.Message:

@@ -61,6 +61,7 @@ def test_the_blocking_admin_runs_the_calls_it_once_handed_back_as_coroutines(sha
     shared_cluster.create_topic("api-admin")
     with rocketraft.Producer(shared_cluster.namesrv_address) as producer:
         receipt = producer.send(rocketraft.Message("api-admin", b"original", keys=["api-admin-key"]))
+        fifo_receipt = producer.send(rocketraft.Message("api-admin", b"fifo", message_group="api-admin-group-1"))
     with rocketraft.Admin(shared_cluster.namesrv_address) as admin:
         infos = admin.topic_infos()
         assert [(t.name, t.group) for t in infos if t.name == "api-admin"] == [("api-admin", shared_cluster.group)]
@@ -74,6 +75,12 @@ def test_the_blocking_admin_runs_the_calls_it_once_handed_back_as_coroutines(sha
         assert (recalled.message_id, recalled.had_it) == (receipt.message_id, ())
         copies = admin.query_message_by_id("api-admin", copy_id)
         assert [m.properties.get("RESENT_FROM") for m in copies] == [receipt.message_id]
+        # a FIFO message is read back with __SHARDINGKEY (as RocketMQ shows it); its copy is sent without it
+        fifo = admin.query_message_by_id("api-admin", fifo_receipt.message_id)
+        assert [m.properties for m in fifo] == [{"__SHARDINGKEY": "api-admin-group-1"}]
+        fifo_copy = admin.query_message_by_id("api-admin", admin.resend_message("api-admin", fifo_receipt.message_id))
+        assert [(m.message_group, m.properties) for m in fifo_copy] == [
+            ("api-admin-group-1", {"__SHARDINGKEY": "api-admin-group-1", "RESENT_FROM": fifo_receipt.message_id})]
 
 
 def test_blocking_simple_and_push_consumers_receive_what_was_sent(shared_cluster):
