@@ -1,5 +1,5 @@
 """The audit on a Spark standalone cluster (a master and two workers started with pyspark's own sbin/spark-daemon.sh)
-gives the verdicts local mode gives, on a clean cluster's stores and on a copy with a planted divergent entry.
+gives the verdicts local mode gives, on a copy of a cluster's stores with a planted divergent entry.
 
 Everything listens on 127.0.0.1; the workers run this interpreter with this checkout on PYTHONPATH, and read the
 stores at the same paths as the driver (one machine here; docs/operations.md, "The audit on a Spark cluster", says
@@ -120,18 +120,20 @@ def _plant_divergence(copy: str) -> int:
 
 def test_the_audit_on_a_standalone_cluster_gives_local_modes_verdicts(spark, stopped_cluster, standalone, tmp_path,
                                                                      capsys):
+    """One audit on the cluster, of stores with a planted divergence: every check's counts agree with local mode's,
+    and the one divergent entry is found (a clean store's validity is what the local-mode tests show; each run on
+    the standalone cluster takes 1.5-3 minutes on this 2-core machine, so the suite runs one)."""
     master, env = standalone
     cluster_dir, history = stopped_cluster
     divergent = copy_cluster(cluster_dir, tmp_path)
     index = _plant_divergence(divergent)
-    figures = {}
-    for name, stores, expected_exit in (("clean", cluster_dir, 0), ("divergent", divergent, 1)):
-        code, remote, took_s = _audit_on(master, env, stores, history, tmp_path / f"{name}-standalone")
-        local = run([stores], history, str(tmp_path / f"{name}-local"), spark=spark)
-        assert remote["spark"]["master"] == master, remote["spark"]
-        assert code == expected_exit, f"{name}: exit {code} on {master}, expected {expected_exit}"
-        assert _verdicts(remote) == _verdicts(local), f"{name}: the standalone cluster and local mode disagree"
-        figures[name] = {"valid": remote["valid"], "wall_s": round(took_s, 1)}
+    code, remote, took_s = _audit_on(master, env, divergent, history, tmp_path / "standalone")
+    local = run([divergent], history, str(tmp_path / "local"), spark=spark)
+    assert remote["spark"]["master"] == master, remote["spark"]
+    assert code == 1, f"exit {code} on {master}, expected 1 (not valid)"
+    assert _verdicts(remote) == _verdicts(local), "the standalone cluster and local mode disagree"
+    assert local["valid"] is False
+    figures = {"divergent": {"valid": remote["valid"], "wall_s": round(took_s, 1)}}
     divergence = remote["checks"]["divergence"]
     assert (divergence["divergent"], [e["index"] for e in divergence["examples"]]) == (1, [index])
     with capsys.disabled():
