@@ -22,7 +22,9 @@ def test_a_body_over_a_brokers_smaller_limit_is_refused_by_the_client_naming_tha
 
 
 def test_a_body_over_the_protocol_default_goes_through_when_the_brokers_allow_it(make_cluster):
-    cluster = make_cluster(broker_settings={"maxMessageSize": 5 * MiB})
+    """Allowed means both limits raised: the body's (maxMessageSize) and the delivered message's
+    (deliveryFrameBytesMax, grpc's default receive limit; rocketraft's own client receives larger ones)."""
+    cluster = make_cluster(broker_settings={"maxMessageSize": 5 * MiB, "deliveryFrameBytesMax": 6 * MiB})
     cluster.create_topic("large")
     body = b"y" * (4 * MiB + 512 * 1024)
     with rocketraft.Producer(cluster.namesrv_address) as producer:  # no topics given: learned on the first send
