@@ -6,48 +6,24 @@ each test found."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import time
 
 import pytest
+import sdkkit
+from sdkkit import TIMEOUT_S, acl_round_trip, permissive_cluster, sent_by
 
-from devkit.devcluster import DevCluster
-from rocketraft.client.admin import Admin
-from rocketraft.client.auth_admin import AuthAdmin
-from rocketraft.client.config import ClientConfig
 from rocketraft.protocol.limits import DELIVERY_FRAME_BYTES_MAX, DELIVERY_OVERHEAD_BYTES_MAX
-
-BROKER_SETTINGS = {"transactionTimeOut": 1000, "transactionCheckInterval": 1000}
-TIMEOUT_S = 60
-SECRET = "go-sdk-test-cluster-secret-0123456789"
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = DevCluster(str(tmp_path_factory.mktemp("go")), tls_mode="permissive", broker_settings=BROKER_SETTINGS)
-    c.start()
-    try:
-        c.wait_master()
-        yield c
-    finally:
-        c.stop()
+    c = permissive_cluster(str(tmp_path_factory.mktemp("go")))
+    yield c
+    c.stop()
 
 
-def sent_by(go, cluster, topic: str, specs: list[dict], env: dict | None = None, wait: bool = True):
-    run = go("send", cluster.namesrv_address, topic, json.dumps(specs), env=env)
-    if not wait:
-        return run
-    events = run.finish(TIMEOUT_S)
-    failed = [e for e in events if e["event"] == "send_failed"]
-    assert not failed, f"the Go SDK could not send: {failed}"
-    return [e for e in events if e["event"] == "sent"]
-
-
-def received_by(go, cluster, group: str, topic: str, count: int, mode: str = "ack", env=None) -> list[dict]:
-    events = go("simple", cluster.namesrv_address, group, topic, str(count), mode, env=env).finish(TIMEOUT_S)
-    assert not [e for e in events if e["event"] in ("receive_failed", "ack_failed")], events
-    return [e for e in events if e["event"] == "received"]
+def received_by(driver, cluster, group: str, topic: str, count: int, mode: str = "ack", env=None) -> list[dict]:
+    return sdkkit.received_by(driver, cluster, group, topic, count, mode, env, no_failures=True)
 
 
 def test_normal_fifo_and_delayed_sends_arrive_with_every_field_the_sdk_shows(cluster, go):
@@ -117,37 +93,8 @@ def test_the_largest_message_the_broker_accepts_is_received_and_a_larger_one_is_
 
 
 def test_the_sdk_signs_with_acl_2_credentials_and_a_wrong_secret_is_refused(tmp_path, go):
-    acl = {"authenticationEnabled": True, "authorizationEnabled": True}
-    with DevCluster(str(tmp_path / "acl"), cluster_secret=SECRET, metrics=False, broker_settings=acl,
-                    namesrv_args=("--authentication-enabled", "--authorization-enabled", "--auth-cache-ms", "0"),
-                    tls_mode="permissive") as c:
-        c.start()
-        c.wait_master()
-        c.create_topic("go-acl")
-        c.create_group("go-acl-readers")
-        auth(c, lambda a: a.create_user("alice", "alice-secret-key"))
-        auth(c, lambda a: a.create_acl("alice", ["Topic:go-acl", "Group:go-acl-readers"], ["Pub", "Sub"]))
-        alice = {"SDK_ACCESS_KEY": "alice", "SDK_SECRET_KEY": "alice-secret-key"}
-        receipts = sent_by(go, c, "go-acl", [{"body": "signed"}], env=alice)
-        got = received_by(go, c, "go-acl-readers", "go-acl", 1, env=alice)
-        assert [m["id"] for m in got] == [receipts[0]["id"]]
-        wrong = {"SDK_ACCESS_KEY": "alice", "SDK_SECRET_KEY": "not-her-key"}
-        run = sent_by(go, c, "go-acl", [{"body": "forged"}], env=wrong, wait=False)
-        run.process.wait(TIMEOUT_S)
-        events = [e for _, e in run.lines]
-        # the producer's start fails: its route query is refused as UNAUTHORIZED, naming the cause
-        assert [e["event"] for e in events] == ["fatal"], events
-        assert "UNAUTHORIZED" in events[0]["error"] and "check the secret key" in events[0]["error"], events
+    acl_round_trip(go, str(tmp_path / "acl"), "go", "UNAUTHORIZED")
 
-
-def auth(cluster: DevCluster, call):
-    async def run():
-        config = ClientConfig(namesrv=cluster.namesrv_address, cluster_secret=SECRET,
-                              tls=True, tls_ca_file=cluster.certs.ca_file)
-        async with Admin(config=config) as admin:
-            return await call(AuthAdmin(admin))
-
-    return asyncio.run(run())
 
 
 def test_a_receive_the_sdk_cannot_take_fails_in_the_sdk_and_the_broker_logs_no_traceback(make_cluster, go, tmp_path):

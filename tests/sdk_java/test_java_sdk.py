@@ -5,48 +5,21 @@ over TLS (the SDK's default, to a permissive port) and in plaintext; signed with
 
 from __future__ import annotations
 
-import asyncio
-import json
 import time
 
 import pytest
+from sdkkit import TIMEOUT_S, acl_round_trip, permissive_cluster, received_by, sent_by
 
-from devkit.devcluster import DevCluster
-from rocketraft.client.admin import Admin
-from rocketraft.client.auth_admin import AuthAdmin
-from rocketraft.client.config import ClientConfig
 from rocketraft.protocol.limits import DELIVERY_OVERHEAD_BYTES_MAX
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # RocketMQ's maxMessageSize, the brokers' default
-BROKER_SETTINGS = {"transactionTimeOut": 1000, "transactionCheckInterval": 1000}
-TIMEOUT_S = 60
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """TLS in permissive mode: the SDK's default (TLS, trusting any certificate) and plaintext on the same ports."""
-    c = DevCluster(str(tmp_path_factory.mktemp("java")), tls_mode="permissive", broker_settings=BROKER_SETTINGS)
-    c.start()
-    try:
-        c.wait_master()
-        yield c
-    finally:
-        c.stop()
-
-
-def sent_by(java, cluster, topic: str, specs: list[dict], env: dict | None = None, wait: bool = True) -> list[dict]:
-    run = java("send", cluster.namesrv_address, topic, json.dumps(specs), env=env)
-    if not wait:
-        return run
-    events = run.finish(TIMEOUT_S)
-    failed = [e for e in events if e["event"] == "send_failed"]
-    assert not failed, f"the Java SDK could not send: {failed}"
-    return [e for e in events if e["event"] == "sent"]
-
-
-def received_by(java, cluster, group: str, topic: str, count: int, mode: str = "ack", env=None) -> list[dict]:
-    events = java("simple", cluster.namesrv_address, group, topic, str(count), mode, env=env).finish(TIMEOUT_S)
-    return [e for e in events if e["event"] == "received"]
+    c = permissive_cluster(str(tmp_path_factory.mktemp("java")))
+    yield c
+    c.stop()
 
 
 def test_normal_fifo_and_delayed_sends_arrive_with_every_field_the_sdk_shows(cluster, java):
@@ -143,38 +116,8 @@ def test_a_body_no_consumer_could_receive_is_refused_naming_the_limit_and_the_la
     assert [m["body_bytes"] for m in got] == [largest]
 
 
-SECRET = "java-sdk-test-cluster-secret-0123456789"
 
 
 def test_the_sdk_signs_with_acl_2_credentials_and_a_wrong_secret_is_refused(tmp_path, java):
-    acl = {"authenticationEnabled": True, "authorizationEnabled": True}
-    with DevCluster(str(tmp_path / "acl"), cluster_secret=SECRET, metrics=False, broker_settings=acl,
-                    namesrv_args=("--authentication-enabled", "--authorization-enabled", "--auth-cache-ms", "0"),
-                    tls_mode="permissive") as c:
-        c.start()
-        c.wait_master()
-        c.create_topic("java-acl")
-        c.create_group("java-acl-readers")
-        auth(c, lambda a: a.create_user("alice", "alice-secret-key"))
-        auth(c, lambda a: a.create_acl("alice", ["Topic:java-acl", "Group:java-acl-readers"], ["Pub", "Sub"]))
-        alice = {"SDK_ACCESS_KEY": "alice", "SDK_SECRET_KEY": "alice-secret-key"}
-        receipts = sent_by(java, c, "java-acl", [{"body": "signed"}], env=alice)
-        got = received_by(java, c, "java-acl-readers", "java-acl", 1, env=alice)
-        assert [m["id"] for m in got] == [receipts[0]["id"]]
-        wrong = {"SDK_ACCESS_KEY": "alice", "SDK_SECRET_KEY": "not-her-key"}
-        run = sent_by(java, c, "java-acl", [{"body": "forged"}], env=wrong, wait=False)
-        run.process.wait(TIMEOUT_S)
-        events = [e for _, e in run.lines]
-        # the producer's start fails: its route query is refused as UNAUTHORIZED, naming the cause
-        assert [e["event"] for e in events] == ["fatal"], events
-        assert "response-code=40100" in events[0]["error"] and "check the secret key" in events[0]["error"], events
+    acl_round_trip(java, str(tmp_path / "acl"), "java", "response-code=40100")
 
-
-def auth(cluster: DevCluster, call):
-    async def run():
-        config = ClientConfig(namesrv=cluster.namesrv_address, cluster_secret=SECRET,
-                              tls=True, tls_ca_file=cluster.certs.ca_file)
-        async with Admin(config=config) as admin:
-            return await call(AuthAdmin(admin))
-
-    return asyncio.run(run())

@@ -1,0 +1,86 @@
+"""What the Java and Go SDK tests share (tests/sdk_java, tests/sdk_go): their cluster, a driver's sends and receives
+as the JSON events it prints (devkit/sdkdrivers.py), and the ACL 2.0 round trip each SDK must make."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from devkit.devcluster import DevCluster
+from rocketraft.client.admin import Admin
+from rocketraft.client.auth_admin import AuthAdmin
+from rocketraft.client.config import ClientConfig
+
+BROKER_SETTINGS = {"transactionTimeOut": 1000, "transactionCheckInterval": 1000}
+TIMEOUT_S = 60
+SECRET = "sdk-test-cluster-secret-0123456789"
+
+
+def permissive_cluster(base_dir: str, **kwargs) -> DevCluster:
+    """TLS in permissive mode: an SDK's TLS (the Java SDK's default, the Go SDK's only way) and plaintext on the
+    same ports. Started, with a master; the caller stops it."""
+    c = DevCluster(base_dir, tls_mode="permissive", **{"broker_settings": BROKER_SETTINGS, **kwargs})
+    c.start()
+    try:
+        c.wait_master()
+    except BaseException:
+        c.stop()
+        raise
+    return c
+
+
+def sent_by(driver, cluster, topic: str, specs: list[dict], env: dict | None = None, wait: bool = True):
+    """The driver's `sent` events for `specs` (it must fail none); its run itself with wait=False."""
+    run = driver("send", cluster.namesrv_address, topic, json.dumps(specs), env=env)
+    if not wait:
+        return run
+    events = run.finish(TIMEOUT_S)
+    failed = [e for e in events if e["event"] == "send_failed"]
+    assert not failed, f"the SDK could not send: {failed}"
+    return [e for e in events if e["event"] == "sent"]
+
+
+def received_by(driver, cluster, group: str, topic: str, count: int, mode: str = "ack", env=None,
+                no_failures: bool = False) -> list[dict]:
+    """The driver's `received` events of a SimpleConsumer taking `count` messages; with no_failures, none of its
+    receives or acks may fail."""
+    events = driver("simple", cluster.namesrv_address, group, topic, str(count), mode, env=env).finish(TIMEOUT_S)
+    if no_failures:
+        assert not [e for e in events if e["event"] in ("receive_failed", "ack_failed")], events
+    return [e for e in events if e["event"] == "received"]
+
+
+def auth(cluster: DevCluster, call):
+    async def run():
+        config = ClientConfig(namesrv=cluster.namesrv_address, cluster_secret=SECRET,
+                              tls=True, tls_ca_file=cluster.certs.ca_file)
+        async with Admin(config=config) as admin:
+            return await call(AuthAdmin(admin))
+
+    return asyncio.run(run())
+
+
+def acl_round_trip(driver, base_dir: str, prefix: str, refused_marker: str) -> None:
+    """With ACL 2.0 on: a user's right key sends and receives; a wrong key's producer fails at start, its route
+    query refused as UNAUTHORIZED (`refused_marker`: how this SDK prints that code) naming the cause."""
+    acl = {"authenticationEnabled": True, "authorizationEnabled": True}
+    c = permissive_cluster(base_dir, cluster_secret=SECRET, metrics=False, broker_settings=acl,
+                           namesrv_args=("--authentication-enabled", "--authorization-enabled", "--auth-cache-ms", "0"))
+    try:
+        topic, group = f"{prefix}-acl", f"{prefix}-acl-readers"
+        c.create_topic(topic)
+        c.create_group(group)
+        auth(c, lambda a: a.create_user("alice", "alice-secret-key"))
+        auth(c, lambda a: a.create_acl("alice", [f"Topic:{topic}", f"Group:{group}"], ["Pub", "Sub"]))
+        alice = {"SDK_ACCESS_KEY": "alice", "SDK_SECRET_KEY": "alice-secret-key"}
+        receipts = sent_by(driver, c, topic, [{"body": "signed"}], env=alice)
+        got = received_by(driver, c, group, topic, 1, env=alice)
+        assert [m["id"] for m in got] == [receipts[0]["id"]]
+        wrong = {"SDK_ACCESS_KEY": "alice", "SDK_SECRET_KEY": "not-her-key"}
+        run = sent_by(driver, c, topic, [{"body": "forged"}], env=wrong, wait=False)
+        run.process.wait(TIMEOUT_S)
+        events = [e for _, e in run.lines]
+        assert [e["event"] for e in events] == ["fatal"], events
+        assert refused_marker in events[0]["error"] and "check the secret key" in events[0]["error"], events
+    finally:
+        c.stop()
