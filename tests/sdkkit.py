@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 from devkit.devcluster import DevCluster
 from rocketraft.client.admin import Admin
@@ -84,3 +85,37 @@ def acl_round_trip(driver, base_dir: str, prefix: str, refused_marker: str) -> N
         assert refused_marker in events[0]["error"] and "check the secret key" in events[0]["error"], events
     finally:
         c.stop()
+
+
+def transactions(driver, cluster, prefix: str, received=received_by) -> None:
+    """Commit, rollback, and the checker answering the broker's check-back both ways: every receipt's transaction id
+    is its message id, the committed messages arrive marked with it, the rolled-back ones never."""
+    topic, group = f"{prefix}-tx", f"{prefix}-tx-readers"
+    cluster.create_topic(topic, message_types=())
+    producer = sent_by(driver, cluster, topic, [
+        {"body": "committed", "transaction": "commit"},
+        {"body": "rolled-back", "transaction": "rollback"},
+        {"body": "checked-commit", "transaction": "check", "properties": {"answer": "COMMIT"}},
+        {"body": "checked-rollback", "transaction": "check", "properties": {"answer": "ROLLBACK"}},
+    ], wait=False)
+    receipts = producer.wait_for("sent", 4, TIMEOUT_S)
+    assert all(r["transaction_id"] == r["id"] for r in receipts), receipts
+    checked = producer.wait_for("checked", 2, TIMEOUT_S)  # the broker asks after transactionTimeOut (1 s)
+    assert {c["id"]: c["answer"] for c in checked} == {receipts[2]["id"]: "COMMIT", receipts[3]["id"]: "ROLLBACK"}
+    got = received(driver, cluster, group, topic, 2)
+    assert sorted(m["body"] for m in got) == ["checked-commit", "committed"]
+    for m in got:  # RocketMQ's broker marks a committed message with its transaction id
+        assert m["properties"].get("__transactionId__") == m["id"], m
+    time.sleep(1.5)  # the rolled-back ones never come
+    again = driver("simple", cluster.namesrv_address, group, topic, "1", "ack")
+    time.sleep(3)
+    assert not again.events("received")
+
+
+def redelivery(driver, cluster, prefix: str, received=received_by) -> None:
+    """ChangeInvisibleDuration brings a message back as its next delivery attempt."""
+    topic = f"{prefix}-redeliver"
+    cluster.create_topic(topic)
+    receipts = sent_by(driver, cluster, topic, [{"body": "again"}])
+    got = received(driver, cluster, f"{topic}-readers", topic, 1, mode="redeliver")
+    assert [(m["id"], m["attempt"]) for m in got] == [(receipts[0]["id"], 1), (receipts[0]["id"], 2)]

@@ -50,10 +50,8 @@ def test_a_cleanly_stopped_cluster_is_valid_and_stores_each_acknowledged_send_on
     assert "VALID" in (tmp_path / "out" / "audit.txt").read_text()
 
 
-def test_a_planted_divergent_entry_is_reported_at_exactly_its_index_and_the_cli_exits_1(
-        spark, stopped_cluster, tmp_path, capsys):
-    copy = copy_cluster(stopped_cluster[0], tmp_path)
-
+def plant_divergence(cluster_dir: str) -> int:
+    """Give n2's entry in the middle of its log a term one higher (the audit must see it diverge); its index."""
     def bump_term(txn, db):
         cursor = txn.cursor(db=db)
         cursor.last()
@@ -63,7 +61,13 @@ def test_a_planted_divergent_entry_is_reported_at_exactly_its_index_and_the_cli_
                 logformat.encode_value(logformat.value_command(value), logformat.value_term(value) + 1), db=db)
         return index
 
-    index = rewrite(store_of(copy, "n2"), b"raft_log", bump_term)
+    return rewrite(store_of(cluster_dir, "n2"), b"raft_log", bump_term)
+
+
+def test_a_planted_divergent_entry_is_reported_at_exactly_its_index_and_the_cli_exits_1(
+        spark, stopped_cluster, tmp_path, capsys):
+    copy = copy_cluster(stopped_cluster[0], tmp_path)
+    index = plant_divergence(copy)
     assert main(["--cluster-dir", copy, "--out", str(tmp_path / "out")]) == 1
     report = json.loads((tmp_path / "out" / "audit.json").read_text())
     divergence = report["checks"]["divergence"]

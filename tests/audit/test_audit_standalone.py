@@ -16,11 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-from auditkit import store_of
-from test_audit import copy_cluster, rewrite
+from test_audit import copy_cluster, plant_divergence
 
 from audit.job import run
-from dledger import logformat
 
 REPO = Path(__file__).resolve().parents[2]
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -106,18 +104,6 @@ def _audit_on(master: str, env: dict, cluster_dir: str, history: str, out: Path)
     return done.returncode, json.loads((out / "audit.json").read_text()), time.monotonic() - began
 
 
-def _plant_divergence(copy: str) -> int:
-    def bump_term(txn, db):
-        cursor = txn.cursor(db=db)
-        cursor.last()
-        index = logformat.key_index(cursor.key()) // 2
-        value = txn.get(logformat.index_key(index), db=db)
-        txn.put(logformat.index_key(index),
-                logformat.encode_value(logformat.value_command(value), logformat.value_term(value) + 1), db=db)
-        return index
-    return rewrite(store_of(copy, "n2"), b"raft_log", bump_term)
-
-
 def test_the_audit_on_a_standalone_cluster_gives_local_modes_verdicts(spark, stopped_cluster, standalone, tmp_path,
                                                                      capsys):
     """One audit on the cluster, of stores with a planted divergence: every check's counts agree with local mode's,
@@ -126,7 +112,7 @@ def test_the_audit_on_a_standalone_cluster_gives_local_modes_verdicts(spark, sto
     master, env = standalone
     cluster_dir, history = stopped_cluster
     divergent = copy_cluster(cluster_dir, tmp_path)
-    index = _plant_divergence(divergent)
+    index = plant_divergence(divergent)
     code, remote, took_s = _audit_on(master, env, divergent, history, tmp_path / "standalone")
     local = run([divergent], history, str(tmp_path / "local"), spark=spark)
     assert remote["spark"]["master"] == master, remote["spark"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import sdkkit
 from sdkkit import TIMEOUT_S, acl_round_trip, permissive_cluster, received_by, sent_by
 
 from rocketraft.protocol.limits import DELIVERY_OVERHEAD_BYTES_MAX
@@ -48,32 +49,11 @@ def test_normal_fifo_and_delayed_sends_arrive_with_every_field_the_sdk_shows(clu
 
 
 def test_transactions_commit_roll_back_and_the_checker_answers_the_brokers_check_back(cluster, java):
-    cluster.create_topic("java-tx", message_types=())
-    producer = sent_by(java, cluster, "java-tx", [
-        {"body": "committed", "transaction": "commit"},
-        {"body": "rolled-back", "transaction": "rollback"},
-        {"body": "checked-commit", "transaction": "check", "properties": {"answer": "COMMIT"}},
-        {"body": "checked-rollback", "transaction": "check", "properties": {"answer": "ROLLBACK"}},
-    ], wait=False)
-    receipts = producer.wait_for("sent", 4, TIMEOUT_S)
-    assert all(r["transaction_id"] == r["id"] for r in receipts), receipts
-    checked = producer.wait_for("checked", 2, TIMEOUT_S)  # the broker asks after transactionTimeOut (1 s)
-    assert {c["id"]: c["answer"] for c in checked} == {receipts[2]["id"]: "COMMIT", receipts[3]["id"]: "ROLLBACK"}
-    got = received_by(java, cluster, "java-tx-readers", "java-tx", 2)
-    assert sorted(m["body"] for m in got) == ["checked-commit", "committed"]
-    for m in got:  # RocketMQ's broker marks a committed message with its transaction id
-        assert m["properties"].get("__transactionId__") == m["id"], m
-    time.sleep(1.5)  # the rolled-back ones never come
-    again = java("simple", cluster.namesrv_address, "java-tx-readers", "java-tx", "1", "ack")
-    time.sleep(3)
-    assert not again.events("received")
+    sdkkit.transactions(java, cluster, "java")
 
 
 def test_change_invisible_duration_redelivers_with_the_next_attempt_count(cluster, java):
-    cluster.create_topic("java-redeliver")
-    receipts = sent_by(java, cluster, "java-redeliver", [{"body": "again"}])
-    got = received_by(java, cluster, "java-redeliver-readers", "java-redeliver", 1, mode="redeliver")
-    assert [(m["id"], m["attempt"]) for m in got] == [(receipts[0]["id"], 1), (receipts[0]["id"], 2)]
+    sdkkit.redelivery(java, cluster, "java")
 
 
 def test_the_push_consumer_consumes_and_a_failure_comes_back_as_attempt_two(cluster, java):
