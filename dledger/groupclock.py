@@ -86,7 +86,9 @@ class GroupClock:
         self._last_ms = 0               # never hands out less (this process's lifetime)
         self._samples: dict[str, _Sample] = {}  # leader: replica id -> its clock
         self._clockless: dict[str, int] = {}    # leader: replica id -> when it last answered without a clock
-        self._anchor: tuple[int, int] | None = None  # leader: (group ms, mono ns) of the leadership's first value
+        # leader: (group ms, mono ns) the group time may run on from at the monotonic rate; set by the leadership's
+        # first value and again whenever more clocks than before answer
+        self._anchor: tuple[int, int] | None = None
         self._leader_time: tuple[int, int] | None = None  # follower: (leader's group ms, our mono ns at receipt)
         self._leader_clockless_ns = 0   # follower: when the leader last sent an append_entries without a clock
         self._heard: tuple[int, int] | None = None  # follower: the leader's last stamp (its mono ns, our mono ns)

@@ -389,10 +389,7 @@ class ClockSkew:
 
     def inject(self, cluster: ChaosCluster, rng: random.Random) -> ActiveFault:
         replica, role = _target(cluster, rng)
-        offset = CLOCK_OFFSET_S
-        cluster.shift_clock(replica, offset)
-        return ActiveFault(self.family, f"{replica}'s clock ({role}) {offset / 86_400:+.0f} days", [replica],
-                           [lambda: cluster.shift_clock(replica, 0)])
+        return _clock_ahead(self.family, cluster, replica, f"{replica}'s clock ({role})")
 
 
 class ClockStep:
@@ -403,10 +400,14 @@ class ClockStep:
         master = cluster.master_id()
         if master is None:
             return ActiveFault(self.family, "no master: no clock step", [])
-        offset = CLOCK_OFFSET_S
-        cluster.shift_clock(master, offset)
-        return ActiveFault(self.family, f"the master {master}'s clock steps {offset / 86_400:+.0f} days", [master],
-                           [lambda: cluster.shift_clock(master, 0)])
+        return _clock_ahead(self.family, cluster, master, f"the master {master}'s clock steps")
+
+
+def _clock_ahead(family: str, cluster: ChaosCluster, replica: str, what: str) -> ActiveFault:
+    """`replica`'s clock CLOCK_OFFSET_S ahead until healed."""
+    cluster.shift_clock(replica, CLOCK_OFFSET_S)
+    return ActiveFault(family, f"{what} {CLOCK_OFFSET_S / 86_400:+.0f} days", [replica],
+                       [lambda: cluster.shift_clock(replica, 0)])
 
 
 class ClockBehind:

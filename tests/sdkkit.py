@@ -7,7 +7,10 @@ import asyncio
 import json
 import time
 
+import pytest
+
 from devkit.devcluster import DevCluster
+from devkit.sdkdrivers import SdkDriver, skip_or_fail_if_missing
 from rocketraft.client.admin import Admin
 from rocketraft.client.auth_admin import AuthAdmin
 from rocketraft.client.config import ClientConfig
@@ -15,6 +18,28 @@ from rocketraft.client.config import ClientConfig
 BROKER_SETTINGS = {"transactionTimeOut": 1000, "transactionCheckInterval": 1000}
 TIMEOUT_S = 60
 SECRET = "sdk-test-cluster-secret-0123456789"
+
+
+def driver_fixtures(sdk: str):
+    """(an autouse fixture that skips, or under CI fails, where `sdk`'s driver is not built; the fixture that starts
+    it: driver(command, *args, env={...}), every run stopped at teardown), for a conftest to bind to its names."""
+    @pytest.fixture(autouse=True)
+    def installed():
+        skip_or_fail_if_missing(sdk)
+
+    @pytest.fixture
+    def driver(tmp_path):
+        started: list[SdkDriver] = []
+
+        def start(*args: str, env: dict[str, str] | None = None) -> SdkDriver:
+            started.append(SdkDriver(sdk, *args, log_dir=str(tmp_path), env=env))
+            return started[-1]
+
+        yield start
+        for run in reversed(started):
+            run.stop()
+
+    return installed, driver
 
 
 def permissive_cluster(base_dir: str, **kwargs) -> DevCluster:
