@@ -130,7 +130,7 @@ class Guard:
         """Whether one frame of a long-lived stream may go on, by the user and ACL as they are now."""
         try:
             user, policy = await self.lookup(caller.user.username, caller.source_ip)
-            if user is None or user.status == apb.DISABLE:
+            if _revoked(user):
                 raise AuthorizationError(f"user {caller.user.username!r} was deleted or disabled since the stream "
                                          f"opened")
             self.authorize(Caller(user, policy, caller.source_ip), method, frame)
@@ -251,6 +251,11 @@ def _stream(guard: Guard, name: str, path: str, impl, response_cls):
 _REVOKED = object()  # put on a stream's refusals after the refusal itself: the stream ends there
 
 
+def _revoked(user: apb.User | None) -> bool:
+    """An open stream's user that may no longer use it: deleted, or disabled."""
+    return user is None or user.status == apb.DISABLE
+
+
 async def _watch_revocation(guard: Guard, caller: Caller, name: str, response_cls, refusals: asyncio.Queue) -> None:
     """Ends the stream once its user is deleted or disabled (nothing more is pushed to it, check-backs included)."""
     while True:
@@ -260,7 +265,7 @@ async def _watch_revocation(guard: Guard, caller: Caller, name: str, response_cl
         except Exception as exc:  # noqa: BLE001 - a lookup that cannot be made now is tried again
             log.debug("cannot look up %s for its open %s stream: %s", caller.user.username, name, exc)
             continue
-        if user is None or user.status == apb.DISABLE:
+        if _revoked(user):
             refused = AuthorizationError(f"user {caller.user.username!r} was deleted or disabled: its {name} "
                                          "stream is closed")
             guard.note(name, refused)
