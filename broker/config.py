@@ -30,6 +30,7 @@ PROPERTIES_BYTES_LIMIT = 1024 * 1024  # and its ceiling
 SHUTDOWN_TRANSFER_MILLIS_MAX = 60_000
 METRICS_PORT_DEFAULT = 5557  # RocketMQ 5's metricsPromExporterPort
 PORT_MAX = 65_535
+REMOTING_PORT_OFFSET = limits.REMOTING_BROKER_PORT_DEFAULT - 8081  # gRPC 8081 -> Remoting 10911, as RocketMQ
 FILE_RESERVED_HOURS_MAX = 24 * 365 * 100
 CLOCK_SKEW_BOUND_MS_MIN = 10
 CLOCK_SKEW_BOUND_MS_MAX = 3_600_000
@@ -165,6 +166,9 @@ class BrokerConfig:
     # Prometheus metrics over HTTP (GET /metrics; docs/metrics.md): RocketMQ 5's port; 0 = off
     metricsPort: int = METRICS_PORT_DEFAULT
     metricsListenHost: str = ""  # "" = the host of listenAddress
+    # RocketMQ's Remoting protocol for 4.x clients (docs/client.md, "RocketMQ 4.x clients"), on the host of
+    # listenAddress: -1 = the gRPC port + 2830 (8081 -> 10911, RocketMQ's broker port); 0 = off
+    remotingPort: int = -1
     # internal calls (registration, BrokerAdmin, user and ACL admin) must prove this secret (docs/security.md);
     # "" = none: internal traffic is unauthenticated. Prefer ROCKETRAFT_CLUSTER_SECRET or clusterSecretFile
     # to a flag (a flag shows in `ps`). The same on every broker and NameServer of the cluster
@@ -205,6 +209,20 @@ class BrokerConfig:
     @property
     def advertised(self) -> str:
         return self.advertisedAddress or self.listenAddress
+
+    @property
+    def remoting_listen(self) -> str | None:
+        """host:port of the Remoting door; None when remotingPort is 0 (off)."""
+        if not self.remotingPort:
+            return None
+        host, _, port = self.listenAddress.rpartition(":")
+        return f"{host}:{self.remoting_port(int(port))}"
+
+    def remoting_port(self, grpc_port: int) -> int:
+        """The Remoting port for this gRPC port (0 with gRPC's 0: a free port)."""
+        if self.remotingPort != -1:
+            return self.remotingPort
+        return grpc_port + REMOTING_PORT_OFFSET if grpc_port else 0
 
     @property
     def metrics_address(self) -> tuple[str, int] | None:
@@ -281,6 +299,7 @@ class BrokerConfig:
         if not self.namesrv_addresses:
             raise ValueError("namesrvAddr is empty: give at least one NameServer host:port")
         self._validate_metrics()
+        self._validate_remoting()
         self._validate_retention()
         self.delay_levels_ms  # noqa: B018 - validates the format
         self._validate_raft()
@@ -357,6 +376,20 @@ class BrokerConfig:
                 "1 ms): a message is looked at every period and renewed once its invisibility ends within the ahead "
                 "time, so a period as long as the ahead time could miss it, and an ahead time as long as the "
                 "invisibility would renew every message at every look (or set enableProxyAutoRenew = false)")
+
+    def _validate_remoting(self) -> None:
+        if not -1 <= self.remotingPort <= PORT_MAX:
+            raise ValueError(f"remotingPort {self.remotingPort}: use a port 1..{PORT_MAX}, -1 (the gRPC port + "
+                             f"{REMOTING_PORT_OFFSET}) or 0 (no Remoting door)")
+        listen = self.remoting_listen
+        if listen is None:
+            return
+        port = int(listen.rpartition(":")[2])
+        if not 0 <= port <= PORT_MAX:
+            raise ValueError(f"remotingPort -1 derives port {port} from listenAddress {self.listenAddress}, which is "
+                             f"not a port: set remotingPort")
+        if listen == self.listenAddress or port == self.metricsPort:
+            raise ValueError(f"remotingPort: {listen} is used by gRPC or metrics already; give it a port of its own")
 
     def _validate_metrics(self) -> None:
         if not 0 <= self.metricsPort <= PORT_MAX:

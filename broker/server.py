@@ -32,6 +32,7 @@ from rocketraft.protocol.routing import LANGUAGE_HEADER
 from rocketraft.protocol.rules import stored_digest_as_md5
 from rocketraft.protocol.serving import add_service, new_server
 from rocketraft.protocol.wire import GRPC_OPTIONS, Code, cpb, ipb, ipb_grpc, pb, svc, svc_grpc
+from rocketraft.remoting.codes import remoting_unsafe_because
 
 from . import config as config_mod
 from . import metrics
@@ -41,6 +42,7 @@ from .clients import ClientRegistry
 from .consume import Consume
 from .core import Broker
 from .queries import Queries
+from .remoting import BrokerRemoting
 from .renewal import Renewals
 from .retention import Retention
 from .service import BrokerAdminService, FastConsumeService, MessagingService
@@ -169,6 +171,8 @@ class BrokerServer:
         self._bound: tls.Bound | None = None
         self._tasks: list[asyncio.Task] = []
         self._check_counts: dict[str, tuple[int, float]] = {}
+        self.remoting = BrokerRemoting(config, topics=self.topics, writes=self.writes, consume=self.consume,
+                                       clients=self.clients)
 
     def registration(self) -> ipb.BrokerRegistration:
         cfg, st, clock = self.config, self.broker.status, self.broker.replica.clock()
@@ -183,7 +187,7 @@ class BrokerServer:
             raft_peers=sorted(f"{i}-{a}" for i, a in (st.members or cfg.peers).items()),
             non_voter=not st.voter, catch_up_index=st.catch_up_index,
             clock_skew_ms=clock.skew_ms, clock_in_bound=clock.in_bound, clock_source=clock.source.value,
-            peer_clock_skew_ms=clock.peer_skew_ms)
+            peer_clock_skew_ms=clock.peer_skew_ms, remoting_address=self.remoting.store_host)
 
     async def _auth_catch_up(self) -> bool:
         """Before a follower refuses a client's call (ACL 2.0): it may be a few milliseconds behind the master, which
@@ -238,6 +242,18 @@ class BrokerServer:
         if not self._bound.port:
             raise OSError(f"cannot listen on {self.config.listenAddress}: the port is in use or the address is not "
                           f"this host's; set listenAddress to a free local host:port")
+        remoting_listen = cfg.remoting_listen
+        unsafe = remoting_unsafe_because(cfg.tlsMode != tls.DISABLED, cfg.guard_config.on)
+        if remoting_listen is not None and unsafe:
+            log.warning("remotingPort=%s ignored: no Remoting door (4.x clients) is served because %s; 4.x clients "
+                        "cannot reach this broker (docs/client.md, \"RocketMQ 4.x clients\")", cfg.remotingPort, unsafe)
+        elif remoting_listen is not None:
+            try:
+                await self.remoting.start(remoting_listen)
+            except OSError as e:
+                self._bound.close()
+                raise OSError(f"cannot listen on {remoting_listen} (remotingPort, the Remoting door for 4.x clients): "
+                              f"{e}; set remotingPort to a free port, or 0 (off)") from None
         if self.traffic is not None:
             self._metrics = metrics.serve(self.config, self.broker, self.queries, self.clients, self.traffic,
                                           self.retention, self.renewals)
@@ -293,6 +309,7 @@ class BrokerServer:
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
+        await self.remoting.stop()
         if self._server is not None:
             await self._server.stop(grace=1.0)
         if self._bound is not None:

@@ -54,6 +54,8 @@ class SendResult(NamedTuple):
     offset: int  # t.NO_OFFSET while delayed or half
     deduplicated: bool
     recall_token: bytes = b""  # deduplicated: the stored copy's token (its recall handle is the first one's)
+    index: int = 0  # where the message is stored (the stored copy's place when deduplicated): its log position
+    slot: int = 0
 
 
 @dataclass(frozen=True)
@@ -365,7 +367,8 @@ class BrokerStateMachine:
         if not txn.put(id_key, t.msgid_value(index, slot, queue, offset), db=msgid_db, overwrite=False):
             known = t.msgid_entry(txn.get(id_key, db=msgid_db))
             stored = self.stored_send(txn, known.index, known.slot)
-            return SendResult(known.queue, known.offset, True, stored.recall_token if stored is not None else b"")
+            return SendResult(known.queue, known.offset, True, stored.recall_token if stored is not None else b"",
+                              known.index, known.slot)
         if keys:
             refused = self._index_keys(topic, message_id, keys, index, slot, txn)
             if refused is not None:
@@ -378,7 +381,7 @@ class BrokerStateMachine:
         else:
             txn.put(t.timer_key(command.deliver_at_ms, index, slot), b"", db=self.db[t.TIMER])
             txn.put(t.ref_key(index, slot, t.REF_TIMER), b"", db=self.db[t.REFS])  # pins it against retention
-        return SendResult(queue, offset, False)
+        return SendResult(queue, offset, False, b"", index, slot)
 
     def _index_keys(self, topic: str, message_id: str, keys, index: int, slot: int, txn) -> ApplyError | None:
         """Index a message under each of its keys (queryMsgByKey); a key too long for an LMDB key is refused

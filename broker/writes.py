@@ -42,6 +42,9 @@ class Sent:
     offset: int  # 0 while a delayed or half message waits outside its queue
     transaction_id: str = ""
     recall_handle: str = ""
+    queue: int = 0
+    index: int = 0  # its log position (the Remoting door's commit log offset)
+    slot: int = 0
 
 
 class Writes:
@@ -147,7 +150,8 @@ class Writes:
             return result
         props = message.system_properties
         # the transaction id is the message id, and RocketMQ's broker answers every send with it (Node.js SDK's tests)
-        sent = Sent(props.message_id, 0 if result.offset == t.NO_OFFSET else result.offset, props.message_id)
+        sent = Sent(props.message_id, 0 if result.offset == t.NO_OFFSET else result.offset, props.message_id,
+                    queue=result.queue, index=result.index, slot=result.slot)
         if result.deduplicated:  # a retry: the stored copy's handle (a copy stored before tokens has none)
             token = result.recall_token
         if token:

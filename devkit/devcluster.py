@@ -180,6 +180,10 @@ class DevCluster:
         ports = self.broker_ports or tuple(free_port(h) for h in hosts)
         self.address_of = {i: f"{self.host_of[i]}:{p}" for i, p in zip(self.ids, ports, strict=True)}
         self.raft_of = {i: f"{self.host_of[i]}:{free_port(self.host_of[i])}" for i in self.ids}
+        # each replica's and NameServer's Remoting door (RocketMQ 4.x clients), on free ports
+        self.remoting_of = {i: f"{self.host_of[i]}:{free_port(self.host_of[i])}" for i in self.ids}
+        self.namesrv_remoting_addresses = [] if self.external_namesrv else [
+            f"127.0.0.1:{free_port()}" for _ in self.namesrv_addresses]
         # host:port of each process's metrics (GET /metrics), {} / [] with metrics off
         self.metrics_address_of = {i: f"{self.host_of[i]}:{free_port(self.host_of[i])}" for i in self.ids
                                    } if self.metrics else {}
@@ -200,8 +204,9 @@ class DevCluster:
     def _namesrv_proc(self, i: int, address: str) -> Proc:
         name = "namesrv" if i == 0 else f"namesrv-{i}"
         metrics = ["--metrics-listen", self.namesrv_metrics_addresses[i]] if self.namesrv_metrics_addresses else []
-        return Proc(name, [sys.executable, "-m", "namesrv", "--listen", address, *metrics, *self._namesrv_tls_args(),
-                           *self.namesrv_args],
+        remoting = ["--remoting-listen", self.namesrv_remoting_addresses[i]]
+        return Proc(name, [sys.executable, "-m", "namesrv", "--listen", address, *remoting, *metrics,
+                           *self._namesrv_tls_args(), *self.namesrv_args],
                     os.path.join(self.base_dir, "logs", f"{name}.log"))
 
     def _namesrv_tls_args(self) -> list[str]:
@@ -231,7 +236,8 @@ class DevCluster:
             dLegerPeers=";".join(f"{i}-{self.raft_of[i]}" for i in self.peers_of.get(replica_id, self.ids)),
             namesrvAddr=";".join(self.namesrv_addresses),
             listenAddress=self.address_of[replica_id], storePathRootDir=os.path.join(self.base_dir, "store"),
-            flushDiskType=self.flush, autoCreateTopicEnable=True, logLevel=self.log_level, metricsPort=0)
+            flushDiskType=self.flush, autoCreateTopicEnable=True, logLevel=self.log_level, metricsPort=0,
+            remotingPort=int(self.remoting_of[replica_id].rpartition(":")[2]))
         if self.metrics:
             host, _, port = self.metrics_address_of[replica_id].rpartition(":")
             settings.update(metricsPort=int(port), metricsListenHost=host)
@@ -285,6 +291,7 @@ class DevCluster:
         self.ids.append(replica_id)
         self.host_of[replica_id] = host
         self.address_of[replica_id] = f"{host}:{free_port(host)}"
+        self.remoting_of[replica_id] = f"{host}:{free_port(host)}"
         self.raft_of[replica_id] = f"{host}:{free_port(host)}"
         if self.metrics:
             self.metrics_address_of[replica_id] = f"{host}:{free_port(host)}"

@@ -26,7 +26,7 @@ from typing import NamedTuple
 from rocketraft.protocol.configs import check_topic_config
 from rocketraft.protocol.errors import BadRequestError, TopicNotFoundError
 from rocketraft.protocol.limits import HEARTBEAT_TIMEOUT_MS_MAX, QUEUE_NUMS_MAX, QUEUES_PER_TOPIC_DEFAULT
-from rocketraft.protocol.routing import MASTER_BROKER_ID, PERM_READ, permission_of
+from rocketraft.protocol.routing import MASTER_BROKER_ID, PERM_READ, PERM_WRITE, permission_of
 from rocketraft.protocol.wire import ALL_MESSAGE_TYPES, endpoints, ipb, pb, split_address
 
 from .auth_registry import check_identity
@@ -55,8 +55,9 @@ def check_registration(reg: ipb.BrokerRegistration) -> None:
     if reg.follower_broker_id <= MASTER_BROKER_ID:
         raise BadRequestError(f"{who}: follower_broker_id is {reg.follower_broker_id}; it must be >= 1 "
                               f"(brokerId 0 is reserved for the master)")
-    for key, value in (("address", reg.address), ("internal_address", reg.internal_address)):
-        if key == "internal_address" and not value:
+    for key, value in (("address", reg.address), ("internal_address", reg.internal_address),
+                       ("remoting_address", reg.remoting_address)):
+        if key != "address" and not value:
             continue  # optional: the NameServer dials `address` then
         try:
             split_address(value)
@@ -104,7 +105,8 @@ class Dropped(NamedTuple):
 
 
 _Key = tuple[str, str, str]  # (cluster, group, replica_id)
-_ROUTE_FIELDS = ("role", "term", "address", "follower_broker_id")
+_ROUTE_FIELDS = ("role", "term", "address", "follower_broker_id", "remoting_address")
+FORWARDER_SEPARATOR = "@"  # a follower listed to 4.x producers as the write-only broker <group>@<brokerId>
 
 
 def _topics_key(topics: dict[str, ipb.TopicConfig]) -> list[tuple]:
@@ -234,6 +236,58 @@ class RouteRegistry:
                                      f"or enable autoCreateTopicEnable on the brokers")
         return queues
 
+    def remoting_route(self, topic: str, now_ms: int | None = None) -> dict:
+        """The route of `topic` for 4.x clients (RocketMQ's TopicRouteData), from the replicas' Remoting addresses;
+        {} when no group has the topic with a Remoting door.
+
+        Each group is one broker, its queues readable and writable at brokerAddrs[0] (the master) and readable at
+        each follower's brokerId. So that a 4.x producer keeps sending through the master's death (it sends only to
+        brokerAddrs[0], refreshes routes every 30 s and retries on another broker name), every live follower is also
+        listed as a write-only broker "<group>@<brokerId>" with one queue (queue 0 of the group), whose brokerAddrs[0]
+        is that follower: it forwards the write to the master through Raft. Consumers never see those (not
+        readable). docs/client.md, "RocketMQ 4.x clients"."""
+        queue_datas, broker_datas = [], []
+        for group in self.groups(now_ms):
+            entries = [e for e in self._group_entries(group, now_ms) if e.reg.remoting_address]
+            master = self._master_entry(entries)
+            config = _topic_config(entries, master, topic)
+            if config is None:
+                continue
+            nums = min(config.queue_nums, QUEUE_NUMS_MAX)
+            cluster = entries[0].reg.cluster
+            addresses = {str(e.reg.follower_broker_id): e.reg.remoting_address for e in entries if e is not master}
+            if master is not None:
+                addresses[str(MASTER_BROKER_ID)] = master.reg.remoting_address
+            queue_datas.append({"brokerName": group, "readQueueNums": nums, "writeQueueNums": nums,
+                                "perm": config.perm, "topicSysFlag": 0})
+            broker_datas.append({"cluster": cluster, "brokerName": group, "brokerAddrs": addresses})
+            if config.perm & PERM_WRITE:
+                for follower in (e for e in entries if e is not master):
+                    name = f"{group}{FORWARDER_SEPARATOR}{follower.reg.follower_broker_id}"
+                    queue_datas.append({"brokerName": name, "readQueueNums": 0, "writeQueueNums": 1,
+                                        "perm": PERM_WRITE, "topicSysFlag": 0})
+                    broker_datas.append({"cluster": cluster, "brokerName": name,
+                                         "brokerAddrs": {str(MASTER_BROKER_ID): follower.reg.remoting_address}})
+        if not queue_datas:
+            return {}
+        return {"orderTopicConf": None, "queueDatas": queue_datas, "brokerDatas": broker_datas,
+                "filterServerTable": {}}
+
+    def remoting_cluster_info(self, now_ms: int | None = None) -> dict:
+        """RocketMQ's ClusterInfo for 4.x admin tools: every group with a Remoting door, by cluster."""
+        brokers, clusters = {}, {}
+        for group in self.groups(now_ms):
+            entries = [e for e in self._group_entries(group, now_ms) if e.reg.remoting_address]
+            if not entries:
+                continue
+            master = self._master_entry(entries)
+            addresses = {str(MASTER_BROKER_ID if e is master else e.reg.follower_broker_id): e.reg.remoting_address
+                         for e in entries}
+            cluster = entries[0].reg.cluster
+            brokers[group] = {"cluster": cluster, "brokerName": group, "brokerAddrs": addresses}
+            clusters.setdefault(cluster, []).append(group)
+        return {"brokerAddrTable": brokers, "clusterAddrTable": clusters}
+
     def cluster_info(self, cluster: str = "", now_ms: int | None = None) -> ipb.GetClusterInfoResponse:
         """Live registrations grouped by (cluster, group); cluster "" means every cluster."""
         by_group: dict[tuple[str, str], list[_Entry]] = {}
@@ -307,15 +361,9 @@ class RouteRegistry:
                      scheme_in_host: bool = False) -> list[pb.MessageQueue]:
         entries = self._group_entries(group, now_ms)
         master = self._master_entry(entries)
-        config = master.topics.get(topic) if master is not None else None
+        config = _topic_config(entries, master, topic)
         if config is None:
-            # No master, or the master's last report predates the topic: the most advanced replica knows best.
-            # A replica behind the master is not believed (it may not have applied the topic's deletion yet).
-            having = [e for e in entries if topic in e.topics
-                      and (master is None or e.reg.applied_index > master.reg.applied_index)]
-            if not having:
-                return []
-            config = max(having, key=lambda e: (e.reg.applied_index, e.reg.replica_id)).topics[topic]
+            return []
         followers = [e for e in entries if e is not master]
         resource = pb.Resource(name=topic)
         accept = list(config.message_types) or list(ALL_MESSAGE_TYPES)
@@ -342,6 +390,20 @@ class RouteRegistry:
                     broker=pb.Broker(name=group, id=f.reg.follower_broker_id, endpoints=endpoints(f.reg.address)),
                     accept_message_types=accept))
         return queues
+
+
+def _topic_config(entries: list[_Entry], master: _Entry | None, topic: str) -> ipb.TopicConfig | None:
+    """The group's config of `topic` as its master reported it, or None if the group has no such topic."""
+    config = master.topics.get(topic) if master is not None else None
+    if config is None:
+        # No master, or the master's last report predates the topic: the most advanced replica knows best.
+        # A replica behind the master is not believed (it may not have applied the topic's deletion yet).
+        having = [e for e in entries if topic in e.topics
+                  and (master is None or e.reg.applied_index > master.reg.applied_index)]
+        if not having:
+            return None
+        config = max(having, key=lambda e: (e.reg.applied_index, e.reg.replica_id)).topics[topic]
+    return config
 
 
 def _replica_order(entry: _Entry) -> tuple[int, str]:

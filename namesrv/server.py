@@ -51,17 +51,20 @@ from rocketraft.protocol.wire import (
     svc,
     svc_grpc,
 )
+from rocketraft.remoting.codes import remoting_unsafe_because
 
 from . import metrics
 from .auth_lookup import CACHE_MS_DEFAULT, SubjectLookup
 from .auth_registry import ForeignReplicaError
 from .registry import RegistrationChange, RouteRegistry, dial_address
+from .remoting import NameServerRemoting
 
 log = logging.getLogger("namesrv")
 
 DEFAULT_LISTEN = "127.0.0.1:9876"  # RocketMQ's NameServer port
 LISTEN_ENV = "ROCKETRAFT_NAMESRV_LISTEN"
 METRICS_LISTEN_ENV = "ROCKETRAFT_NAMESRV_METRICS_LISTEN"
+REMOTING_LISTEN_ENV = "ROCKETRAFT_NAMESRV_REMOTING_LISTEN"
 SWEEP_INTERVAL_MS = 500
 CREATE_TOPIC_TIMEOUT_MS = 3000  # per broker group, all groups concurrently
 RECALL_TIMEOUT_MS = 3000  # the SDK's own request_timeout is 3 s
@@ -75,6 +78,12 @@ LOG_TOPIC_NAMES_MAX = 10  # topic names listed in one "changed" log line
 AUTO_CREATE_RETRY_MS = 1000
 AUTO_CREATE_PENDING_MAX = 10_000
 AUTH_OFF = GuardConfig()  # ACL 2.0 off (the default)
+
+
+def remoting_address_for(listen: str) -> str:
+    """The Remoting door's default address: the gRPC port + 1 (a free port when gRPC takes port 0)."""
+    host, port = split_address(listen)
+    return f"{host}:{port + 1 if port else 0}"
 
 
 def monotonic_ms() -> int:
@@ -94,9 +103,13 @@ class NameServer:
                  clock_ms: Callable[[], int] = monotonic_ms, cluster_secret: str = "",
                  cluster_auth_window_ms: int = auth_internal.WINDOW_MS_DEFAULT,
                  guard_config: GuardConfig = AUTH_OFF, auth_cache_ms: int = CACHE_MS_DEFAULT,
-                 server_tls: tls.ServerTls = tls.TLS_OFF):
+                 server_tls: tls.ServerTls = tls.TLS_OFF, remoting_listen: str | None = None):
         split_address(listen)  # fail early on a malformed address
         self.listen = listen
+        # the Remoting door (4.x clients): None = the gRPC port + 1 (9876 -> 9877; a free port with port 0); "" = off
+        self.remoting_listen = remoting_address_for(listen) if remoting_listen is None else remoting_listen
+        self.remoting = NameServerRemoting(self)
+        self.remoting_address: str | None = None
         self.server_tls = server_tls.validate()
         self._caller_tls = server_tls.caller()
         self._bound: tls.Bound | None = None
@@ -149,11 +162,24 @@ class NameServer:
         await server.start()
         self._server = server
         self.address = f"{host}:{port}"
+        unsafe = remoting_unsafe_because(self.server_tls.mode != tls.DISABLED, self.guard_config.on)
+        if self.remoting_listen and unsafe:
+            log.warning("no Remoting door (4.x clients) on %s: %s; 4.x clients cannot reach this NameServer "
+                        "(docs/client.md, \"RocketMQ 4.x clients\")", self.remoting_listen, unsafe)
+        elif self.remoting_listen:
+            try:
+                self.remoting_address = await self.remoting.start(self.remoting_listen)
+            except OSError as e:
+                await server.stop(0)
+                raise OSError(f"cannot listen on {self.remoting_listen} (the Remoting door for 4.x clients): {e}; set "
+                              f"--remoting-listen to a free port, or off") from None
+            log.info("Remoting door (RocketMQ 4.x clients) on %s", self.remoting_address)
         self._sweeper = asyncio.create_task(self._sweep_forever(), name="namesrv-sweep")
         log.info("namesrv serving on %s (sweep every %d ms)", self.address, self.sweep_interval_ms)
         return self.address
 
     async def stop(self, grace_ms: int = STOP_GRACE_MS) -> None:
+        await self.remoting.stop()
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
@@ -654,6 +680,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="HOST:PORT",
                         help=f"address to serve clients and brokers on (default: ${LISTEN_ENV} or {DEFAULT_LISTEN}; "
                              f"port 0 picks a free port)")
+    parser.add_argument("--remoting-listen", default=os.environ.get(REMOTING_LISTEN_ENV) or None, metavar="HOST:PORT",
+                        help=f"serve RocketMQ's Remoting protocol (4.x clients) on HOST:PORT, or 'off' (default: "
+                             f"${REMOTING_LISTEN_ENV}, else the --listen port + 1: 9877; docs/client.md)")
     parser.add_argument("--metrics-listen", type=address_argument, default=os.environ.get(METRICS_LISTEN_ENV) or None,
                         metavar="HOST:PORT",
                         help=f"serve Prometheus metrics on http://HOST:PORT/metrics (default: ${METRICS_LISTEN_ENV}, "
@@ -710,12 +739,15 @@ def run(args: argparse.Namespace) -> int:
                             args.authentication_any_timezone)
         check_config(guard, secret)
         server_tls = _validated_tls(args)
-    except ValueError as e:
+        remoting = "" if args.remoting_listen == "off" else args.remoting_listen
+        if remoting:
+            address_argument(remoting)
+    except (ValueError, argparse.ArgumentTypeError) as e:
         log.error("bad configuration: %s", e)
         return 2
     try:
         return asyncio.run(_serve_until_signal(args.listen, args.metrics_listen, secret, args.cluster_auth_window_ms,
-                                               guard, args.auth_cache_ms, server_tls))
+                                               guard, args.auth_cache_ms, server_tls, remoting))
     except OSError as e:
         log.error("%s", e)
         return 1
@@ -726,9 +758,10 @@ def run(args: argparse.Namespace) -> int:
 async def _serve_until_signal(listen: str, metrics_listen: str | None = None, cluster_secret: str = "",
                               cluster_auth_window_ms: int = auth_internal.WINDOW_MS_DEFAULT,
                               guard: GuardConfig = AUTH_OFF, auth_cache_ms: int = CACHE_MS_DEFAULT,
-                              server_tls: tls.ServerTls = tls.TLS_OFF) -> int:
+                              server_tls: tls.ServerTls = tls.TLS_OFF, remoting_listen: str | None = None) -> int:
     ns = NameServer(listen, cluster_secret=cluster_secret, cluster_auth_window_ms=cluster_auth_window_ms,
-                    guard_config=guard, auth_cache_ms=auth_cache_ms, server_tls=server_tls)
+                    guard_config=guard, auth_cache_ms=auth_cache_ms, server_tls=server_tls,
+                    remoting_listen=remoting_listen)
     address = await ns.start()
     exporter = None
     if metrics_listen:

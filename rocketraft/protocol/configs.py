@@ -26,7 +26,7 @@ def check_topic_config(topic: ipb.TopicConfig, queue_nums_max: int = QUEUE_NUMS_
                               f"use 1..{queue_nums_max} (RocketMQ's default is {QUEUES_PER_TOPIC_DEFAULT})")
     if topic.perm not in PERMS and not (perm_none_ok and topic.perm == 0):
         raise BadRequestError(f"topic {topic.name!r}: perm {topic.perm} is not a topic permission: "
-                              f"use 2 (READ), 4 (WRITE) or 6 (READ_WRITE)")
+                              f"use 4 (READ), 2 (WRITE) or 6 (READ_WRITE), RocketMQ's PermName bits")
     unknown = [t for t in topic.message_types if t not in VALID_MESSAGE_TYPES]
     if unknown:
         raise BadRequestError(f"topic {topic.name!r}: unknown message types {unknown}: use "

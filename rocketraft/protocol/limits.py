@@ -111,6 +111,19 @@ HANDSHAKE_TIMEOUT_MS = 10_000
 # 60 MB/s (issue 18).
 TELEMETRY_PENDING_MAX = 64
 
+# -- RocketMQ's Remoting protocol (4.x clients: docs/client.md, "RocketMQ 4.x clients") --------------------------
+# A frame (its length field excluded) is at most this long: RocketMQ's default (com.rocketmq.remoting.frameMaxLength)
+REMOTING_FRAME_BYTES_MAX = 16 * 1024 * 1024
+REMOTING_EXT_FIELDS_MAX = 64          # header fields of one request (a 4.x request sends at most about 20)
+# Requests one connection has in flight at once: one more is answered SYSTEM_BUSY at once (a pull consumer's long polls
+# count; the Java 4.x client keeps at most 65,535 async requests in flight, a push consumer one pull per queue)
+REMOTING_REQUESTS_PER_CONNECTION_MAX = 1024
+REMOTING_CONNECTIONS_MAX = 10_000     # connections a Remoting port holds at once; one more is closed at accept
+REMOTING_IDLE_MS = 120_000            # a connection with nothing in flight and no frame for this long is closed
+REMOTING_BROKER_PORT_DEFAULT = 10911  # RocketMQ's broker listenPort
+REMOTING_NAMESRV_PORT_DEFAULT = 9877  # 9876 (RocketMQ's) is the NameServer's gRPC port here
+REMOTING_CALL_TIMEOUT_MS = 3_000      # a broker's request to a client (transaction check-back) waits this long
+
 # -- registration ---------------------------------------------------------------------------------------
 # A replica's heartbeatTimeoutMillis: the NameServers refuse a registration asking for more (a replica silent longer
 # than this is surely gone), and a broker refuses the setting at start.

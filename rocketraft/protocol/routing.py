@@ -9,9 +9,10 @@ from rocketraft.protocol.wire import pb
 
 MASTER_BROKER_ID = 0  # in a route, the group's master (Raft leader) is brokerId 0; followers are 1, 2, ...
 
-# RocketMQ PermName bits, as carried in TopicConfig.perm.
-PERM_READ = 2
-PERM_WRITE = 4
+# RocketMQ PermName bits, as carried in TopicConfig.perm and in a 4.x route's QueueData.perm: READ 1 << 2, WRITE
+# 1 << 1 (until 2026-11-27 these two were swapped here: a topic made with perm 2 or 4 read as the other one)
+PERM_READ = 4
+PERM_WRITE = 2
 PERM_READ_WRITE = PERM_READ | PERM_WRITE
 PERMS = (PERM_READ, PERM_WRITE, PERM_READ_WRITE)
 READABLE = frozenset({int(pb.Permission.READ), int(pb.Permission.READ_WRITE)})

@@ -109,7 +109,7 @@ def test_role_change_moves_broker_id_0_at_once():
 
 def test_read_only_topic_gives_read_master_and_write_only_topic_gives_followers_none():
     r = RouteRegistry()
-    three_replicas(r, topics=[topic("R", perm=2), topic("W", perm=4)])
+    three_replicas(r, topics=[topic("R", perm=4), topic("W", perm=2)])  # RocketMQ's PermName: READ 4, WRITE 2
     assert {(q.broker.id == 0, Permission.Name(q.permission)) for q in r.route("R")} == {(True, "READ"),
                                                                                         (False, "READ")}
     assert {(q.broker.id == 0, Permission.Name(q.permission)) for q in r.route("W")} == {(True, "WRITE"),

@@ -1,0 +1,517 @@
+"""The broker's Remoting door (RocketMQ 4.x clients): each request code turned into a call of the same jobs the gRPC
+door calls (writes.py, consume.py, topics.py), each result into RocketMQ's response. Conversion lives here; every
+rule, limit and error mapping lives where the gRPC door finds it too (validation.py, rocketraft.remoting.codes).
+
+What is served, what is not and why: docs/client.md, "RocketMQ 4.x clients".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass
+
+from rocketraft.protocol.errors import BadRequestError, OffsetMovedError, RocketraftError
+from rocketraft.protocol.limits import (
+    DELAY_LEVEL_COUNT,
+    DELAY_LEVEL_PROPERTY,
+    LONG_POLLING_MS_MAX,
+    MAX_RECONSUME_TIMES,
+    RETRY_TOPIC_PREFIX,
+)
+from rocketraft.protocol.names import dlq_topic, retry_topic
+from rocketraft.protocol.routing import PERM_READ_WRITE
+from rocketraft.protocol.wire import as_delivered, ipb, pb, svc
+from rocketraft.remoting import records
+from rocketraft.remoting.codes import RemotingError, Request, Response
+from rocketraft.remoting.frame import Command
+from rocketraft.remoting.server import Connection, RemotingServer
+
+from . import reads
+from . import tables as t
+from .clients import ClientRegistry
+from .config import BrokerConfig
+from .consume import Consume
+from .statemachine import send_fields
+from .topics import Topics
+from .writes import Sent, Writes
+
+log = logging.getLogger(__name__)
+
+# PullSysFlag
+PULL_COMMIT_OFFSET, PULL_SUSPEND, PULL_SUBSCRIPTION = 0x1, 0x2, 0x4
+# EndTransactionRequestHeader.commitOrRollback (MessageSysFlag)
+TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT, TRANSACTION_ROLLBACK = 0, 0x8, 0xC
+# SendMessageRequestHeaderV2's short keys
+V2_KEYS = dict(a="producerGroup", b="topic", c="defaultTopic", d="defaultTopicQueueNums", e="queueId", f="sysFlag",
+               g="bornTimestamp", h="flag", i="properties", j="reconsumeTimes", k="unitMode", l="maxReconsumeTimes",
+               m="batch", n="brokerName")
+RETRY_FIRST_DELAY_LEVEL = 3  # a first send-back waits 10 s, then each one level longer (RocketMQ's rule)
+RETRY_QUEUE_NUMS = 1  # a %RETRY% or %DLQ% topic made for a 4.x consumer group: one queue, as RocketMQ makes them
+LOCK_LIVE_MS = 60_000  # an orderly consumer's queue lock lasts this long unless renewed (RocketMQ's 60 s)
+LOCKS_MAX = 100_000
+SUBSCRIPTIONS_MAX = 100_000
+TAG_TYPE, SQL_TYPE = "TAG", "SQL92"
+NOTIFY_GROUP_MEMBERS_MAX = 1024  # connections told at once that a group's members changed
+
+
+@dataclass
+class _Lock:
+    client_id: str
+    expires_s: float
+
+
+class BrokerRemoting:
+    def __init__(self, config: BrokerConfig, *, topics: Topics, writes: Writes, consume: Consume,
+                 clients: ClientRegistry):
+        self.config = config
+        self.topics, self.writes, self.consume, self.clients = topics, writes, consume, clients
+        self.broker = writes.broker
+        self.store_host = ""  # this replica's advertised Remoting address, once bound
+        # (group, topic) -> (expression type, expression) from heartbeats: what a pull without its own subscription
+        # filters by
+        self._subscriptions: dict[tuple[str, str], tuple[str, str]] = {}
+        self._group_connections: dict[str, set[Connection]] = {}
+        self._locks: dict[tuple[str, str, int], _Lock] = {}
+        self._committing: set[tuple[str, str, int]] = set()
+        self._outbox_tasks: dict[Connection, asyncio.Task] = {}
+        self.server: RemotingServer | None = None
+
+    def handlers(self) -> dict[int, object]:
+        return {
+            Request.HEART_BEAT: self.heartbeat, Request.UNREGISTER_CLIENT: self.unregister,
+            Request.SEND_MESSAGE: self.send, Request.SEND_MESSAGE_V2: self.send, Request.SEND_BATCH_MESSAGE: self.send,
+            Request.PULL_MESSAGE: self.pull,
+            Request.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
+            Request.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
+            Request.GET_MAX_OFFSET: self.max_offset, Request.GET_MIN_OFFSET: self.min_offset,
+            Request.SEARCH_OFFSET_BY_TIMESTAMP: self.offset_by_time,
+            Request.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
+            Request.CONSUMER_SEND_MSG_BACK: self.send_back,
+            Request.END_TRANSACTION: self.end_transaction,
+            Request.LOCK_BATCH_MQ: self.lock_batch, Request.UNLOCK_BATCH_MQ: self.unlock_batch,
+            Request.VIEW_MESSAGE_BY_ID: self.view_by_id,
+        }
+
+    async def start(self, listen: str) -> str:
+        self.server = RemotingServer(listen, self.handlers(), f"broker {self.config.brokerName}")
+        self.server.on_close.append(self._closed)
+        bound = await self.server.start()
+        host = self.config.advertised.rpartition(":")[0]
+        self.store_host = f"{host}:{bound.rpartition(':')[2]}"
+        log.info("Remoting door (RocketMQ 4.x clients) on %s, advertised as %s", bound, self.store_host)
+        return self.store_host
+
+    async def stop(self) -> None:
+        for task in self._outbox_tasks.values():
+            task.cancel()
+        if self.server is not None:
+            await self.server.stop()
+
+    # -- clients ------------------------------------------------------------------------------------------
+    async def heartbeat(self, conn: Connection, request: Command) -> Command:
+        data = _json_body(request, "HeartbeatData")
+        client_id = _text(data.get("clientID"), "clientID")
+        self._bind_client(conn, client_id)
+        for producer in data.get("producerDataSet") or ():
+            self.clients.touch(client_id, str(producer.get("groupName", "")), pb.ClientType.PRODUCER)
+        for consumer in data.get("consumerDataSet") or ():
+            await self._consumer_heartbeat(conn, client_id, consumer)
+        return request.response(Response.SUCCESS)
+
+    async def _consumer_heartbeat(self, conn: Connection, client_id: str, consumer: dict) -> None:
+        group = _text(consumer.get("groupName"), "groupName")
+        client_type = pb.ClientType.PUSH_CONSUMER if consumer.get("consumeType") == "CONSUME_PASSIVELY" \
+            else pb.ClientType.PULL_CONSUMER
+        joined = conn not in self._group_connections.get(group, ())
+        self.clients.touch(client_id, group, client_type)
+        for sub in consumer.get("subscriptionDataSet") or ():
+            topic = _text(sub.get("topic"), "topic")
+            kind, expression = _expression(sub.get("expressionType"), sub.get("subString"))
+            self.clients.subscribe(client_id, group, topic, expression)
+            if len(self._subscriptions) < SUBSCRIPTIONS_MAX or (group, topic) in self._subscriptions:
+                self._subscriptions[(group, topic)] = (kind, expression.expression)
+        if consumer.get("messageModel", "CLUSTERING") == "CLUSTERING":
+            await self._ensure_topic(retry_topic(group))
+        if joined:
+            self._group_connections.setdefault(group, set()).add(conn)
+            self._notify_members_changed(group, conn)
+
+    def _bind_client(self, conn: Connection, client_id: str) -> None:
+        if conn.client_id == client_id:
+            return
+        conn.client_id = client_id
+        session = self.clients.session(client_id)
+        if session.outbox is None:  # transaction check-backs reach this client through its connection
+            session.outbox = asyncio.Queue(maxsize=64)
+            old = self._outbox_tasks.pop(conn, None)
+            if old is not None:
+                old.cancel()
+            self._outbox_tasks[conn] = asyncio.get_running_loop().create_task(self._drain(conn, session.outbox))
+
+    async def unregister(self, conn: Connection, request: Command) -> Command:
+        client_id = request.ext.get("clientID", "")
+        group = request.ext.get("consumerGroup", "")
+        if client_id:
+            self.clients.remove(client_id)
+        if group and conn in self._group_connections.get(group, ()):
+            self._group_connections[group].discard(conn)
+            self._notify_members_changed(group, conn)
+        return request.response(Response.SUCCESS)
+
+    def _closed(self, conn: Connection) -> None:
+        task = self._outbox_tasks.pop(conn, None)
+        if task is not None:
+            task.cancel()
+        for group, members in list(self._group_connections.items()):
+            if conn in members:
+                members.discard(conn)
+                if conn.client_id:
+                    self.clients.remove(conn.client_id)
+                self._notify_members_changed(group, conn)
+                if not members:
+                    del self._group_connections[group]
+
+    def _notify_members_changed(self, group: str, changed: Connection) -> None:
+        """NOTIFY_CONSUMER_IDS_CHANGED to the group's other consumers: they rebalance now, not at their next 20 s."""
+        others = [c for c in self._group_connections.get(group, ()) if c is not changed]
+        for conn in others[:NOTIFY_GROUP_MEMBERS_MAX]:
+            command = Command(code=Request.NOTIFY_CONSUMER_IDS_CHANGED, ext={"consumerGroup": group})
+            task = asyncio.get_running_loop().create_task(conn.tell(command))
+            task.add_done_callback(lambda done: done.exception() if not done.cancelled() else None)
+
+    async def consumer_list(self, conn: Connection, request: Command) -> Command:
+        group = _field(request, "consumerGroup")
+        members = sorted({c.client_id for c in self._group_connections.get(group, ()) if c.client_id})
+        if not members:
+            return request.response(Response.CONSUMER_NOT_ONLINE, f"no consumer of group {group} is connected to "
+                                    f"this broker replica")
+        return request.response(Response.SUCCESS, body=_json({"consumerIdList": members}))
+
+    # -- producing ----------------------------------------------------------------------------------------
+    async def send(self, conn: Connection, request: Command) -> Command:
+        ext = {V2_KEYS.get(k, k): v for k, v in request.ext.items()} if request.code == Request.SEND_MESSAGE_V2 \
+            else request.ext
+        topic = _field(request, "topic", ext)
+        queue_id, sys_flag = _int(ext, "queueId"), _int(ext, "sysFlag", 0)
+        born_ms, reconsume = _int(ext, "bornTimestamp", 0), _int(ext, "reconsumeTimes", 0)
+        properties = records.parse_properties(ext.get("properties", ""))
+        if request.code == Request.SEND_BATCH_MESSAGE or ext.get("batch") == "true":
+            sends = [records.Send(topic, queue_id, sys_flag, born_ms, flag, {**properties, **props}, body, reconsume)
+                     for flag, props, body in records.batch_records(request.body)]
+            if not sends:
+                raise BadRequestError("batch send without messages")
+        else:
+            sends = [records.Send(topic, queue_id, sys_flag, born_ms, _int(ext, "flag", 0), properties, request.body,
+                                  reconsume)]
+        body_max = self.config.maxMessageSize
+        messages = [records.as_message(s, conn.peer_host, body_max) for s in sends]
+        outcomes = await self.writes.send_many(messages, conn.client_id, None)
+        for outcome in outcomes:
+            if isinstance(outcome, Exception):
+                raise outcome
+        return request.response(Response.SUCCESS, ext=self._send_answer(outcomes))
+
+    def _send_answer(self, sent: list[Sent]) -> dict[str, str]:
+        first = sent[0]
+        ids = ",".join(records.offset_message_id(self.store_host, records.physical_offset(s.index, s.slot))
+                       for s in sent)
+        answer = {"msgId": ids, "queueId": str(first.queue), "queueOffset": str(first.offset)}
+        if first.transaction_id:
+            answer["transactionId"] = first.transaction_id
+        return answer
+
+    async def end_transaction(self, conn: Connection, request: Command) -> Command | None:
+        kind = _int(request.ext, "commitOrRollback")
+        if kind == TRANSACTION_NOT_TYPE:  # the producer does not know yet: the check-back asks again later
+            return request.response(Response.SUCCESS)
+        if kind not in (TRANSACTION_COMMIT, TRANSACTION_ROLLBACK):
+            raise BadRequestError(f"commitOrRollback {kind} is not 0 (unknown), 8 (commit) or 12 (rollback)")
+        topic, message_id = self._stored_identity(request.ext)
+        await self.writes.end_transaction(topic, message_id, message_id, kind == TRANSACTION_COMMIT)
+        return request.response(Response.SUCCESS)
+
+    def _stored_identity(self, ext: dict[str, str]) -> tuple[str, str]:
+        """(topic, message id) of the message a request names by its commit log offset (or by topic and id)."""
+        if ext.get("topic") and ext.get("msgId"):
+            return ext["topic"], ext["msgId"]
+        send = self._stored_send(_int(ext, "commitLogOffset"))
+        return records_topic_and_id(send)
+
+    def _stored_send(self, offset: int):
+        index, slot = records.position_of(offset)
+        send = self.broker.read(lambda txn: self.broker.sm.stored_send(txn, index, slot))
+        if send is None:
+            raise RemotingError(f"no message at commit log offset {offset} on broker group {self.config.brokerName}",
+                                Response.QUERY_NOT_FOUND)
+        return send
+
+    async def _drain(self, conn: Connection, outbox: asyncio.Queue) -> None:
+        """Pushes meant for this client's stream: transaction check-backs, as CHECK_TRANSACTION_STATE."""
+        while True:
+            command: svc.TelemetryCommand = await outbox.get()
+            if command.WhichOneof("command") != "recover_orphaned_transaction_command":
+                continue
+            try:
+                await conn.tell(self._check_request(command.recover_orphaned_transaction_command.message))
+            except (ConnectionError, RuntimeError, RocketraftError) as exc:
+                log.info("transaction check-back to %s not sent: %s", conn.peer, exc)
+
+    def _check_request(self, message: pb.Message) -> Command:
+        props = message.system_properties
+        entry = self.broker.read(lambda txn: txn.get(t.msgid_key(message.topic.name, props.message_id),
+                                                      db=self.broker.sm.db[t.MSGID]))
+        if entry is None:
+            raise RocketraftError(f"half message {props.message_id} is not stored any more")
+        found = t.msgid_entry(entry)
+        offset = records.physical_offset(found.index, found.slot)
+        delivered = as_delivered(message, message.topic.name, found.queue, 0, props.store_timestamp.ToMilliseconds())
+        offset_id = records.offset_message_id(self.store_host, offset)
+        ext = {"topic": message.topic.name, "tranStateTableOffset": "0", "commitLogOffset": str(offset),
+               "msgId": props.message_id, "transactionId": props.message_id, "offsetMsgId": offset_id}
+        return Command(code=Request.CHECK_TRANSACTION_STATE, ext=ext,
+                       body=records.record(delivered, offset, self.store_host, 0))
+
+    # -- consuming ----------------------------------------------------------------------------------------
+    async def pull(self, conn: Connection, request: Command) -> Command:
+        ext = request.ext
+        group, topic = _field(request, "consumerGroup"), _field(request, "topic")
+        queue, offset = _int(ext, "queueId"), _int(ext, "queueOffset")
+        sys_flag = _int(ext, "sysFlag", 0)
+        batch = max(1, min(_int(ext, "maxMsgNums", 32), self.config.receiveBatchSizeMax))
+        if sys_flag & PULL_COMMIT_OFFSET and _int(ext, "commitOffset", -1) >= 0:
+            self._commit_in_background(group, topic, queue, _int(ext, "commitOffset"))
+        if sys_flag & PULL_SUBSCRIPTION:
+            _, expression = _expression(ext.get("expressionType"), ext.get("subscription"))
+        else:
+            kind, text = self._subscriptions.get((group, topic), (TAG_TYPE, "*"))
+            expression = pb.FilterExpression(type=pb.FilterType.SQL if kind == SQL_TYPE else pb.FilterType.TAG,
+                                             expression=text)
+        polling_ms = min(_int(ext, "suspendTimeoutMillis", 0), LONG_POLLING_MS_MAX) if sys_flag & PULL_SUSPEND else 0
+        low, high = self.broker.read(lambda txn: reads.queue_range(self.broker.sm, txn, topic, queue)) \
+            if self.topics.get(topic) is not None else (0, 0)
+        if offset > high:  # past the end (a slave's old offset, a reset): RocketMQ's OFFSET_OVERFLOW_BADLY
+            return self._pull_answer(request, Response.PULL_OFFSET_MOVED, high, low, high,
+                                     "offset past the queue's end")
+        try:
+            messages, next_offset = await self.consume.pull(topic, queue, offset, batch, expression, polling_ms, group)
+        except OffsetMovedError as exc:
+            return self._pull_answer(request, Response.PULL_OFFSET_MOVED, exc.next_offset, low, high, exc.message)
+        low, high = self.broker.read(lambda txn: reads.queue_range(self.broker.sm, txn, topic, queue))
+        if not messages:
+            return self._pull_answer(request, Response.PULL_NOT_FOUND, next_offset, low, high, "no new message")
+        body = b"".join(self._record(m) for m in messages)
+        return self._pull_answer(request, Response.SUCCESS, next_offset, low, high, "FOUND", body)
+
+    def _record(self, message: pb.Message) -> bytes:
+        props = message.system_properties
+        entry = self.broker.read(lambda txn: txn.get(t.msgid_key(props.dead_letter_queue.topic or message.topic.name,
+                                                                 props.message_id), db=self.broker.sm.db[t.MSGID]))
+        offset = records.physical_offset(*t.msgid_entry(entry)[:2]) if entry is not None else 0
+        if message.topic.name.startswith(RETRY_TOPIC_PREFIX) and records.ORIGIN_MESSAGE_ID in message.user_properties:
+            props.message_id = message.user_properties[records.ORIGIN_MESSAGE_ID]  # a retry keeps its id (UNIQ_KEY)
+        return records.record(message, offset, self.store_host, records.reconsume_times_of(message))
+
+    @staticmethod
+    def _pull_answer(request: Command, code: int, next_offset: int, low: int, high: int, remark: str,
+                     body: bytes = b"") -> Command:
+        ext = {"nextBeginOffset": str(next_offset), "minOffset": str(low), "maxOffset": str(high),
+               "suggestWhichBrokerId": "0"}
+        return request.response(code, remark, ext, body)
+
+    def _commit_in_background(self, group: str, topic: str, queue: int, offset: int) -> None:
+        """The offset a pull carries, committed through Raft unless it is known already; the pull does not wait."""
+        key = (group, topic, queue)
+        if key in self._committing or not self.broker.is_master:
+            return
+        try:
+            if self.consume.consumer_offset(group, topic, queue) == offset:
+                return
+        except RocketraftError:
+            return
+        self._committing.add(key)
+
+        async def commit() -> None:
+            try:
+                await self.consume.update_offset(group, topic, queue, offset)
+            except RocketraftError as exc:
+                log.info("offset %d of %s for %s/%d carried by a pull not committed: %s", offset, group, topic,
+                         queue, exc)
+            finally:
+                self._committing.discard(key)
+
+        asyncio.get_running_loop().create_task(commit())
+
+    async def query_consumer_offset(self, conn: Connection, request: Command) -> Command:
+        group, topic, queue = _field(request, "consumerGroup"), _field(request, "topic"), _int(request.ext, "queueId")
+        offset = self.consume.consumer_offset(group, topic, queue)
+        if offset is None:
+            return request.response(Response.QUERY_NOT_FOUND, f"group {group} has no offset for {topic}/{queue}")
+        return request.response(Response.SUCCESS, ext={"offset": str(offset)})
+
+    async def update_consumer_offset(self, conn: Connection, request: Command) -> Command:
+        await self.consume.update_offset(_field(request, "consumerGroup"), _field(request, "topic"),
+                                         _int(request.ext, "queueId"), _int(request.ext, "commitOffset"))
+        return request.response(Response.SUCCESS)
+
+    async def max_offset(self, conn: Connection, request: Command) -> Command:
+        return self._offset_answer(request, pb.QueryOffsetPolicy.END)
+
+    async def min_offset(self, conn: Connection, request: Command) -> Command:
+        return self._offset_answer(request, pb.QueryOffsetPolicy.BEGINNING)
+
+    async def offset_by_time(self, conn: Connection, request: Command) -> Command:
+        stamp = pb.Message().system_properties.store_timestamp
+        stamp.FromMilliseconds(_int(request.ext, "timestamp"))
+        return self._offset_answer(request, pb.QueryOffsetPolicy.TIMESTAMP, stamp)
+
+    def _offset_answer(self, request: Command, policy: int, stamp=None) -> Command:
+        offset = self.consume.query_offset(_field(request, "topic"), _int(request.ext, "queueId"), policy, stamp)
+        return request.response(Response.SUCCESS, ext={"offset": str(offset)})
+
+    async def send_back(self, conn: Connection, request: Command) -> Command:
+        """A 4.x consumer's message it failed to consume: to %RETRY%<group> with the next delay level, or to
+        %DLQ%<group> past maxReconsumeTimes (RocketMQ's send-back)."""
+        ext = request.ext
+        group = _field(request, "group")
+        send = self._stored_send(_int(ext, "offset"))
+        original = pb.Message.FromString(send.message)
+        topic, _ = records_topic_and_id(send)
+        origin_id = ext.get("originMsgId") or original.user_properties.get(records.ORIGIN_MESSAGE_ID) \
+            or original.system_properties.message_id
+        attempts = original.system_properties.delivery_attempt or 1  # this failure's attempt
+        max_times = _int(ext, "maxReconsumeTimes", MAX_RECONSUME_TIMES)
+        delay_level = _int(ext, "delayLevel", 0)
+        dead = delay_level < 0 or attempts - 1 >= max_times
+        target = dlq_topic(group) if dead else retry_topic(group)
+        await self._ensure_topic(target)
+        message = pb.Message()
+        message.CopyFrom(original)
+        message.topic.name = target
+        sp = message.system_properties
+        sp.ClearField("delivery_timestamp")
+        sp.ClearField("message_group")
+        sp.message_type = pb.MessageType.NORMAL
+        sp.message_id = f"{origin_id}-{attempts}"  # a repeat of this send-back is deduplicated
+        sp.delivery_attempt = attempts + 1
+        message.user_properties.setdefault(records.RETRY_TOPIC, topic)
+        message.user_properties[records.ORIGIN_MESSAGE_ID] = origin_id
+        if not dead:
+            level = delay_level if delay_level > 0 else RETRY_FIRST_DELAY_LEVEL + attempts - 1
+            message.user_properties[DELAY_LEVEL_PROPERTY] = str(min(level, DELAY_LEVEL_COUNT))
+        outcome = (await self.writes.send_many([message], conn.client_id, None))[0]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return request.response(Response.SUCCESS)
+
+    async def _ensure_topic(self, name: str) -> None:
+        if self.topics.get(name) is None:
+            await self.topics.create(ipb.TopicConfig(name=name, queue_nums=RETRY_QUEUE_NUMS, perm=PERM_READ_WRITE))
+
+    # -- orderly consumers' queue locks ------------------------------------------------------------------
+    async def lock_batch(self, conn: Connection, request: Command) -> Command:
+        data = _json_body(request, "LockBatchRequestBody")
+        group, client_id = _text(data.get("consumerGroup"), "consumerGroup"), _text(data.get("clientId"), "clientId")
+        now = time.monotonic()
+        locked = []
+        for mq in data.get("mqSet") or ():
+            key = (group, _text(mq.get("topic"), "topic"), int(mq.get("queueId", -1)))
+            held = self._locks.get(key)
+            if held is None or held.client_id == client_id or held.expires_s < now:
+                if held is None and len(self._locks) >= LOCKS_MAX:
+                    self._expire_locks(now)
+                    if len(self._locks) >= LOCKS_MAX:
+                        continue
+                self._locks[key] = _Lock(client_id, now + LOCK_LIVE_MS / 1000)
+                locked.append(mq)
+        return request.response(Response.SUCCESS, body=_json({"lockOKMQSet": locked}))
+
+    async def unlock_batch(self, conn: Connection, request: Command) -> Command:
+        data = _json_body(request, "UnlockBatchRequestBody")
+        group, client_id = str(data.get("consumerGroup", "")), str(data.get("clientId", ""))
+        for mq in data.get("mqSet") or ():
+            key = (group, str(mq.get("topic", "")), int(mq.get("queueId", -1)))
+            held = self._locks.get(key)
+            if held is not None and held.client_id == client_id:
+                del self._locks[key]
+        return request.response(Response.SUCCESS)
+
+    def _expire_locks(self, now: float) -> None:
+        for key in [k for k, lock in self._locks.items() if lock.expires_s < now]:
+            del self._locks[key]
+
+    # -- queries ------------------------------------------------------------------------------------------
+    async def view_by_id(self, conn: Connection, request: Command) -> Command:
+        offset = _int(request.ext, "offset")
+        send = self._stored_send(offset)
+        message = pb.Message.FromString(send.message)
+        topic = message.topic.name
+        found = self.broker.read(lambda txn: txn.get(t.msgid_key(topic, message.system_properties.message_id),
+                                                      db=self.broker.sm.db[t.MSGID]))
+        queue, queue_offset = (t.msgid_entry(found)[2:4] if found is not None else (0, 0))
+        delivered = as_delivered(message, topic, queue, 0 if queue_offset == t.NO_OFFSET else queue_offset,
+                                 message.system_properties.store_timestamp.ToMilliseconds())
+        return request.response(Response.SUCCESS, body=records.record(delivered, offset, self.store_host,
+                                                                      records.reconsume_times_of(delivered)))
+
+
+def records_topic_and_id(send) -> tuple[str, str]:
+    topic, message_id, _ = send_fields(send)
+    return topic, message_id
+
+
+# -- request fields -------------------------------------------------------------------------------------------
+def _field(request: Command, name: str, ext: dict[str, str] | None = None) -> str:
+    value = (request.ext if ext is None else ext).get(name)
+    if not value:
+        raise RemotingError(f"request {request.code} lacks header field {name}", Response.INVALID_PARAMETER)
+    return value
+
+
+def _int(ext: dict[str, str], name: str, default: int | None = None) -> int:
+    value = ext.get(name)
+    if value is None or value == "":
+        if default is None:
+            raise RemotingError(f"request lacks header field {name}", Response.INVALID_PARAMETER)
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise RemotingError(f"header field {name} {value[:40]!r} is not an integer", Response.INVALID_PARAMETER) \
+            from None
+    if not -(1 << 63) <= number < (1 << 63):
+        raise RemotingError(f"header field {name} {value[:40]} is out of range", Response.INVALID_PARAMETER)
+    return number
+
+
+def _text(value, name: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise RemotingError(f"body field {name} is missing or not a string", Response.INVALID_PARAMETER)
+    return value
+
+
+def _json_body(request: Command, what: str) -> dict:
+    try:
+        data = json.loads(request.body)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise RemotingError(f"{what} body is not JSON: {exc}", Response.INVALID_PARAMETER) from None
+    if not isinstance(data, dict):
+        raise RemotingError(f"{what} body is not a JSON object", Response.INVALID_PARAMETER)
+    return data
+
+
+def _json(value) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _expression(kind, text) -> tuple[str, pb.FilterExpression]:
+    kind = kind or TAG_TYPE
+    text = text if isinstance(text, str) and text else "*"
+    if kind == SQL_TYPE:
+        return kind, pb.FilterExpression(type=pb.FilterType.SQL, expression=text)
+    if kind != TAG_TYPE:
+        raise RemotingError(f"expression type {str(kind)[:40]!r} is not TAG or SQL92",
+                            Response.SUBSCRIPTION_PARSE_FAILED)
+    return kind, pb.FilterExpression(type=pb.FilterType.TAG, expression=text)

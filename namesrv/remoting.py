@@ -1,0 +1,62 @@
+"""The NameServer's Remoting door (RocketMQ 4.x clients): topic routes (GET_ROUTEINFO_BY_TOPIC, retry topics included)
+and cluster info (GET_BROKER_CLUSTER_INFO), from the same registry, auto-creation and errors as QueryRoute.
+docs/client.md, "RocketMQ 4.x clients"."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from rocketraft.protocol.errors import TopicNotFoundError
+from rocketraft.remoting.codes import RemotingError, Request, Response
+from rocketraft.remoting.frame import Command
+from rocketraft.remoting.server import Connection, RemotingServer
+
+if TYPE_CHECKING:
+    from .server import NameServer
+
+
+class NameServerRemoting:
+    def __init__(self, ns: NameServer):
+        self.ns = ns
+        self.server: RemotingServer | None = None
+
+    async def start(self, listen: str) -> str:
+        self.server = RemotingServer(listen, {
+            Request.GET_ROUTEINFO_BY_TOPIC: self.route,
+            Request.GET_BROKER_CLUSTER_INFO: self.cluster_info,
+            Request.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.topic_list,
+        }, "NameServer")
+        return await self.server.start()
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.stop()
+
+    async def route(self, conn: Connection, request: Command) -> Command:
+        topic = request.ext.get("topic", "")
+        if not topic:
+            raise RemotingError("GET_ROUTEINFO_BY_TOPIC lacks header field topic", Response.INVALID_PARAMETER)
+        try:
+            await self.ns.query_route(topic)  # the one rule: unknown topic, auto-creation, names
+        except TopicNotFoundError as exc:
+            return request.response(Response.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: "
+                                    f"{topic}; {exc.message}")
+        route = self.ns.registry.remoting_route(topic, now_ms=self.ns.clock_ms())
+        if not route:
+            return request.response(Response.TOPIC_NOT_EXIST, (
+                f"No topic route info in name server for the topic: {topic}; the broker groups that have it serve no "
+                "Remoting door (remotingPort=0, or a replica of an older version)"))
+        return request.response(Response.SUCCESS, body=_json(route))
+
+    async def cluster_info(self, conn: Connection, request: Command) -> Command:
+        info = self.ns.registry.remoting_cluster_info(self.ns.clock_ms())
+        return request.response(Response.SUCCESS, body=_json(info))
+
+    async def topic_list(self, conn: Connection, request: Command) -> Command:
+        topics = sorted({t.name for reg, _ in self.ns.registry.heard(self.ns.clock_ms()) for t in reg.topics})
+        return request.response(Response.SUCCESS, body=_json({"topicList": topics}))
+
+
+def _json(value) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
