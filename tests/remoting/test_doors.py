@@ -1,0 +1,165 @@
+"""The Remoting doors of a real cluster (NameServer and three broker replicas, real processes), driven with exact
+frames: routes for 4.x clients, sends through the master and through a follower, pulls with long polling, offsets,
+and what a bad frame or an unknown request gets. The 4.x clients themselves: tests/remoting_clients."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+from rclient import RawClient, call
+
+from rocketraft.remoting import frame, records
+from rocketraft.remoting.codes import SERIALIZE_ROCKETMQ, Request, Response
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    from devkit.devcluster import DevCluster
+
+    c = DevCluster(str(tmp_path_factory.mktemp("remoting")))
+    c.start()
+    c.wait_master()
+    c.create_topic("Doors", queue_nums=4)
+    yield c
+    c.stop()
+
+
+def route(cluster, topic: str) -> dict:
+    answer = call(cluster.namesrv_remoting_addresses[0],
+                  frame.Command(Request.GET_ROUTEINFO_BY_TOPIC, opaque=1, ext={"topic": topic}))
+    assert answer.code == Response.SUCCESS, answer.remark
+    return json.loads(answer.body)
+
+
+def brokers(route_data: dict) -> dict[str, dict[str, str]]:
+    return {b["brokerName"]: b["brokerAddrs"] for b in route_data["brokerDatas"]}
+
+
+def send(address: str, topic: str, queue: int, body: bytes, props: dict[str, str], **kw) -> frame.Command:
+    ext = {"a": "pg", "b": topic, "e": str(queue), "f": "0", "g": str(int(time.time() * 1000)), "h": "0",
+           "i": records.format_properties(props), "j": "0"}
+    return call(address, frame.Command(Request.SEND_MESSAGE_V2, opaque=5, ext=ext, body=body, **kw))
+
+
+def pull(address: str, topic: str, queue: int, offset: int, **ext) -> frame.Command:
+    fields = {"consumerGroup": "g", "topic": topic, "queueId": str(queue), "queueOffset": str(offset),
+              "maxMsgNums": "32", "sysFlag": "0", **ext}
+    return call(address, frame.Command(Request.PULL_MESSAGE, opaque=6, ext=fields))
+
+
+def test_the_route_lists_the_group_at_its_master_and_each_follower_as_a_write_only_forwarder(cluster):
+    data = route(cluster, "Doors")
+    by_name = {q["brokerName"]: q for q in data["queueDatas"]}
+    master = cluster.wait_master()
+    assert by_name["broker-a"] == {"brokerName": "broker-a", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6,
+                                   "topicSysFlag": 0}
+    addrs = brokers(data)
+    assert addrs["broker-a"]["0"] == cluster.remoting_of[master]
+    assert set(addrs["broker-a"].values()) == set(cluster.remoting_of.values())
+    forwarders = [name for name in by_name if name != "broker-a"]
+    assert len(forwarders) == 2
+    for name in forwarders:  # writable (PermName WRITE = 2), never readable: consumers do not see them
+        assert (by_name[name]["perm"], by_name[name]["readQueueNums"], by_name[name]["writeQueueNums"]) == (2, 0, 1)
+        assert addrs[name]["0"] != cluster.remoting_of[master]
+
+
+def test_a_send_through_a_follower_is_stored_by_the_group_and_pulled_from_the_master(cluster):
+    data = route(cluster, "Doors")
+    addrs = brokers(data)
+    follower = next(a["0"] for name, a in addrs.items() if name != "broker-a")
+    props = {"UNIQ_KEY": "DOORS0000000000000000000000000001", "TAGS": "tagA", "KEYS": "k1 k2", "color": "red"}
+    answer = send(follower, "Doors", 1, b"via follower", props)
+    assert answer.code == Response.SUCCESS, answer.remark
+    assert answer.ext["queueId"] == "1" and answer.ext["transactionId"] == props["UNIQ_KEY"]
+    offset = int(answer.ext["queueOffset"])
+    got = pull(addrs["broker-a"]["0"], "Doors", 1, offset)
+    assert got.code == Response.SUCCESS, got.remark
+    assert int(got.ext["nextBeginOffset"]) == offset + 1 and int(got.ext["maxOffset"]) >= offset + 1
+    assert b"via follower" in got.body
+    assert records.format_properties({"color": "red"}).encode() in got.body  # user property kept
+    # the offset message id the send answered resolves on any replica (VIEW_MESSAGE_BY_ID)
+    store_host, physical = records.parse_offset_message_id(answer.ext["msgId"])
+    assert store_host == follower
+    other_follower = next(a for broker_id, a in addrs["broker-a"].items() if broker_id != "0" and a != follower)
+    viewed = call(other_follower, frame.Command(Request.VIEW_MESSAGE_BY_ID, opaque=2,
+                                                        ext={"topic": "Doors", "offset": str(physical)}))
+    assert viewed.code == Response.SUCCESS and b"via follower" in viewed.body
+
+
+def test_a_suspended_pull_waits_for_a_message_and_answers_when_it_comes(cluster):
+    master = brokers(route(cluster, "Doors"))["broker-a"]["0"]
+    end = pull(master, "Doors", 3, 0)
+    offset = int(end.ext["maxOffset"])
+    threading.Timer(0.5, lambda: send(master, "Doors", 3, b"late", {"UNIQ_KEY": "DOORS-LATE-1"})).start()
+    started = time.monotonic()
+    got = pull(master, "Doors", 3, offset, sysFlag="2", suspendTimeoutMillis="5000")
+    assert got.code == Response.SUCCESS and b"late" in got.body
+    assert 0.4 < time.monotonic() - started < 4.5
+
+
+def test_an_empty_queue_answers_pull_not_found_and_an_offset_past_the_end_offset_moved(cluster):
+    master = brokers(route(cluster, "Doors"))["broker-a"]["0"]
+    end = int(pull(master, "Doors", 2, 0).ext["maxOffset"])
+    assert pull(master, "Doors", 2, end).code == Response.PULL_NOT_FOUND
+    moved = pull(master, "Doors", 2, end + 100)
+    assert moved.code == Response.PULL_OFFSET_MOVED and moved.ext["nextBeginOffset"] == str(end)
+
+
+def test_offsets_are_committed_through_raft_and_read_on_every_replica(cluster):
+    addrs = brokers(route(cluster, "Doors"))["broker-a"]
+    update = frame.Command(Request.UPDATE_CONSUMER_OFFSET, opaque=3, ext={
+        "consumerGroup": "doors-g", "topic": "Doors", "queueId": "0", "commitOffset": "0"})
+    assert call(addrs["0"], update).code == Response.SUCCESS
+    query = frame.Command(Request.QUERY_CONSUMER_OFFSET, opaque=4, ext={
+        "consumerGroup": "doors-g", "topic": "Doors", "queueId": "0"})
+    deadline = time.monotonic() + 5
+    for address in addrs.values():
+        while (answer := call(address, query)).code != Response.SUCCESS and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert answer.ext["offset"] == "0"
+    unknown = frame.Command(Request.QUERY_CONSUMER_OFFSET, opaque=4, ext={
+        "consumerGroup": "nobody", "topic": "Doors", "queueId": "0"})
+    assert call(addrs["0"], unknown).code == Response.QUERY_NOT_FOUND
+    for code in (Request.GET_MAX_OFFSET, Request.GET_MIN_OFFSET):
+        answer = call(addrs["0"], frame.Command(code, opaque=5, ext={"topic": "Doors", "queueId": "0"}))
+        assert answer.code == Response.SUCCESS and int(answer.ext["offset"]) >= 0
+
+
+def test_an_unknown_topic_and_an_unserved_code_are_answered_by_name(cluster):
+    bad = call(cluster.namesrv_remoting_addresses[0],
+               frame.Command(Request.GET_ROUTEINFO_BY_TOPIC, opaque=9, ext={"topic": "no such topic"}))
+    assert bad.code == Response.INVALID_PARAMETER and "illegal topic name" in bad.remark
+    master = brokers(route(cluster, "Doors"))["broker-a"]["0"]
+    answer = call(master, frame.Command(code=999, opaque=10, serialize=SERIALIZE_ROCKETMQ))
+    assert answer.code == Response.REQUEST_CODE_NOT_SUPPORTED and "request code 999" in answer.remark
+    assert answer.serialize == SERIALIZE_ROCKETMQ and answer.opaque == 10
+    missing = call(master, frame.Command(Request.PULL_MESSAGE, opaque=11, ext={"topic": "Doors"}))
+    assert missing.code == Response.INVALID_PARAMETER and "consumerGroup" in missing.remark
+
+
+def test_a_oneway_request_gets_no_answer_and_answers_match_their_opaque(cluster):
+    master = brokers(route(cluster, "Doors"))["broker-a"]["0"]
+    with RawClient(master) as client:
+        client.send(frame.Command(Request.UNREGISTER_CLIENT, opaque=20, flag=2, ext={"clientID": "x"}))
+        for opaque in (21, 22):
+            client.send(frame.Command(Request.GET_MAX_OFFSET, opaque=opaque, ext={"topic": "Doors", "queueId": "0"}))
+        assert sorted(client.read().opaque for _ in range(2)) == [21, 22]
+
+
+def test_a_bad_frame_closes_its_connection_with_a_log_line_and_the_door_goes_on(cluster):
+    master_id = cluster.wait_master()
+    master = cluster.remoting_of[master_id]
+    with RawClient(master) as client:
+        client.send_bytes(b"\x00\x00\x00\x10" + b"\x05\x00\x00\x02" + b"garbage-garb")
+        assert client.closed_by_server()
+    log_text = open(cluster.brokers[master_id].log_path, errors="replace").read()
+    assert "Remoting connection from" in log_text and "serialize type 5 is unknown" in log_text
+    assert "Traceback" not in log_text
+    with RawClient(master) as client:
+        client.send_bytes(b"\x7f\xff\xff\xff")  # a frame far over the limit: refused before it is read
+        assert client.closed_by_server()
+    answer = call(master, frame.Command(Request.GET_MAX_OFFSET, opaque=1, ext={"topic": "Doors", "queueId": "0"}))
+    assert answer.code == Response.SUCCESS
