@@ -2,7 +2,11 @@
 into one jar; tests/sdk_go: github.com/apache/rocketmq-clients/golang/v5, built by `go build` into one binary; both
 by scripts/setup.sh --tests) run as processes. Like the Node.js scripts (devkit.nodesdk), a driver prints one JSON
 line per event and runs until its stdin is closed; shared by tests/sdk_java, tests/sdk_go and
-`python -m bench sdk-failover --sdk java|go`, so all read the drivers' output one way."""
+`python -m bench sdk-failover --sdk java|go`, so all read the drivers' output one way.
+
+The RocketMQ 4.x clients (the Remoting protocol) run the same way, as "java4" (tests/remoting_java: rocketmq-client
+4.9.8) and "go4" (tests/remoting_go: github.com/apache/rocketmq-client-go/v2); devkit.remotingdrivers turns keyword
+options into their command lines."""
 
 from __future__ import annotations
 
@@ -20,6 +24,10 @@ JAVA_DIR = os.path.join(ROOT, "tests", "sdk_java")
 JAVA_JAR = os.path.join(JAVA_DIR, "target", "sdk-java-driver.jar")
 GO_DIR = os.path.join(ROOT, "tests", "sdk_go")
 GO_BINARY = os.path.join(GO_DIR, "sdk-go-driver")
+JAVA4_DIR = os.path.join(ROOT, "tests", "remoting_java")
+JAVA4_JAR = os.path.join(JAVA4_DIR, "target", "remoting-java-driver.jar")
+GO4_DIR = os.path.join(ROOT, "tests", "remoting_go")
+GO4_BINARY = os.path.join(GO4_DIR, "remoting-go-driver")
 # A small heap (the machine has 2 cores and runs a 3-replica cluster beside the driver); the SDK's log level kept low.
 JAVA_OPTIONS = ("-Xmx128m", "-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Drocketmq.log.level=warn")
 MISSING = {
@@ -27,25 +35,33 @@ MISSING = {
             "it needs Maven and a JDK 17)",
     "go": "the Go SDK driver is not built: run `go build -o sdk-go-driver .` in tests/sdk_go (scripts/setup.sh --tests "
           "does; it needs Go)",
+    "java4": "the RocketMQ 4.x Java client's driver is not built: run `mvn -q package` in tests/remoting_java "
+             "(scripts/setup.sh --tests does; it needs Maven and a JDK 17)",
+    "go4": "the RocketMQ 4.x Go client's driver is not built: run `go build -o remoting-go-driver .` in "
+           "tests/remoting_go (scripts/setup.sh --tests does; it needs Go)",
 }
 
 
 def installed(sdk: str) -> bool:
-    if sdk == "java":
-        return shutil.which("java") is not None and os.path.isfile(JAVA_JAR)
-    return os.access(GO_BINARY, os.X_OK)
+    if sdk in ("java", "java4"):
+        return shutil.which("java") is not None and os.path.isfile(JAVA_JAR if sdk == "java" else JAVA4_JAR)
+    return os.access(GO_BINARY if sdk == "go" else GO4_BINARY, os.X_OK)
 
 
 def command(sdk: str, log_dir: str) -> list[str]:
     if sdk == "java":
         return ["java", *JAVA_OPTIONS, f"-Drocketmq.log.root={log_dir}", "-jar", JAVA_JAR]
-    return [GO_BINARY]
+    if sdk == "java4":  # the 4.x client's own log (rocketmq_client.log) in log_dir
+        return ["java", *JAVA_OPTIONS, f"-Drocketmq.client.logRoot={log_dir}", "-Drocketmq.client.logLevel=WARN",
+                "-jar", JAVA4_JAR]
+    return [GO_BINARY if sdk == "go" else GO4_BINARY]  # the 4.x Go client logs its warnings to stderr
 
 
 class SdkDriver(NodeScript):
-    """One run of a driver: `SdkDriver("java", "send", endpoints, topic, spec, log_dir=...)`. Every JSON line it
-    prints, stamped with this process's monotonic time (and handed to `on_event(t, event)` as it comes); its stderr
-    in a file, shown when a wait fails; `env` adds to its environment (SDK_TLS, SDK_ACCESS_KEY ...)."""
+    """One run of a driver: `SdkDriver("java", "send", endpoints, topic, spec, log_dir=...)` (sdk: java, go, java4 or
+    go4). Every JSON line it prints, stamped with this process's monotonic time (and handed to `on_event(t, event)` as
+    it comes); its stderr in a file, shown when a wait fails; `env` adds to its environment (SDK_TLS, SDK_ACCESS_KEY
+    ...)."""
 
     def __init__(self, sdk: str, *args: str, log_dir: str, env: dict[str, str] | None = None,
                  on_event: Callable[[float, dict], None] | None = None):

@@ -64,4 +64,19 @@ if [ "${1:-}" = "--tests" ]; then
   else
     echo "warning: go not found; the Go SDK tests (tests/sdk_go) will be skipped"
   fi
+  # The RocketMQ 4.x clients (Remoting protocol), each with our driver built once here (devkit/remotingdrivers.py).
+  if command -v mvn >/dev/null 2>&1 && command -v javac >/dev/null 2>&1; then
+    echo "building the RocketMQ 4.x Java client's driver (tests/remoting_java, rocketmq-client 4.9.8) ..."
+    (cd tests/remoting_java && mvn -q -B package -DskipTests) \
+      || echo "warning: mvn package failed in tests/remoting_java; the 4.x Java client tests will be skipped"
+  else
+    echo "warning: Maven or a JDK not found; the 4.x Java client tests (tests/remoting_java) will be skipped"
+  fi
+  if command -v go >/dev/null 2>&1; then
+    echo "building the RocketMQ 4.x Go client's driver (tests/remoting_go, rocketmq-client-go/v2) ..."
+    (cd tests/remoting_go && go build -o remoting-go-driver .) \
+      || echo "warning: go build failed in tests/remoting_go; the 4.x Go client tests will be skipped"
+  else
+    echo "warning: go not found; the 4.x Go client tests (tests/remoting_go) will be skipped"
+  fi
 fi
