@@ -57,6 +57,14 @@ if [ "${1:-}" = "--tests" ]; then
   else
     echo "warning: Maven or a JDK not found; the Java SDK tests (tests/sdk_java) will be skipped"
   fi
+  # Apache RocketMQ itself (NameServer, DLedger broker, proxy, mqadmin): the reference cluster devkit/reference.py runs.
+  if command -v mvn >/dev/null 2>&1 && command -v javac >/dev/null 2>&1; then
+    echo "installing Apache RocketMQ's jars for the reference cluster (tests/reference, into target/lib) ..."
+    (cd tests/reference && mvn -q -B package -DskipTests) \
+      || echo "warning: mvn package failed in tests/reference; the reference tests will be skipped"
+  else
+    echo "warning: Maven or a JDK not found; the reference tests (tests/reference) will be skipped"
+  fi
   if command -v go >/dev/null 2>&1; then
     echo "building the official Go SDK's driver (tests/sdk_go, rocketmq-clients/golang/v5) ..."
     (cd tests/sdk_go && go build -o sdk-go-driver .) \
