@@ -39,6 +39,7 @@ class ClientSession:
     client_type: int = pb.ClientType.CLIENT_TYPE_UNSPECIFIED
     group: str = ""
     publishing_topics: set[str] = field(default_factory=set)
+    producer_group: str = ""  # a 4.x producer's group (its heartbeat or sends): check-backs go by group there
     subscriptions: dict[str, str] = field(default_factory=dict)  # topic -> normalized expression
     last_seen: float = 0.0
     outbox: asyncio.Queue | None = None  # commands to push on its Telemetry stream
@@ -170,11 +171,14 @@ class ClientRegistry:
             session.group = group
         return session
 
-    def producer_outboxes(self, topic: str, preferred_client_id: str) -> list[asyncio.Queue]:
-        """Telemetry streams that can answer a transaction check-back for `topic`, best first."""
+    def producer_outboxes(self, topic: str, preferred_client_id: str, producer_group: str = "") -> list[asyncio.Queue]:
+        """Streams (Telemetry, or a 4.x client's connection) that can answer a transaction check-back for `topic`,
+        best first: the producer that sent it, then producers of the topic or of its producer group (a 4.x producer
+        names no topics; RocketMQ asks any producer of the group)."""
         live = [s for s in self._live() if s.outbox is not None and s.client_type == pb.ClientType.PRODUCER]
         preferred = [s.outbox for s in live if s.client_id == preferred_client_id]
-        others = [s.outbox for s in live if s.client_id != preferred_client_id and topic in s.publishing_topics]
+        others = [s.outbox for s in live if s.client_id != preferred_client_id and (
+            topic in s.publishing_topics or (producer_group and s.producer_group == producer_group))]
         return preferred + others
 
     def client_type(self, client_id: str) -> int:

@@ -33,6 +33,7 @@ from rocketraft.protocol.rules import stored_digest_as_md5
 from rocketraft.protocol.serving import add_service, new_server
 from rocketraft.protocol.wire import GRPC_OPTIONS, Code, cpb, ipb, ipb_grpc, pb, svc, svc_grpc
 from rocketraft.remoting.codes import remoting_unsafe_because
+from rocketraft.remoting.records import PRODUCER_GROUP as PRODUCER_GROUP_PROPERTY
 
 from . import config as config_mod
 from . import metrics
@@ -394,7 +395,8 @@ class BrokerServer:
                 await self.writes.end_transaction(message.topic.name, message_id, message_id, commit=False)
                 self._check_counts.pop(message_id, None)
                 continue
-            outboxes = self.clients.producer_outboxes(message.topic.name, send.producer_client_id)
+            outboxes = self.clients.producer_outboxes(message.topic.name, send.producer_client_id,
+                                                      message.user_properties.get(PRODUCER_GROUP_PROPERTY, ""))
             self._check_counts[message_id] = (count + 1, now)
             if not outboxes:
                 log.info("transaction of message %s: no producer of topic %s connected to ask (check %d)",

@@ -122,7 +122,6 @@ REMOTING_CONNECTIONS_MAX = 10_000     # connections a Remoting port holds at onc
 REMOTING_IDLE_MS = 120_000            # a connection with nothing in flight and no frame for this long is closed
 REMOTING_BROKER_PORT_DEFAULT = 10911  # RocketMQ's broker listenPort
 REMOTING_NAMESRV_PORT_DEFAULT = 9877  # 9876 (RocketMQ's) is the NameServer's gRPC port here
-REMOTING_CALL_TIMEOUT_MS = 3_000      # a broker's request to a client (transaction check-back) waits this long
 
 # -- registration ---------------------------------------------------------------------------------------
 # A replica's heartbeatTimeoutMillis: the NameServers refuse a registration asking for more (a replica silent longer
