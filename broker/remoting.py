@@ -30,7 +30,7 @@ from rocketraft.remoting.codes import RemotingError, Request, Response
 from rocketraft.remoting.frame import Command
 from rocketraft.remoting.server import Connection, RemotingServer
 
-from . import reads
+from . import reads, validation
 from . import tables as t
 from .clients import ClientRegistry
 from .config import BrokerConfig
@@ -98,6 +98,7 @@ class BrokerRemoting:
             Request.END_TRANSACTION: self.end_transaction,
             Request.LOCK_BATCH_MQ: self.lock_batch, Request.UNLOCK_BATCH_MQ: self.unlock_batch,
             Request.VIEW_MESSAGE_BY_ID: self.view_by_id,
+            Request.CHECK_CLIENT_CONFIG: self.check_client_config,
         }
 
     async def start(self, listen: str) -> str:
@@ -208,6 +209,15 @@ class BrokerRemoting:
             command = Command(code=Request.NOTIFY_CONSUMER_IDS_CHANGED, ext={"consumerGroup": group})
             task = asyncio.get_running_loop().create_task(conn.tell(command))
             task.add_done_callback(lambda done: done.exception() if not done.cancelled() else None)
+
+    async def check_client_config(self, conn: Connection, request: Command) -> Command:
+        """Whether a subscription (a SQL92 one: the 4.x consumer asks before it subscribes) would be accepted: the
+        same check a receive or a pull makes."""
+        data = _json_body(request, "CheckClientRequestBody")
+        sub = data.get("subscriptionData") or {}
+        _, expression = _expression(sub.get("expressionType"), sub.get("subString"))
+        validation.filter_expression(expression)
+        return request.response(Response.SUCCESS)
 
     async def consumer_list(self, conn: Connection, request: Command) -> Command:
         group = _field(request, "consumerGroup")

@@ -32,6 +32,7 @@ class Request(enum.IntEnum):
     NOTIFY_CONSUMER_IDS_CHANGED = 40      # broker -> client
     LOCK_BATCH_MQ = 41
     UNLOCK_BATCH_MQ = 42
+    CHECK_CLIENT_CONFIG = 46              # a 4.x consumer asks whether its SQL92 subscription is accepted
     GET_ROUTEINFO_BY_TOPIC = 105
     GET_BROKER_CLUSTER_INFO = 106
     UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
