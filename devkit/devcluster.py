@@ -181,9 +181,13 @@ class DevCluster:
         self.address_of = {i: f"{self.host_of[i]}:{p}" for i, p in zip(self.ids, ports, strict=True)}
         self.raft_of = {i: f"{self.host_of[i]}:{free_port(self.host_of[i])}" for i in self.ids}
         # each replica's and NameServer's Remoting door (RocketMQ 4.x clients), on free ports
-        self.remoting_of = {i: f"{self.host_of[i]}:{free_port(self.host_of[i])}" for i in self.ids}
+        # (fixed ports, as `rocketraft dev` asks: the servers' own defaults, gRPC + 2830 and NameServer gRPC + 1)
+        self.remoting_of = {i: f"{self.host_of[i]}:{p + broker_config.REMOTING_PORT_OFFSET}"
+                            if self.broker_ports else f"{self.host_of[i]}:{free_port(self.host_of[i])}"
+                            for i, p in zip(self.ids, ports, strict=True)}
         self.namesrv_remoting_addresses = [] if self.external_namesrv else [
-            f"127.0.0.1:{free_port()}" for _ in self.namesrv_addresses]
+            f"127.0.0.1:{self.namesrv_port + 1}" if i == 0 and self.namesrv_port else f"127.0.0.1:{free_port()}"
+            for i in range(len(self.namesrv_addresses))]
         # host:port of each process's metrics (GET /metrics), {} / [] with metrics off
         self.metrics_address_of = {i: f"{self.host_of[i]}:{free_port(self.host_of[i])}" for i in self.ids
                                    } if self.metrics else {}
