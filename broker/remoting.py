@@ -36,7 +36,7 @@ from .clients import ClientRegistry
 from .config import BrokerConfig
 from .consume import Consume
 from .statemachine import send_fields
-from .topics import Topics
+from .topics import FOLLOWER_CATCH_UP_S, Topics
 from .writes import Sent, Writes
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,7 @@ RETRY_QUEUE_NUMS = 1  # a %RETRY% or %DLQ% topic made for a 4.x consumer group: 
 LOCK_LIVE_MS = 60_000  # an orderly consumer's queue lock lasts this long unless renewed (RocketMQ's 60 s)
 LOCKS_MAX = 100_000
 SUBSCRIPTIONS_MAX = 100_000
+CATCH_UP_POLL_S = 0.01  # how often a replica behind a named log position looks again
 KEEPALIVE_S = 5.0  # how often the sessions of open connections are kept alive
 PUBLISHING_TOPICS_MAX = 1024  # topics remembered per producer connection (where check-backs may go)
 TAG_TYPE, SQL_TYPE = "TAG", "SQL92"
@@ -280,19 +281,24 @@ class BrokerRemoting:
             return request.response(Response.SUCCESS)
         if kind not in (TRANSACTION_COMMIT, TRANSACTION_ROLLBACK):
             raise BadRequestError(f"commitOrRollback {kind} is not 0 (unknown), 8 (commit) or 12 (rollback)")
-        topic, message_id = self._stored_identity(request.ext)
+        topic, message_id = await self._stored_identity(request.ext)
         await self.writes.end_transaction(topic, message_id, message_id, kind == TRANSACTION_COMMIT)
         return request.response(Response.SUCCESS)
 
-    def _stored_identity(self, ext: dict[str, str]) -> tuple[str, str]:
+    async def _stored_identity(self, ext: dict[str, str]) -> tuple[str, str]:
         """(topic, message id) of the message a request names by its commit log offset (or by topic and id)."""
         if ext.get("topic") and ext.get("msgId"):
             return ext["topic"], ext["msgId"]
-        send = self._stored_send(_int(ext, "commitLogOffset"))
+        send = await self._stored_send(_int(ext, "commitLogOffset"))
         return records_topic_and_id(send)
 
-    def _stored_send(self, offset: int):
+    async def _stored_send(self, offset: int):
+        """The stored send at a commit log offset. A replica that has not applied that position yet (a follower a few
+        milliseconds behind the replica that answered the send) waits for it, FOLLOWER_CATCH_UP_S at most."""
         index, slot = records.position_of(offset)
+        deadline = time.monotonic() + FOLLOWER_CATCH_UP_S
+        while self.broker.status.applied_index < index and time.monotonic() < deadline:
+            await asyncio.sleep(CATCH_UP_POLL_S)
         send = self.broker.read(lambda txn: self.broker.sm.stored_send(txn, index, slot))
         if send is None:
             raise RemotingError(f"no message at commit log offset {offset} on broker group {self.config.brokerName}",
@@ -432,7 +438,7 @@ class BrokerRemoting:
         %DLQ%<group> past maxReconsumeTimes (RocketMQ's send-back)."""
         ext = request.ext
         group = _field(request, "group")
-        send = self._stored_send(_int(ext, "offset"))
+        send = await self._stored_send(_int(ext, "offset"))
         original = pb.Message.FromString(send.message)
         topic, _ = records_topic_and_id(send)
         origin_id = ext.get("originMsgId") or original.user_properties.get(records.ORIGIN_MESSAGE_ID) \
@@ -501,7 +507,7 @@ class BrokerRemoting:
     # -- queries ------------------------------------------------------------------------------------------
     async def view_by_id(self, conn: Connection, request: Command) -> Command:
         offset = _int(request.ext, "offset")
-        send = self._stored_send(offset)
+        send = await self._stored_send(offset)
         message = pb.Message.FromString(send.message)
         topic = message.topic.name
         found = self.broker.read(lambda txn: txn.get(t.msgid_key(topic, message.system_properties.message_id),

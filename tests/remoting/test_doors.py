@@ -120,9 +120,10 @@ def test_offsets_are_committed_through_raft_and_read_on_every_replica(cluster):
         while (answer := call(address, query)).code != Response.SUCCESS and time.monotonic() < deadline:
             time.sleep(0.05)
         assert answer.ext["offset"] == "0"
-    unknown = frame.Command(Request.QUERY_CONSUMER_OFFSET, opaque=4, ext={
+    # a group new to a queue that still holds its first message starts at 0, as RocketMQ answers
+    new_group = frame.Command(Request.QUERY_CONSUMER_OFFSET, opaque=4, ext={
         "consumerGroup": "nobody", "topic": "Doors", "queueId": "0"})
-    assert call(addrs["0"], unknown).code == Response.QUERY_NOT_FOUND
+    assert call(addrs["0"], new_group).ext == {"offset": "0"}
     for code in (Request.GET_MAX_OFFSET, Request.GET_MIN_OFFSET):
         answer = call(addrs["0"], frame.Command(code, opaque=5, ext={"topic": "Doors", "queueId": "0"}))
         assert answer.code == Response.SUCCESS and int(answer.ext["offset"]) >= 0
