@@ -35,6 +35,7 @@ from . import tables as t
 from .clients import ClientRegistry
 from .config import BrokerConfig
 from .consume import Consume
+from .queries import QUERY_MESSAGES_MAX, Queries
 from .statemachine import send_fields
 from .topics import FOLLOWER_CATCH_UP_S, Topics
 from .writes import Sent, Writes
@@ -69,8 +70,9 @@ class _Lock:
 
 class BrokerRemoting:
     def __init__(self, config: BrokerConfig, *, topics: Topics, writes: Writes, consume: Consume,
-                 clients: ClientRegistry):
+                 clients: ClientRegistry, queries: Queries):
         self.config = config
+        self.queries = queries
         self.topics, self.writes, self.consume, self.clients = topics, writes, consume, clients
         self.broker = writes.broker
         self.store_host = ""  # this replica's advertised Remoting address, once bound
@@ -99,6 +101,7 @@ class BrokerRemoting:
             Request.END_TRANSACTION: self.end_transaction,
             Request.LOCK_BATCH_MQ: self.lock_batch, Request.UNLOCK_BATCH_MQ: self.unlock_batch,
             Request.VIEW_MESSAGE_BY_ID: self.view_by_id,
+            Request.QUERY_MESSAGE: self.query_message,
             Request.CHECK_CLIENT_CONFIG: self.check_client_config,
         }
 
@@ -505,6 +508,25 @@ class BrokerRemoting:
             del self._locks[key]
 
     # -- queries ------------------------------------------------------------------------------------------
+    async def query_message(self, conn: Connection, request: Command) -> Command:
+        """Messages of a topic by key, or by message id (UNIQ_KEY) with _UNIQUE_KEY_QUERY. A 4.x client asks every
+        broker of the route, the write-only follower brokers too: only the master answers, so each message comes
+        back once."""
+        if not self.broker.is_master:
+            return request.response(Response.QUERY_NOT_FOUND, "not the master of this broker group: the master "
+                                    "answers queries")
+        topic, key = _field(request, "topic"), _field(request, "key")
+        limit = max(1, min(_int(request.ext, "maxNum", 32), QUERY_MESSAGES_MAX))
+        by_id = request.ext.get("_UNIQUE_KEY_QUERY") == "true"
+        messages = self.queries.messages(topic, "" if by_id else key, key if by_id else "", limit)
+        if not messages:
+            return request.response(Response.QUERY_NOT_FOUND, f"no message of topic {topic} with "
+                                    f"{'id' if by_id else 'key'} {key}")
+        body = b"".join(self._record(m) for m in messages)
+        last = max(m.system_properties.store_timestamp.ToMilliseconds() for m in messages)
+        return request.response(Response.SUCCESS, ext={"indexLastUpdateTimestamp": str(last),
+                                                       "indexLastUpdatePhyoffset": "0"}, body=body)
+
     async def view_by_id(self, conn: Connection, request: Command) -> Command:
         offset = _int(request.ext, "offset")
         send = await self._stored_send(offset)

@@ -173,7 +173,7 @@ class BrokerServer:
         self._tasks: list[asyncio.Task] = []
         self._check_counts: dict[str, tuple[int, float]] = {}
         self.remoting = BrokerRemoting(config, topics=self.topics, writes=self.writes, consume=self.consume,
-                                       clients=self.clients)
+                                       clients=self.clients, queries=self.queries)
 
     def registration(self) -> ipb.BrokerRegistration:
         cfg, st, clock = self.config, self.broker.status, self.broker.replica.clock()

@@ -74,6 +74,9 @@ def test_java_send_push_pull_with_tags_keys_and_properties(cluster, java4):
     # the offset message id a send answered resolves to the message (VIEW_MESSAGE_BY_ID)
     found = of(java4("query-id", namesrv(cluster), topic="j4-basic", msg_id=sent[5]["offsetMsgId"]), "found")
     assert found and found[0]["msgId"] == sent[5]["msgId"] and found[0]["body"] == "message-5", found
+    # by key (QUERY_MESSAGE, asked of every broker of the route: each message comes back once)
+    by_key = of(java4("query-key", namesrv(cluster), topic="j4-basic", key="key-7"), "found")
+    assert [e["msgId"] for e in by_key] == [sent[7]["msgId"]], by_key
 
 
 def test_java_sql92_filter(cluster, java4):
