@@ -13,6 +13,8 @@ import logging
 import time
 from dataclasses import dataclass
 
+from rocketraft.protocol.auth_acl import pub, sub
+from rocketraft.protocol.auth_acl import topic as acl_topic
 from rocketraft.protocol.errors import BadRequestError, OffsetMovedError, RocketraftError
 from rocketraft.protocol.limits import (
     DELAY_LEVEL_COUNT,
@@ -24,8 +26,10 @@ from rocketraft.protocol.limits import (
 )
 from rocketraft.protocol.names import dlq_topic, retry_topic
 from rocketraft.protocol.routing import PERM_READ_WRITE
+from rocketraft.protocol.tls import TLS_OFF, ServerTls
 from rocketraft.protocol.wire import as_delivered, ipb, pb, svc
 from rocketraft.remoting import records
+from rocketraft.remoting.acl import RemotingGuard
 from rocketraft.remoting.codes import RemotingError, Request, Response
 from rocketraft.remoting.frame import Command
 from rocketraft.remoting.server import Connection, RemotingServer
@@ -70,8 +74,11 @@ class _Lock:
 
 class BrokerRemoting:
     def __init__(self, config: BrokerConfig, *, topics: Topics, writes: Writes, consume: Consume,
-                 clients: ClientRegistry, queries: Queries):
+                 clients: ClientRegistry, queries: Queries, guard: RemotingGuard | None = None,
+                 server_tls: ServerTls = TLS_OFF):
         self.config = config
+        self.guard = guard  # ACL 2.0 on: every request signed and allowed (rocketraft/remoting/acl.py)
+        self.server_tls = server_tls
         self.queries = queries
         self.topics, self.writes, self.consume, self.clients = topics, writes, consume, clients
         self.broker = writes.broker
@@ -106,7 +113,8 @@ class BrokerRemoting:
         }
 
     async def start(self, listen: str) -> str:
-        self.server = RemotingServer(listen, self.handlers(), f"broker {self.config.brokerName}")
+        self.server = RemotingServer(listen, self.handlers(), f"broker {self.config.brokerName}", tls=self.server_tls,
+                                     authorize=self.guard)
         self.server.on_close.append(self._closed)
         bound = await self.server.start()
         self._keepalive_task = asyncio.get_running_loop().create_task(self._keepalive(), name="remoting-keepalive")
@@ -122,6 +130,10 @@ class BrokerRemoting:
             task.cancel()
         if self.server is not None:
             await self.server.stop()
+
+    def _require(self, conn: Connection, needs) -> None:
+        if self.guard is not None:
+            self.guard.require(conn, needs)
 
     # -- clients ------------------------------------------------------------------------------------------
     async def heartbeat(self, conn: Connection, request: Command) -> Command:
@@ -140,9 +152,9 @@ class BrokerRemoting:
             else pb.ClientType.PULL_CONSUMER
         joined = conn not in self._group_connections.get(group, ())
         self.clients.touch(client_id, group, client_type)
-        for sub in consumer.get("subscriptionDataSet") or ():
-            topic = _text(sub.get("topic"), "topic")
-            kind, expression = _expression(sub.get("expressionType"), sub.get("subString"))
+        for subscription in consumer.get("subscriptionDataSet") or ():
+            topic = _text(subscription.get("topic"), "topic")
+            kind, expression = _expression(subscription.get("expressionType"), subscription.get("subString"))
             self.clients.subscribe(client_id, group, topic, expression)
             if len(self._subscriptions) < SUBSCRIPTIONS_MAX or (group, topic) in self._subscriptions:
                 self._subscriptions[(group, topic)] = (kind, expression.expression)
@@ -285,6 +297,7 @@ class BrokerRemoting:
         if kind not in (TRANSACTION_COMMIT, TRANSACTION_ROLLBACK):
             raise BadRequestError(f"commitOrRollback {kind} is not 0 (unknown), 8 (commit) or 12 (rollback)")
         topic, message_id = await self._stored_identity(request.ext)
+        self._require(conn, [pub(topic)])
         await self.writes.end_transaction(topic, message_id, message_id, kind == TRANSACTION_COMMIT)
         return request.response(Response.SUCCESS)
 
@@ -532,6 +545,7 @@ class BrokerRemoting:
         send = await self._stored_send(offset)
         message = pb.Message.FromString(send.message)
         topic = message.topic.name
+        self._require(conn, [sub(acl_topic(topic))])
         found = self.broker.read(lambda txn: txn.get(t.msgid_key(topic, message.system_properties.message_id),
                                                       db=self.broker.sm.db[t.MSGID]))
         queue, queue_offset = (t.msgid_entry(found)[2:4] if found is not None else (0, 0))

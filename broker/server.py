@@ -32,7 +32,7 @@ from rocketraft.protocol.routing import LANGUAGE_HEADER
 from rocketraft.protocol.rules import stored_digest_as_md5
 from rocketraft.protocol.serving import add_service, new_server
 from rocketraft.protocol.wire import GRPC_OPTIONS, Code, cpb, ipb, ipb_grpc, pb, svc, svc_grpc
-from rocketraft.remoting.codes import remoting_unsafe_because
+from rocketraft.remoting.acl import RemotingGuard
 from rocketraft.remoting.records import PRODUCER_GROUP as PRODUCER_GROUP_PROPERTY
 
 from . import config as config_mod
@@ -244,11 +244,9 @@ class BrokerServer:
             raise OSError(f"cannot listen on {self.config.listenAddress}: the port is in use or the address is not "
                           f"this host's; set listenAddress to a free local host:port")
         remoting_listen = cfg.remoting_listen
-        unsafe = remoting_unsafe_because(cfg.tlsMode != tls.DISABLED, cfg.guard_config.on)
-        if remoting_listen is not None and unsafe:
-            log.warning("remotingPort=%s ignored: no Remoting door (4.x clients) is served because %s; 4.x clients "
-                        "cannot reach this broker (docs/client.md, \"RocketMQ 4.x clients\")", cfg.remotingPort, unsafe)
-        elif remoting_listen is not None:
+        self.remoting.guard = RemotingGuard(cfg.guard_config, auth.lookup) if guard is not None else None
+        self.remoting.server_tls = cfg.server_tls
+        if remoting_listen is not None:
             try:
                 await self.remoting.start(remoting_listen)
             except OSError as e:

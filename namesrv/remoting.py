@@ -8,6 +8,8 @@ import json
 from typing import TYPE_CHECKING
 
 from rocketraft.protocol.errors import TopicNotFoundError
+from rocketraft.protocol.tls import TLS_OFF, ServerTls
+from rocketraft.remoting.acl import RemotingGuard
 from rocketraft.remoting.codes import RemotingError, Request, Response
 from rocketraft.remoting.frame import Command
 from rocketraft.remoting.server import Connection, RemotingServer
@@ -21,12 +23,12 @@ class NameServerRemoting:
         self.ns = ns
         self.server: RemotingServer | None = None
 
-    async def start(self, listen: str) -> str:
+    async def start(self, listen: str, server_tls: ServerTls = TLS_OFF, guard: RemotingGuard | None = None) -> str:
         self.server = RemotingServer(listen, {
             Request.GET_ROUTEINFO_BY_TOPIC: self.route,
             Request.GET_BROKER_CLUSTER_INFO: self.cluster_info,
             Request.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.topic_list,
-        }, "NameServer")
+        }, "NameServer", tls=server_tls, authorize=guard)
         return await self.server.start()
 
     async def stop(self) -> None:

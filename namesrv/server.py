@@ -51,7 +51,7 @@ from rocketraft.protocol.wire import (
     svc,
     svc_grpc,
 )
-from rocketraft.remoting.codes import remoting_unsafe_because
+from rocketraft.remoting.acl import RemotingGuard
 
 from . import metrics
 from .auth_lookup import CACHE_MS_DEFAULT, SubjectLookup
@@ -162,13 +162,11 @@ class NameServer:
         await server.start()
         self._server = server
         self.address = f"{host}:{port}"
-        unsafe = remoting_unsafe_because(self.server_tls.mode != tls.DISABLED, self.guard_config.on)
-        if self.remoting_listen and unsafe:
-            log.warning("no Remoting door (4.x clients) on %s: %s; 4.x clients cannot reach this NameServer "
-                        "(docs/client.md, \"RocketMQ 4.x clients\")", self.remoting_listen, unsafe)
-        elif self.remoting_listen:
+        if self.remoting_listen:
             try:
-                self.remoting_address = await self.remoting.start(self.remoting_listen)
+                self.remoting_address = await self.remoting.start(
+                    self.remoting_listen, self.server_tls,
+                    RemotingGuard(self.guard_config, guard.lookup) if guard is not None else None)
             except OSError as e:
                 await server.stop(0)
                 raise OSError(f"cannot listen on {self.remoting_listen} (the Remoting door for 4.x clients): {e}; set "

@@ -40,6 +40,13 @@ def caller_name() -> str | None:
     off, or for a server's or an admin's call (proven by the cluster secret). What a client id is bound to
     (broker/clients.py)."""
     return _CALLER.get()
+
+
+def bind_caller(username: str | None) -> None:
+    """The call being served on this asyncio task is this user's (a door other than gRPC's: the Remoting one)."""
+    _CALLER.set(username)
+
+
 # (username, the caller's IP) -> the user and its ACL; the IP lets a lookup that costs a round trip bound each caller
 Lookup = Callable[[str, str], Awaitable[tuple[apb.User | None, auth_acl.Policy | apb.Acl | None]]]
 

@@ -17,6 +17,7 @@ The broker reads these as TOML keys (tlsMode, ...) or ROCKETRAFT_TLS_MODE, ...; 
 from __future__ import annotations
 
 import os
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -93,6 +94,16 @@ class ServerTls:
         ca = self._ca() if self.require_client_cert else None
         return grpc.ssl_server_credentials([self._pair()], root_certificates=ca,
                                            require_client_auth=self.require_client_cert)
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The same certificate, key and client-certificate rule for a port served by Python's ssl (the Remoting
+        doors); the system's default protocol versions and ciphers."""
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self.cert_file, self.key_file)
+        if self.require_client_cert:
+            context.verify_mode = ssl.CERT_REQUIRED
+            context.load_verify_locations(cafile=self.ca_file)
+        return context
 
     def caller(self) -> ClientTls:
         """How this server calls other servers: over TLS when its own mode is not disabled."""

@@ -133,12 +133,3 @@ def error_response(exc: BaseException, *, send: bool = False) -> tuple[Response,
         return response_of(exc.code, send=send), exc.message
     return Response.SYSTEM_ERROR, f"internal error: {type(exc).__name__}: {exc}"
 
-
-def remoting_unsafe_because(tls_on: bool, acl_on: bool) -> str:
-    """Why a server must not open its Remoting door ("" if it may): the door speaks neither TLS nor ACL yet, so it
-    would let 4.x clients around what the gRPC ports enforce."""
-    if tls_on:
-        return "TLS is on and the Remoting door does not speak TLS yet"
-    if acl_on:
-        return "ACL is on and the Remoting door does not check 4.x clients' signatures yet"
-    return ""

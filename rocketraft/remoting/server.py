@@ -12,14 +12,18 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import socket
+import ssl
 from collections.abc import Awaitable, Callable
 
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.limits import (
+    HANDSHAKE_TIMEOUT_MS,
     REMOTING_CONNECTIONS_MAX,
     REMOTING_IDLE_MS,
     REMOTING_REQUESTS_PER_CONNECTION_MAX,
 )
+from rocketraft.protocol.tls import ENFORCING, TLS_OFF, ServerTls
 from rocketraft.protocol.wire import split_address, tcp_listener
 
 from . import frame
@@ -28,6 +32,8 @@ from .codes import FLAG_ONEWAY, Request, Response, error_response
 log = logging.getLogger(__name__)
 
 Handler = Callable[["Connection", frame.Command], Awaitable[frame.Command | None]]
+ACCEPT_RETRY_S = 0.1
+READ_BUFFER_BYTES = 64 * 1024
 SEND_CODES = frozenset((Request.SEND_MESSAGE, Request.SEND_MESSAGE_V2, Request.SEND_BATCH_MESSAGE))
 
 
@@ -41,6 +47,9 @@ class Connection:
         self.peer = f"{peer[0]}:{peer[1]}"
         self.peer_host = str(peer[0])
         self.client_id = ""  # the client's id once it sent a heartbeat
+        self.tls = False
+        self.user = None  # the ACL 2.0 user its requests are signed by, and its policy (ACL on)
+        self.policy = None
         self.closed = asyncio.Event()
         self._in_flight = 0
         self._tasks: set[asyncio.Task] = set()
@@ -142,6 +151,8 @@ class Connection:
                     f"request code {request.code} is not served by this {self.server.role} (docs/client.md, "
                     f"\"RocketMQ 4.x clients\")"))
             else:
+                if self.server.authorize is not None:
+                    await self.server.authorize(self, request)
                 response = await handler(self, request)
         except asyncio.CancelledError:
             raise
@@ -160,34 +171,87 @@ class Connection:
             pass  # the client left: nothing to tell it
 
 
+TLS_HANDSHAKE_FIRST_BYTE = 0x16  # a TLS record of type handshake: a ClientHello; a Remoting frame starts with 0x00
+Authorizer = Callable[[Connection, frame.Command], Awaitable[None]]
+
+
 class RemotingServer:
-    """Serves `handlers` (request code -> handler) on a TCP port; `role` names the server in remarks."""
+    """Serves `handlers` (request code -> handler) on a TCP port; `role` names the server in remarks.
+
+    `tls`: the server's TLS settings. Enforcing: every connection must open with a TLS handshake; permissive: a
+    connection whose first byte is a TLS handshake gets TLS, any other is plaintext (RocketMQ's own TLS modes, which
+    the 4.x clients' `tls.enable` expects). `authorize(conn, request)` runs before every handler and raises an
+    AuthenticationError or AuthorizationError to refuse it (ACL: broker/remoting_acl.py)."""
 
     def __init__(self, listen: str, handlers: dict[int, Handler], role: str,
-                 connections_max: int = REMOTING_CONNECTIONS_MAX):
+                 connections_max: int = REMOTING_CONNECTIONS_MAX, tls: ServerTls = TLS_OFF,
+                 authorize: Authorizer | None = None):
         self.listen = listen
         self.handlers = handlers
         self.role = role
         self.connections_max = connections_max
+        self.tls = tls
+        self._ssl = tls.ssl_context() if tls.on else None
+        self.authorize = authorize
         self.connections: set[Connection] = set()
-        self._server: asyncio.Server | None = None
+        self._listener: socket.socket | None = None
+        self._accepting: asyncio.Task | None = None
+        self._starting: set[asyncio.Task] = set()
         self.on_close: list[Callable[[Connection], None]] = []
 
     async def start(self) -> str:
         host, port = split_address(self.listen)
-        sock = tcp_listener(host, port)
-        self._server = await asyncio.start_server(self._accept, sock=sock, limit=64 * 1024)
-        bound = sock.getsockname()[1]
-        self.address = f"{host}:{bound}"
+        self._listener = tcp_listener(host, port)
+        self._listener.setblocking(False)
+        self.address = f"{host}:{self._listener.getsockname()[1]}"
+        self._accepting = asyncio.get_running_loop().create_task(self._accept_forever(), name="remoting-accept")
         return self.address
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if len(self.connections) >= self.connections_max:
-            log.warning("Remoting connection from %s refused: %d connections held (connections max)",
-                        writer.get_extra_info("peername"), len(self.connections))
-            writer.close()
+    async def _accept_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, peer = await loop.sock_accept(self._listener)
+            except OSError as exc:  # out of descriptors, say: the port goes on
+                log.warning("Remoting port %s: accept failed: %s", self.address, exc)
+                await asyncio.sleep(ACCEPT_RETRY_S)
+                continue
+            if len(self.connections) + len(self._starting) >= self.connections_max:
+                log.warning("Remoting connection from %s refused: %d connections held (connections max)", peer,
+                            len(self.connections))
+                sock.close()
+                continue
+            task = loop.create_task(self._open(sock, peer))
+            self._starting.add(task)
+            task.add_done_callback(self._starting.discard)
+
+    async def _open(self, sock: socket.socket, peer) -> None:
+        """TLS or plaintext by the connection's first byte, within HANDSHAKE_TIMEOUT_MS; then serve it."""
+        loop = asyncio.get_running_loop()
+        context = None
+        try:
+            if self._ssl is not None:
+                first = await asyncio.wait_for(_peek(loop, sock), HANDSHAKE_TIMEOUT_MS / 1000)
+                if first == TLS_HANDSHAKE_FIRST_BYTE:
+                    context = self._ssl
+                elif self.tls.mode == ENFORCING:
+                    log.warning("Remoting connection from %s closed: plaintext on a TLS-only port (tlsMode enforcing; "
+                                "set the client's tls.enable=true)", _peer_text(peer))
+                    sock.close()
+                    return
+            reader = asyncio.StreamReader(limit=READ_BUFFER_BYTES)
+            protocol = asyncio.StreamReaderProtocol(reader)
+            handshake_s = HANDSHAKE_TIMEOUT_MS / 1000 if context is not None else None
+            transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock, ssl=context,
+                                                              ssl_handshake_timeout=handshake_s)
+        except (TimeoutError, OSError, ssl.SSLError) as exc:
+            log.info("Remoting connection from %s closed before it was served: %s", _peer_text(peer),
+                     exc or type(exc).__name__)
+            sock.close()
             return
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
         connection = Connection(self, reader, writer)
+        connection.tls = context is not None
         self.connections.add(connection)
         try:
             await connection.serve()
@@ -197,8 +261,27 @@ class RemotingServer:
                 callback(connection)
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            for connection in list(self.connections):
-                connection._writer.close()
-            await self._server.wait_closed()
+        if self._accepting is not None:
+            self._accepting.cancel()
+        for task in list(self._starting):
+            task.cancel()
+        for connection in list(self.connections):
+            connection._writer.close()
+        if self._listener is not None:
+            self._listener.close()
+
+
+async def _peek(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> int | None:
+    """The connection's first byte, left in the socket; None if it closed first."""
+    ready = loop.create_future()
+    loop.add_reader(sock.fileno(), lambda: ready.done() or ready.set_result(None))
+    try:
+        await ready
+    finally:
+        loop.remove_reader(sock.fileno())
+    data = sock.recv(1, socket.MSG_PEEK)
+    return data[0] if data else None
+
+
+def _peer_text(peer) -> str:
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)

@@ -9,10 +9,10 @@ import threading
 import time
 
 import pytest
-from rclient import RawClient, call
 
 from rocketraft.remoting import frame, records
 from rocketraft.remoting.codes import SERIALIZE_ROCKETMQ, Request, Response
+from tests.remoting.rclient import RawClient, call
 
 
 @pytest.fixture(scope="module")
