@@ -30,7 +30,7 @@ from rocketraft.protocol.tls import TLS_OFF, ServerTls
 from rocketraft.protocol.wire import as_delivered, ipb, pb, svc
 from rocketraft.remoting import records
 from rocketraft.remoting.acl import RemotingGuard
-from rocketraft.remoting.codes import RemotingError, Request, Response
+from rocketraft.remoting.codes import SERVER_VERSION, RemotingError, Request, Response
 from rocketraft.remoting.frame import Command
 from rocketraft.remoting.server import Connection, RemotingServer
 
@@ -54,6 +54,12 @@ TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT, TRANSACTION_ROLLBACK = 0, 0x8, 0xC
 V2_KEYS = dict(a="producerGroup", b="topic", c="defaultTopic", d="defaultTopicQueueNums", e="queueId", f="sysFlag",
                g="bornTimestamp", h="flag", i="properties", j="reconsumeTimes", k="unitMode", l="maxReconsumeTimes",
                m="batch", n="brokerName")
+MESSAGE_TYPE_NAMES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION")
+RUNTIME_ZERO_KEYS = ("msgPutTotalTodayNow", "msgGetTotalTodayNow", "msgPutTotalTodayMorning", "msgGetTotalTodayMorning",
+                     "msgPutTotalYesterdayMorning", "msgGetTotalYesterdayMorning", "putTps", "getTransferedTps",
+                     "getTransferredTps", "pageCacheLockTimeMills", "commitLogMinOffset", "commitLogMaxOffset",
+                     "dispatchBehindBytes", "timerReadBehind", "timerOffsetBehind", "timerCongestNum",
+                     "timerEnqueueTps", "timerDequeueTps")
 RETRY_FIRST_DELAY_LEVEL = 3  # a first send-back waits 10 s, then each one level longer (RocketMQ's rule)
 RETRY_QUEUE_NUMS = 1  # a %RETRY% or %DLQ% topic made for a 4.x consumer group: one queue, as RocketMQ makes them
 LOCK_LIVE_MS = 60_000  # an orderly consumer's queue lock lasts this long unless renewed (RocketMQ's 60 s)
@@ -110,6 +116,10 @@ class BrokerRemoting:
             Request.VIEW_MESSAGE_BY_ID: self.view_by_id,
             Request.QUERY_MESSAGE: self.query_message,
             Request.CHECK_CLIENT_CONFIG: self.check_client_config,
+            Request.UPDATE_AND_CREATE_TOPIC: self.create_topic,
+            Request.DELETE_TOPIC_IN_BROKER: self.delete_topic,
+            Request.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.create_group,
+            Request.GET_BROKER_RUNTIME_INFO: self.runtime_info,
         }
 
     async def start(self, listen: str) -> str:
@@ -520,6 +530,45 @@ class BrokerRemoting:
         for key in [k for k, lock in self._locks.items() if lock.expires_s < now]:
             del self._locks[key]
 
+    # -- mqadmin ------------------------------------------------------------------------------------------
+    async def create_topic(self, conn: Connection, request: Command) -> Command:
+        """mqadmin updateTopic: the topic on this broker group (mqadmin sends it to each group's master)."""
+        ext = request.ext
+        name = _field(request, "topic")
+        read, write = _int(ext, "readQueueNums"), _int(ext, "writeQueueNums")
+        if read != write:
+            raise RemotingError(f"readQueueNums {read} and writeQueueNums {write} differ: a rocketraft topic has one "
+                                "queue count per broker group; give both the same", Response.INVALID_PARAMETER)
+        await self.topics.create(ipb.TopicConfig(name=name, queue_nums=write, perm=_int(ext, "perm", PERM_READ_WRITE),
+                                                 message_types=_message_types(ext.get("attributes", ""))))
+        return request.response(Response.SUCCESS)
+
+    async def delete_topic(self, conn: Connection, request: Command) -> Command:
+        await self.topics.delete(_field(request, "topic"))
+        return request.response(Response.SUCCESS)
+
+    async def create_group(self, conn: Connection, request: Command) -> Command:
+        """mqadmin updateSubGroup: orderly (consumeMessageOrderly) is a FIFO group; retryMaxTimes retries are
+        retryMaxTimes + 1 deliveries."""
+        data = _json_body(request, "SubscriptionGroupConfig")
+        retries = data.get("retryMaxTimes", MAX_RECONSUME_TIMES)
+        if not isinstance(retries, int) or isinstance(retries, bool) or not 0 <= retries < 1000:
+            raise RemotingError(f"retryMaxTimes {str(retries)[:40]} is not 0..999", Response.INVALID_PARAMETER)
+        await self.topics.create_group(ipb.GroupConfig(name=_text(data.get("groupName"), "groupName"),
+                                                       fifo=data.get("consumeMessageOrderly") is True,
+                                                       max_delivery_attempts=retries + 1))
+        return request.response(Response.SUCCESS)
+
+    async def runtime_info(self, conn: Connection, request: Command) -> Command:
+        """mqadmin clusterList's figures: what rocketraft counts is in its metrics (docs/metrics.md); these are the
+        keys the tool reads, with this replica's version and role."""
+        status = self.broker.status
+        table = {key: "0" for key in RUNTIME_ZERO_KEYS}
+        table.update(brokerVersionDesc=f"rocketraft (Raft {status.role.value}, term {status.term})",
+                     brokerVersion=str(SERVER_VERSION), brokerActive="true", commitLogDiskRatio="0.0",
+                     earliestMessageTimeStamp=str(await self.broker.now_ms()))  # what retention keeps: docs
+        return request.response(Response.SUCCESS, body=_json({"table": table}))
+
     # -- queries ------------------------------------------------------------------------------------------
     async def query_message(self, conn: Connection, request: Command) -> Command:
         """Messages of a topic by key, or by message id (UNIQ_KEY) with _UNIQUE_KEY_QUERY. A 4.x client asks every
@@ -602,6 +651,20 @@ def _json_body(request: Command, what: str) -> dict:
 
 def _json(value) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _message_types(attributes: str) -> list[int]:
+    """RocketMQ 5's topic attribute message.type ("+message.type=FIFO,+other=x") as the accepted types; none or
+    MIXED: every type."""
+    for item in filter(None, (a.strip() for a in attributes.split(","))):
+        key, _, value = item.lstrip("+-").partition("=")
+        if key != "message.type" or value == "MIXED":
+            continue
+        if value not in MESSAGE_TYPE_NAMES:
+            raise RemotingError(f"message.type {value[:40]!r} is not NORMAL, FIFO, DELAY, TRANSACTION or MIXED",
+                                Response.INVALID_PARAMETER)
+        return [pb.MessageType.Value(value)]
+    return []
 
 
 def _expression(kind, text) -> tuple[str, pb.FilterExpression]:

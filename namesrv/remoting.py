@@ -28,6 +28,7 @@ class NameServerRemoting:
             Request.GET_ROUTEINFO_BY_TOPIC: self.route,
             Request.GET_BROKER_CLUSTER_INFO: self.cluster_info,
             Request.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.topic_list,
+            Request.DELETE_TOPIC_IN_NAMESRV: self.forget_topic,
         }, "NameServer", tls=server_tls, authorize=guard)
         return await self.server.start()
 
@@ -58,6 +59,17 @@ class NameServerRemoting:
     async def topic_list(self, conn: Connection, request: Command) -> Command:
         topics = sorted({t.name for reg, _ in self.ns.registry.heard(self.ns.clock_ms()) for t in reg.topics})
         return request.response(Response.SUCCESS, body=_json({"topicList": topics}))
+
+
+    async def forget_topic(self, conn: Connection, request: Command) -> Command:
+        """mqadmin deleteTopic, after it deleted the topic on each broker group: routes drop it now, not at the
+        brokers' next registration."""
+        topic = request.ext.get("topic", "")
+        if not topic:
+            raise RemotingError("DELETE_TOPIC_IN_NAMESRV lacks header field topic", Response.INVALID_PARAMETER)
+        for group in self.ns.registry.groups(self.ns.clock_ms()):
+            self.ns.registry.remove_topic(group, topic, self.ns.clock_ms())
+        return request.response(Response.SUCCESS)
 
 
 def _json(value) -> bytes:

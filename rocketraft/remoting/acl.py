@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 ACCESS_KEY, SIGNATURE, SECURITY_TOKEN = "AccessKey", "Signature", "SecurityToken"
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"  # added by the client after it signed (RocketMQ leaves it out too)
 UNSIGNED = frozenset((SIGNATURE, UNIQUE_KEY_QUERY))
+CREATE_OR_UPDATE = frozenset({Action.CREATE, Action.UPDATE})  # RocketMQ's "update and create" admin requests
 
 
 def signature(ext: dict[str, str], body: bytes, secret: str) -> str:
@@ -97,6 +98,14 @@ def needs_of(request: Command) -> list[Need]:
         return [sub(group(str(_json(request.body).get("consumerGroup", ""))))]
     if code == Request.CHECK_CLIENT_CONFIG:
         return [sub(group(str(_json(request.body).get("group", ""))))]
+    if code == Request.UPDATE_AND_CREATE_TOPIC:
+        return [Need(topic(ext.get("topic", "")), CREATE_OR_UPDATE)]
+    if code == Request.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP:
+        return [Need(group(str(_json(request.body).get("groupName", ""))), CREATE_OR_UPDATE)]
+    if code in (Request.DELETE_TOPIC_IN_BROKER, Request.DELETE_TOPIC_IN_NAMESRV):
+        return [Need(topic(ext.get("topic", "")), frozenset({Action.DELETE}))]
+    if code == Request.GET_BROKER_RUNTIME_INFO:
+        return [Need(auth_acl.cluster("*"), frozenset({Action.GET}))]
     if code == Request.GET_ROUTEINFO_BY_TOPIC:
         return [Need(topic(ext.get("topic", "")), frozenset({Action.PUB, Action.SUB}))]
     if code in (Request.GET_BROKER_CLUSTER_INFO, Request.GET_ALL_TOPIC_LIST_FROM_NAMESERVER):

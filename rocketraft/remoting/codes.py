@@ -17,7 +17,7 @@ class Request(enum.IntEnum):
     QUERY_CONSUMER_OFFSET = 14
     UPDATE_CONSUMER_OFFSET = 15
     UPDATE_AND_CREATE_TOPIC = 17
-    GET_BROKER_RUNTIME_INFO = 28
+    GET_BROKER_RUNTIME_INFO = 28          # mqadmin clusterList
     SEARCH_OFFSET_BY_TIMESTAMP = 29
     GET_MAX_OFFSET = 30
     GET_MIN_OFFSET = 31
@@ -33,6 +33,8 @@ class Request(enum.IntEnum):
     LOCK_BATCH_MQ = 41
     UNLOCK_BATCH_MQ = 42
     CHECK_CLIENT_CONFIG = 46              # a 4.x consumer asks whether its SQL92 subscription is accepted
+    DELETE_TOPIC_IN_BROKER = 215
+    DELETE_TOPIC_IN_NAMESRV = 216
     GET_ROUTEINFO_BY_TOPIC = 105
     GET_BROKER_CLUSTER_INFO = 106
     UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
