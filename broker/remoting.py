@@ -375,11 +375,13 @@ class BrokerRemoting:
             expression = pb.FilterExpression(type=pb.FilterType.SQL if kind == SQL_TYPE else pb.FilterType.TAG,
                                              expression=text)
         polling_ms = min(_int(ext, "suspendTimeoutMillis", 0), LONG_POLLING_MS_MAX) if sys_flag & PULL_SUSPEND else 0
-        low, high = self.broker.read(lambda txn: reads.queue_range(self.broker.sm, txn, topic, queue)) \
-            if self.topics.get(topic) is not None else (0, 0)
-        if offset > high:  # past the end (a slave's old offset, a reset): RocketMQ's OFFSET_OVERFLOW_BADLY
+        low, high = await self._queue_range(topic, queue, offset)
+        if offset > high and self.broker.is_master:  # past the end (a reset, a stale offset): OFFSET_OVERFLOW_BADLY
             return self._pull_answer(request, Response.PULL_OFFSET_MOVED, high, low, high,
                                      "offset past the queue's end")
+        if offset > high:  # a follower behind the consumer: never move it back to what this replica has applied
+            return self._pull_answer(request, Response.PULL_NOT_FOUND, offset, low, high,
+                                     "this replica has not applied that offset yet")
         try:
             messages, next_offset = await self.consume.pull(topic, queue, offset, batch, expression, polling_ms, group)
         except OffsetMovedError as exc:
@@ -389,6 +391,22 @@ class BrokerRemoting:
             return self._pull_answer(request, Response.PULL_NOT_FOUND, next_offset, low, high, "no new message")
         body = b"".join(self._record(m) for m in messages)
         return self._pull_answer(request, Response.SUCCESS, next_offset, low, high, "FOUND", body)
+
+    async def _queue_range(self, topic: str, queue: int, offset: int) -> tuple[int, int]:
+        """(min, max offset) of a queue here; a follower behind `offset` first waits for its log a moment
+        (FOLLOWER_CATCH_UP_S)."""
+        if self.topics.get(topic) is None:
+            return 0, 0
+
+        def read():
+            return self.broker.read(lambda txn: reads.queue_range(self.broker.sm, txn, topic, queue))
+
+        deadline = time.monotonic() + FOLLOWER_CATCH_UP_S
+        low, high = read()
+        while offset > high and not self.broker.is_master and time.monotonic() < deadline:
+            await asyncio.sleep(CATCH_UP_POLL_S)
+            low, high = read()
+        return low, high
 
     def _record(self, message: pb.Message) -> bytes:
         props = message.system_properties

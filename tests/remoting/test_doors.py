@@ -164,3 +164,15 @@ def test_a_bad_frame_closes_its_connection_with_a_log_line_and_the_door_goes_on(
         assert client.closed_by_server()
     answer = call(master, frame.Command(Request.GET_MAX_OFFSET, opaque=1, ext={"topic": "Doors", "queueId": "0"}))
     assert answer.code == Response.SUCCESS
+
+
+def test_a_follower_never_moves_a_consumer_back_to_what_it_has_applied(cluster):
+    """A pull past a follower's end (the consumer's offset came from the master, the follower is behind): not
+    OFFSET_MOVED to the follower's end, which would make the consumer read again and commit an older offset; the
+    master answers OFFSET_MOVED for an offset past the end, as RocketMQ's master does."""
+    addrs = brokers(route(cluster, "Doors"))["broker-a"]
+    follower = next(a for broker_id, a in addrs.items() if broker_id != "0")
+    end = int(pull(addrs["0"], "Doors", 2, 0).ext["maxOffset"])
+    answer = pull(follower, "Doors", 2, end + 50)
+    assert answer.code == Response.PULL_NOT_FOUND and answer.ext["nextBeginOffset"] == str(end + 50)
+    assert pull(addrs["0"], "Doors", 2, end + 50).code == Response.PULL_OFFSET_MOVED
