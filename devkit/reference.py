@@ -44,6 +44,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from rocketraft.remoting import frame
+from rocketraft.remoting.codes import Request
+
 from .localcluster import free_port
 from .logtail import log_tail
 
@@ -182,26 +185,20 @@ def java_command(main: str, home: str, heap: tuple[str, ...], *args: str) -> lis
             "-cp", f"{CLASSES_DIR}{os.pathsep}{os.path.join(LIB_DIR, '*')}", main, *args]
 
 
-# RocketMQ's Remoting protocol, as far as asking a NameServer for its cluster: a frame is int32 length, int32
-# (serialize type << 24 | header length), the JSON header, the body.
-GET_BROKER_CLUSTER_INFO = 106
-
-
 def remoting_call(address: str, code: int, ext: dict | None = None, timeout_s: float = 3.0) -> tuple[dict, bytes]:
+    """One Remoting request (rocketraft.remoting.frame, the one codec of the project): ({code, remark, extFields}
+    of the answer, its body)."""
     host, port = address.rsplit(":", 1)
-    header = json.dumps({"code": code, "language": "JAVA", "version": 0, "opaque": 1, "flag": 0,
-                         "serializeTypeCurrentRPC": "JSON", "extFields": ext or {}}).encode()
-    frame = struct.pack(">ii", 4 + len(header), len(header)) + header
     with socket.create_connection((host, int(port)), timeout=timeout_s) as s:
-        s.sendall(frame)
+        s.sendall(frame.encode(frame.Command(code=code, opaque=1, ext=ext or {})))
         data = b""
         while len(data) < 4 or len(data) < 4 + struct.unpack(">i", data[:4])[0]:
             chunk = s.recv(65536)
             if not chunk:
                 raise ConnectionError(f"{address} closed the connection")
             data += chunk
-    header_len = struct.unpack(">i", data[4:8])[0] & 0xFFFFFF
-    return json.loads(data[8:8 + header_len]), data[8 + header_len:]
+    answer = frame.decode(data[4:])
+    return {"code": answer.code, "remark": answer.remark, "extFields": answer.ext}, answer.body
 
 
 def _fastjson(body: bytes) -> dict:
@@ -211,7 +208,7 @@ def _fastjson(body: bytes) -> dict:
 
 def cluster_info(namesrv_addr: str) -> dict:
     """The NameServer's brokerAddrTable: {brokerName: {brokerId: address}} (id 0 is the master)."""
-    header, body = remoting_call(namesrv_addr, GET_BROKER_CLUSTER_INFO)
+    header, body = remoting_call(namesrv_addr, Request.GET_BROKER_CLUSTER_INFO)
     if header.get("code") != 0:
         raise RuntimeError(f"GET_BROKER_CLUSTER_INFO: {header}")
     table = _fastjson(body).get("brokerAddrTable", {})
