@@ -6,17 +6,30 @@ import sys
 
 import grpc
 
-from devkit.fuzz.calls import judge_response, judge_status
-from devkit.fuzz.run import BROKER_ADMIN, BROKER_AUTH, NAME_SERVER, V2
+from devkit.fuzz.calls import KNOWN_FINDINGS, judge_command, judge_response, judge_status, plan_of
+from devkit.fuzz.frames import SERIALIZE_JSON, SERIALIZE_ROCKETMQ, request
+from devkit.fuzz.run import (
+    BROKER_ADMIN,
+    BROKER_AUTH,
+    NAME_SERVER,
+    V2,
+    broker_remoting_codes,
+    code_name,
+    namesrv_remoting_codes,
+)
 from rocketraft.protocol.wire import Code, ipb, pb, svc
+from rocketraft.remoting import frame
+from rocketraft.remoting.codes import Request, Response
 
 REQUESTS = 25
+REMOTING_REQUESTS = 16  # per request code per server: 54 codes and servers, about 15 s of the run
 
 
 def test_a_short_fuzz_of_every_rpc_of_every_service_finds_no_crash_hang_or_traceback(tmp_path):
     report = tmp_path / "fuzz.json"
-    run = subprocess.run([sys.executable, "-m", "devkit.fuzz", "--requests", str(REQUESTS), "--seed", "3",
-                          "--dir", str(tmp_path / "cluster"), "--json", str(report)],
+    run = subprocess.run([sys.executable, "-m", "devkit.fuzz", "--requests", str(REQUESTS), "--remoting-requests",
+                          str(REMOTING_REQUESTS), "--seed", "3", "--dir", str(tmp_path / "cluster"), "--json",
+                          str(report)],
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     results = json.loads(report.read_text())
@@ -26,6 +39,11 @@ def test_a_short_fuzz_of_every_rpc_of_every_service_finds_no_crash_hang_or_trace
         | {(role, f"{s.name}.{m.name}") for role in ("master", "follower") for s in (V2, BROKER_ADMIN, BROKER_AUTH)
            for m in s.methods}
     assert expected <= fuzzed, f"not fuzzed: {sorted(expected - fuzzed)}"
+    remoting = {(r["server"].split()[0], r["rpc"]) for r in results if r["requests"] == REMOTING_REQUESTS}
+    expected_remoting = {("namesrv", f"Remoting.{code_name(c)}") for c in namesrv_remoting_codes()} \
+        | {(role, f"Remoting.{code_name(c)}") for role in ("master", "follower") for c in broker_remoting_codes()}
+    assert expected_remoting <= remoting, f"not fuzzed: {sorted(expected_remoting - remoting)}"
+    assert sum(r["ok"] for r in results if r["rpc"] == "Remoting.SEND_MESSAGE_V2") > 0, "no valid Remoting send"
     assert sum(r["ok"] for r in results if r["rpc"] == "MessagingService.SendMessage") > 0, "no valid send"
     assert results[-1]["rpc"] == "send and receive after fuzzing" and results[-1]["ok"] == 1
 
@@ -57,3 +75,35 @@ def test_a_traceback_counts_where_it_begins_a_line_or_a_log_record_never_echoed_
     # a fuzzed group name echoed in a refusal (seen in a 10,000-per-RPC run): not a traceback
     assert not TRACEBACK_AT.search("2026-11-23 23:30:08,954 WARNING namesrv: refused registration of replica '' of "
                                    "group 'Exception iterating': cluster, group and replica_id must all be set")
+
+
+def test_every_request_code_of_the_remoting_doors_is_fuzzed_and_unknown_codes_too():
+    broker = set(broker_remoting_codes())
+    assert {Request.SEND_MESSAGE_V2, Request.PULL_MESSAGE, Request.HEART_BEAT, Request.END_TRANSACTION} <= broker
+    assert Request.GET_ROUTEINFO_BY_TOPIC in namesrv_remoting_codes()
+    assert "UNKNOWN_CODE" in {code_name(c) for c in broker} & {code_name(c) for c in namesrv_remoting_codes()}
+
+
+def test_a_remoting_answer_is_judged_by_its_code_and_remark():
+    ask = frame.Command(Request.GET_MAX_OFFSET, opaque=5)
+    assert judge_command(ask.response(Response.SUCCESS)).kind == "ok"
+    refused = judge_command(ask.response(Response.TOPIC_NOT_EXIST, "no topic x"))
+    assert (refused.kind, refused.detail) == ("refused", "TOPIC_NOT_EXIST")
+    assert judge_command(ask.response(Response.SYSTEM_ERROR, "internal error: KeyError: 'x'")).kind == "defect"
+    assert judge_command(ask.response(Response.INVALID_PARAMETER, " ")).kind == "defect"
+
+
+def test_the_plan_of_a_write_tells_answers_oneways_and_malformed_frames_apart():
+    valid = request(Request.GET_MAX_OFFSET, {"topic": "t", "queueId": "0"}, b"", SERIALIZE_ROCKETMQ, 9)
+    assert plan_of(valid).answers == [(9, SERIALIZE_ROCKETMQ)] and not plan_of(valid).closes
+    assert plan_of(valid + valid).answers == [(9, SERIALIZE_ROCKETMQ)] * 2  # two answers with one opaque
+    oneway = request(Request.UNREGISTER_CLIENT, {}, b"", SERIALIZE_JSON, 3, flag=2)
+    assert plan_of(oneway).answers == [] and not plan_of(oneway).closes
+    for bad in (valid[:-1], b"\x00\x00", b"\x7f\xff\xff\xff", valid[:4] + b"\x05" + valid[5:]):
+        assert plan_of(bad).closes and plan_of(bad).warns, bad
+    assert plan_of(b"").closes and not plan_of(b"").warns  # no frame at all: closed without a word
+
+
+def test_known_findings_name_their_reason():
+    for known in KNOWN_FINDINGS:
+        assert known.name and len(known.reason) > 40

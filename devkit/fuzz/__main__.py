@@ -1,6 +1,7 @@
-"""python -m devkit.fuzz [--requests N] [--seed S] [--only RPC,...] [--dir DIR] [--json FILE]
+"""python -m devkit.fuzz [--requests N] [--seed S] [--only RPC,...] [--doors grpc,remoting] [--dir DIR] [--json FILE]
 
-Fuzzes every RPC of every rocketraft service on a cluster of its own (docs/fuzzing.md). Exit status 0 when
+Fuzzes every RPC of every rocketraft service and every request code of the Remoting ports on a cluster of its own
+(docs/fuzzing.md). Exit status 0 when
 there was no defect, 1 otherwise; the table names each RPC's requests, successes, refusals and defects, and
 examples of each defect with the request that caused it.
 """
@@ -22,15 +23,27 @@ from .run import Fuzzer, report_lines
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devkit.fuzz", description=__doc__.split("\n\n")[1])
     parser.add_argument("--requests", type=int, default=10_000, help="requests per RPC per server (default 10000)")
+    parser.add_argument("--remoting-requests", type=int, default=0,
+                        help="requests per Remoting request code per server (default: --requests)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the request generator (default 1)")
-    parser.add_argument("--only", default="", help="comma-separated RPC names to fuzz (default: all)")
+    parser.add_argument("--only", default="", help="comma-separated RPC names or Remoting code names "
+                        "(SEND_MESSAGE_V2, UNKNOWN_CODE; Remoting: every code) to fuzz (default: all)")
+    parser.add_argument("--doors", default="grpc,remoting",
+                        help="which ports: grpc (every gRPC service), remoting (the RocketMQ 4.x Remoting ports); "
+                             "default both")
+    parser.add_argument("--send-known", action="store_true",
+                        help="also send the requests of known findings (devkit/fuzz/calls.py KNOWN_FINDINGS), which "
+                             "are otherwise counted and not sent")
     parser.add_argument("--concurrency", type=int, default=16, help="requests in flight (default 16)")
     parser.add_argument("--dir", default="", help="where the cluster's data and logs go (default: a temp dir, "
                                                   "kept when there is a defect or the run fails)")
     parser.add_argument("--json", default="", help="also write the results to this file")
     args = parser.parse_args(argv)
-    if args.requests < 1 or args.concurrency < 1:
+    if args.requests < 1 or args.concurrency < 1 or args.remoting_requests < 0:
         parser.error("--requests and --concurrency must be at least 1")
+    doors = tuple(filter(None, args.doors.split(",")))
+    if not doors or set(doors) - {"grpc", "remoting"}:
+        parser.error("--doors takes grpc, remoting or both")
     base = args.dir or tempfile.mkdtemp(prefix="rocketraft-fuzz-")
     defects = None  # a run that raised has its logs to look into, as one with defects does
     try:
@@ -38,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         with DevCluster(base) as cluster:
             cluster.start().wait_master()
             fuzzer = Fuzzer(cluster, requests=args.requests, seed=args.seed, concurrency=args.concurrency,
-                            only=set(filter(None, args.only.split(","))), progress=sys.stderr)
+                            only=set(filter(None, args.only.split(","))), progress=sys.stderr, doors=doors,
+                            send_known=args.send_known, remoting_requests=args.remoting_requests or args.requests)
             results = fuzzer.run()
         for line in report_lines(results, time.monotonic() - started):
             print(line)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import collections
 import os
 import re
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TextIO
@@ -20,9 +22,21 @@ from devkit.devcluster import DevCluster
 from devkit.waiting import wait_until
 from rocketraft.proto import auth_pb2 as apb
 from rocketraft.protocol.wire import cpb, ipb, svc
+from rocketraft.remoting import records
+from rocketraft.remoting.codes import Request
 
-from . import templates
-from .calls import Verdict, call
+from . import frames, templates
+from .calls import (
+    KNOWN_FINDINGS,
+    FrameReader,
+    RemotingConnections,
+    Verdict,
+    call,
+    call_remoting,
+    known_finding,
+    open_socket,
+    plan_of,
+)
 from .messages import interesting_strings, request_bytes
 
 V2 = svc.DESCRIPTOR.services_by_name["MessagingService"]
@@ -38,6 +52,9 @@ TRACEBACK_MARKS = ("Traceback (most recent call last)", "Exception calling appli
 TRACEBACK_AT = re.compile(r"(?m)^(?:\d{4}-\d\d-\d\d [\d:,.]+ [A-Z]+ (?:\S+ )*?\S+: )?(?:"
                           + "|".join(re.escape(mark) for mark in TRACEBACK_MARKS) + ")")
 EXAMPLES_KEPT = 3
+# A malformed frame closes its connection with one such line (rocketraft/remoting/server.py), naming the problem
+REMOTING_CLOSED_AT = re.compile(r"(?m)^.* WARNING .*Remoting connection from \S+ closed: (\S.*)$")
+DOORS = ("grpc", "remoting")
 SETUP_TIMEOUT_S = 30.0
 HEADERS = (("x-mq-client-id", "fuzz-client-1"), ("x-mq-language", "PYTHON"), ("x-mq-protocol", "v2"))
 METADATA = st.sampled_from((
@@ -59,19 +76,21 @@ class RpcResult:
     refused: collections.Counter = field(default_factory=collections.Counter)
     defect_kinds: collections.Counter = field(default_factory=collections.Counter)
     examples: list[str] = field(default_factory=list)
+    known: collections.Counter = field(default_factory=collections.Counter)  # requests of known findings, not sent
 
     @property
     def defects(self) -> int:
         return sum(self.defect_kinds.values())
 
-    def record(self, verdict: Verdict, kind: str, payload: bytes, request_cls) -> None:
+    def record(self, verdict: Verdict, kind: str, describe: Callable[[], str]) -> None:
+        """One request's verdict; describe() names the request (called for a defect only)."""
         self.requests += 1
         if verdict.kind == "ok":
             self.ok += 1
         elif verdict.kind == "refused":
             self.refused[verdict.detail] += 1
         else:
-            self.defect(verdict.detail, f"{kind} request {_describe(payload, request_cls)}")
+            self.defect(verdict.detail, f"{kind} request {describe()}")
 
     def defect(self, what: str, context: str) -> None:
         self.defect_kinds[what] += 1
@@ -80,7 +99,8 @@ class RpcResult:
 
     def as_json(self) -> dict:
         return {"server": self.server, "rpc": self.rpc, "requests": self.requests, "ok": self.ok,
-                "refused": dict(self.refused), "defects": dict(self.defect_kinds), "examples": self.examples}
+                "refused": dict(self.refused), "defects": dict(self.defect_kinds), "examples": self.examples,
+                "known": dict(self.known)}
 
 
 def _describe(payload: bytes, request_cls) -> str:
@@ -98,11 +118,44 @@ class Server:
     services: tuple[tuple[ServiceDescriptor, dict[str, Message]], ...]
 
 
+@dataclass(frozen=True)
+class RemotingDoor:
+    label: str  # "namesrv", "master n0", "follower n1"
+    address: str  # its Remoting port
+    log_path: str
+    codes: tuple[int, ...]  # request codes fuzzed (templates.UNKNOWN_CODE: codes nobody serves)
+
+
+def code_name(code: int) -> str:
+    return "UNKNOWN_CODE" if code == templates.UNKNOWN_CODE else Request(code).name
+
+
+def namesrv_remoting_codes() -> tuple[int, ...]:
+    """The request codes of the NameServer's Remoting handler table (namesrv/remoting.py), unknown codes last."""
+    import inspect
+
+    from namesrv.remoting import NameServerRemoting
+
+    names = re.findall(r"Request\.(\w+):", inspect.getsource(NameServerRemoting.start))
+    return (*sorted(Request[name] for name in names), templates.UNKNOWN_CODE)
+
+
+def broker_remoting_codes() -> tuple[int, ...]:
+    """The request codes of the broker's Remoting handler table (broker/remoting.py), unknown codes last."""
+    from broker.remoting import BrokerRemoting
+
+    return (*sorted(BrokerRemoting.__new__(BrokerRemoting).handlers()), templates.UNKNOWN_CODE)
+
+
 class Fuzzer:
     def __init__(self, cluster: DevCluster, requests: int, seed: int, concurrency: int, only: set[str],
-                 progress: TextIO | None = None):
+                 progress: TextIO | None = None, doors: tuple[str, ...] = DOORS, send_known: bool = False,
+                 remoting_requests: int | None = None):
         self.cluster, self.requests, self.seed, self.concurrency = cluster, requests, seed, concurrency
-        self.only, self.progress = only, progress
+        self.only, self.progress, self.doors, self.send_known = only, progress, doors, send_known
+        self.remoting_requests = remoting_requests or requests
+        self.connections = RemotingConnections()
+        self._defect_files = 0
         self.names = templates.Names(cluster=cluster.cluster)
         self.strings = interesting_strings(self.names.all())
         self._log_offsets: dict[str, int] = {}
@@ -118,18 +171,104 @@ class Fuzzer:
                 Server(f"master {master}", self.cluster.address_of[master], broker),
                 Server(f"follower {follower}", self.cluster.address_of[follower], broker)]
 
+    def remoting_doors(self) -> list[RemotingDoor]:
+        master = self.cluster.wait_master()
+        follower = next(i for i in self.cluster.ids if i != master)
+        broker = broker_remoting_codes()
+        namesrv = self.cluster.namesrv_procs[0]
+        return [RemotingDoor("namesrv", self.cluster.namesrv_remoting_addresses[0], namesrv.log_path,
+                             namesrv_remoting_codes()),
+                *(RemotingDoor(f"{role} {replica}", self.cluster.remoting_of[replica],
+                               self.cluster.brokers[replica].log_path, broker)
+                  for role, replica in (("master", master), ("follower", follower)))]
+
     def run(self) -> list[RpcResult]:
         self._logs_since_last_look()
         results = []
         with ThreadPoolExecutor(self.concurrency) as pool:
-            for server in self.servers():
-                for service, service_templates in server.services:
-                    for method in service.methods:
-                        if self.only and method.name not in self.only:
-                            continue
-                        results.append(self._fuzz_rpc(pool, server, service, method, service_templates))
+            if "grpc" in self.doors:
+                for server in self.servers():
+                    for service, service_templates in server.services:
+                        for method in service.methods:
+                            if self.only and method.name not in self.only:
+                                continue
+                            results.append(self._fuzz_rpc(pool, server, service, method, service_templates))
+            if "remoting" in self.doors:
+                selected = self.remoting_doors()
+                codes = {c for door in selected for c in door.codes if self._remoting_selected(c)}
+                if codes:
+                    remoting_templates = templates.remoting(self.names, self._stored_message())
+                    for door in selected:
+                        for code in door.codes:
+                            if code in codes:
+                                results.append(self._fuzz_code(pool, door, code, remoting_templates))
         results.append(self._still_serves())
         return results
+
+    def _remoting_selected(self, code: int) -> bool:
+        return not self.only or "Remoting" in self.only or code_name(code) in self.only
+
+    def _stored_message(self) -> templates.StoredMessage:
+        """A message sent through the master's Remoting door, which the requests that name one by its commit log
+        offset (view by id, send back, end transaction) name."""
+        self._prepare(self.names.topic, self.names.group)
+        message_id = "FUZZSTORED0000000000000000000001"
+        ext = {"a": "fuzz-producer", "b": self.names.topic, "e": "1", "f": "0", "g": "1764000000000", "h": "0",
+               "i": records.format_properties({"UNIQ_KEY": message_id, "KEYS": "k1"}), "j": "0"}
+        found: list[int] = []
+
+        def sent() -> bool:
+            plan = plan_of(data := frames.request(Request.SEND_MESSAGE_V2, ext, b"stored", 0, 1))
+            try:
+                with frames_socket(self.cluster.remoting_of[self.cluster.wait_master()]) as sock:
+                    sock.sendall(data)
+                    answer = read_command(sock, plan.deadline_s)
+            except (OSError, RuntimeError):
+                return False
+            if answer.code != 0:
+                return False
+            found.append(records.parse_offset_message_id(answer.ext["msgId"].split(",")[0])[1])
+            return True
+
+        wait_until(sent, SETUP_TIMEOUT_S, f"a send through the master's Remoting door (logs in "
+                                          f"{self.cluster.base_dir})")
+        return templates.StoredMessage(found[0], message_id)
+
+    def _fuzz_code(self, pool, door: RemotingDoor, code: int, remoting_templates: dict) -> RpcResult:
+        result = RpcResult(door.label, f"Remoting.{code_name(code)}")
+        self._prepare(self.names.topic, self.names.group)
+        ext, body = remoting_templates.get(code, ({}, b""))
+        key = f"remoting.{code}"
+        if key not in self._generated:
+            self._generated[key] = generate_frames(code, ext, body, self.strings, self.remoting_requests,
+                                                    self.seed)
+        requests = self._generated[key]
+        plans = [plan_of(data) for _kind, data in requests]
+        known = ["" if self.send_known else known_finding(data, plan) for (_kind, data), plan in
+                 zip(requests, plans, strict=True)]
+        calls = [None if skip else pool.submit(call_remoting, self.connections, door.address, data, plan)
+                 for (_kind, data), plan, skip in zip(requests, plans, known, strict=True)]
+        for (kind, data), plan, skip, future in zip(requests, plans, known, calls, strict=True):
+            if skip:
+                result.requests += 1
+                result.known[skip] += 1
+                continue
+            result.record(future.result(), kind, lambda d=data, p=plan: self._describe_frames(d, p))
+        warned = sum(plan.warns for plan, skip in zip(plans, known, strict=True) if not skip)
+        self._check_health(result, warnings={door.log_path: warned})
+        if self.progress:
+            print(f"{door.label:14} {result.rpc:58} {result.requests:6} requests, {result.defects} defects",
+                  file=self.progress, flush=True)
+        return result
+
+    def _describe_frames(self, data: bytes, plan) -> str:
+        """The frame(s) decoded as the server reads them, and the exact bytes, kept in a file of the run's dir."""
+        self._defect_files += 1
+        path = os.path.join(self.cluster.base_dir, "fuzz-defects", f"remoting-{self._defect_files}.bin")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+        return f"{describe_frames(data)}{'; ' + plan.problem if plan.problem else ''} (its {len(data)} bytes: {path})"
 
     def _prepare(self, topic: str, group: str) -> None:
         """Creates the topic and group, waiting out an election (a fan-out needs a master). A topic the fuzzing made
@@ -158,7 +297,7 @@ class Fuzzer:
         calls = [pool.submit(call, channel, service.full_name, method, payload, metadata)
                  for _kind, payload, metadata in requests]
         for (kind, payload, _), future in zip(requests, calls, strict=True):
-            result.record(future.result(), kind, payload, request_cls)
+            result.record(future.result(), kind, lambda p=payload: _describe(p, request_cls))
         self._check_health(result)
         if self.progress:
             print(f"{server.label:14} {result.rpc:58} {result.requests:6} requests, {result.defects} defects",
@@ -172,11 +311,19 @@ class Fuzzer:
             self._generated[key] = generate(method, template, self.strings, self.requests, self.seed)
         return self._generated[key]
 
-    def _check_health(self, result: RpcResult) -> None:
+    def _check_health(self, result: RpcResult, warnings: dict[str, int] | None = None) -> None:
+        """Every process alive, no traceback in a log; `warnings`: log path -> the malformed frames sent to its
+        server's Remoting door, each of which must have closed its connection with one WARNING line."""
         for proc in [*self.cluster.namesrv_procs, *self.cluster.brokers.values()]:
             if not proc.alive:
                 result.defect(f"{proc.name} exited", f"after {result.rpc}; its log: {proc.log_path}")
         for path, text in self._logs_since_last_look().items():
+            if warnings and path in warnings:
+                lines = len(REMOTING_CLOSED_AT.findall(text))
+                if lines != warnings[path]:
+                    result.defect(f"{warnings[path]} malformed frames closed with {lines} WARNING lines in "
+                                  f"{os.path.basename(path)}", "the frames of this code (each must close its "
+                                  "connection with one line naming the problem)")
             found = TRACEBACK_AT.search(text)
             if found:
                 at = found.start()
@@ -242,16 +389,76 @@ def generate(method: MethodDescriptor, template: Message, strings: tuple[str, ..
     return collected[:count]
 
 
+def generate_frames(code: int, ext: dict[str, str], body: bytes, strings: tuple[str, ...], count: int,
+                    seed_value: int) -> list[tuple[str, bytes]]:
+    """`count` (kind, bytes) for one Remoting request code, drawn by hypothesis (generation only)."""
+    collected: list = []
+    unknown = templates.UNKNOWN_CODES if code == templates.UNKNOWN_CODE else ()
+    strategy = frames.requests(code, ext, body, strings, unknown)
+    attempt = 0
+    while len(collected) < count:
+        @seed(seed_value * 1_000 + attempt + (code & 0xFFFF) * 7)
+        @settings(max_examples=count - len(collected), database=None, deadline=None, phases=[Phase.generate],
+                  suppress_health_check=list(HealthCheck))
+        @given(strategy)
+        def draw(item):
+            collected.append(item)
+
+        draw()
+        attempt += 1
+    return collected[:count]
+
+
+def frames_socket(address: str):
+    return open_socket(address)
+
+
+def read_command(sock, timeout_s: float):
+    return FrameReader(sock).next(time.monotonic() + timeout_s)
+
+
+def describe_frames(data: bytes) -> str:
+    """Each frame in the bytes as the server decodes it (code, flag, opaque, serialize, header fields, body), then
+    what is left; values cut to 80 characters."""
+    from rocketraft.remoting import frame
+
+    parts, at = [], 0
+    while at + 4 <= len(data):
+        (length,) = frame.LENGTH.unpack_from(data, at)
+        if length < 4 or at + 4 + length > len(data):
+            break
+        try:
+            c = frame.decode(data[at + 4:at + 4 + length])
+        except Exception:  # noqa: BLE001 - not decodable: shown as bytes below
+            break
+        ext = {k[:40]: (v[:80] + f"...({len(v)} chars)" if len(v) > 80 else v) for k, v in list(c.ext.items())[:30]}
+        parts.append(f"[code {c.code} flag {c.flag} opaque {c.opaque} serialize {c.serialize} language {c.language} "
+                     f"version {c.version} remark {c.remark[:80]!r} ext {ext!r} body {c.body[:120]!r}"
+                     f"{f'...({len(c.body)} bytes)' if len(c.body) > 120 else ''}]")
+        at += 4 + length
+    if at < len(data):
+        parts.append(f"bytes {data[at:at + 96].hex()}{'...' if len(data) - at > 96 else ''}")
+    return " ".join(parts) or "no bytes"
+
+
 def report_lines(results: list[RpcResult], elapsed_s: float) -> list[str]:
     lines = [f"{'server':16} {'rpc':58} {'requests':>8} {'ok':>7} {'refused':>8} {'defects':>7}  top refusals"]
     for r in results:
-        top = ", ".join(f"{name} {n}" for name, n in r.refused.most_common(3))
+        top = ", ".join([f"{name} {n}" for name, n in r.refused.most_common(3)]
+                        + [f"KNOWN {name} {n} (not sent)" for name, n in r.known.items()])
         lines.append(f"{r.server:16} {r.rpc:58} {r.requests:8} {r.ok:7} {sum(r.refused.values()):8} "
                      f"{r.defects:7}  {top}")
     total = sum(r.requests for r in results)
     defects = [r for r in results if r.defects]
     lines.append(f"{total} requests to {len(results) - 1} RPCs in {elapsed_s:.0f} s: "
                  f"{sum(r.defects for r in results)} defects")
+    known = collections.Counter()
+    for r in results:
+        known.update(r.known)
+    for known_finding_ in KNOWN_FINDINGS:
+        if known[known_finding_.name]:
+            lines.append(f"KNOWN FINDING {known_finding_.name}: {known[known_finding_.name]} requests not sent "
+                         f"(--send-known sends them): {known_finding_.reason}")
     for r in defects:
         lines.append(f"DEFECTS in {r.server} {r.rpc}: {dict(r.defect_kinds)}")
         lines.extend(f"  e.g. {example}" for example in r.examples)
