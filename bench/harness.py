@@ -17,6 +17,7 @@
     python -m bench soak --minutes 30 --retention-s 60                 (disk, memory, gaps, loss over time: soak.py)
     python -m bench compare --rounds 3                                 (beside NATS JetStream and RabbitMQ: compare.py)
     python -m bench hotpath                                            (CPU per message of each send step: hotpath.py)
+    python -m bench remoting --kills 3                                 (RocketMQ 4.x clients beside gRPC: remoting.py)
 
 Each run starts its own local cluster (a NameServer and a 3-replica group, ASYNC_FLUSH unless --flush) under
 --dir, or targets a running one with --namesrv (not for failover and scale log, which kill replicas). It shows
@@ -107,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["hotpath"]:
         from . import hotpath
         return hotpath.main(argv[1:])
+    if argv[:1] == ["remoting"]:
+        from . import remoting
+        return remoting.main(argv[1:])
     args = parser().parse_args(argv)
     name = args.scenario + (f"-{args.kind}" if args.kind else "")
     if args.scenario == "scale" and args.kind not in ("topics", "producers", "log"):
