@@ -8,13 +8,12 @@ from __future__ import annotations
 import time
 
 import pytest
+from remotingkit import MESSAGE, TIMEOUT_S, assert_same_messages, consumed, orderly_round_trip, sends
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
 
 from devkit.remotingdrivers import of, summary
 
-TIMEOUT_S = 40  # a consumer's own --timeout-s: well above what each step needs
 SETTINGS = {"transactionTimeOut": 1000, "transactionCheckInterval": 1000}
-MESSAGE = {"tag": "tag-{i}", "keys": "key-{i} shared", "property": {"color": "red", "n": "{i}"}}
 
 
 @pytest.fixture(scope="module")
@@ -32,43 +31,18 @@ def namesrv(cluster) -> str:
     return cluster.namesrv_remoting_addresses[0]
 
 
-def sends(client, cluster, topic: str, count: int, **options) -> list[dict]:
-    events = client("send", namesrv(cluster), topic=topic, count=count, **options)
-    assert summary(events)["failed"] == 0 and not of(events, "send_failed"), events
-    sent = of(events, "sent")
-    assert [e["index"] for e in sent] == list(range(count)) and {e["status"] for e in sent} == {"SEND_OK"}, sent
-    return sent
 
 
-def consumed(client, cluster, command: str, topic: str, group: str, expect: int, **options) -> list[dict]:
-    """The `received` events of a consumer run that consumed `expect` distinct messages."""
-    events = client(command, namesrv(cluster), topic=topic, group=group, expect=expect, timeout_s=TIMEOUT_S,
-                    **options)
-    assert summary(events)["complete"], (summary(events), events[-3:])
-    return [e for e in of(events, "received") if e["result"] == "consumed"]
 
 
-def assert_same_messages(sent: list[dict], received: list[dict]) -> None:
-    """Every sent message received once, with its id, queue and offset, tag, keys, body and properties as sent (a
-    send through a follower names the broker <group>@<brokerId>: the group's queue is the same)."""
-    by_id = {e["msgId"]: e for e in received}
-    assert len(by_id) == len(received) and set(by_id) == {e["msgId"] for e in sent}
-    for s in sent:
-        r = by_id[s["msgId"]]
-        i = s["index"]
-        assert (r["brokerName"], r["queueId"], r["queueOffset"]) == (s["brokerName"].split("@")[0], s["queueId"],
-                                                                    s["queueOffset"])
-        assert (r["tags"], r["keys"], r["body"]) == (f"tag-{i}", f"key-{i} shared", f"message-{i}")
-        assert {k: r["properties"][k] for k in ("color", "n", "seq")} == {"color": "red", "n": str(i), "seq": str(i)}
-        assert r["properties"]["UNIQ_KEY"] == s["msgId"] and r["reconsumeTimes"] == 0
 
 
 def test_java_send_push_pull_with_tags_keys_and_properties(cluster, java4):
-    sent = sends(java4, cluster, "j4-basic", 20, **MESSAGE)
+    sent = sends(java4, namesrv(cluster), "j4-basic", 20, **MESSAGE)
     assert {e["brokerName"].split("@")[0] for e in sent} == {"broker-a"}
-    assert_same_messages(sent, consumed(java4, cluster, "push", "j4-basic", "j4-basic-push", 20))
-    assert_same_messages(sent, consumed(java4, cluster, "pull", "j4-basic", "j4-basic-pull", 20))
-    some = consumed(java4, cluster, "push", "j4-basic", "j4-basic-tags", 3, tag_expr="tag-1||tag-2||tag-3",
+    assert_same_messages(sent, consumed(java4, namesrv(cluster), "push", "j4-basic", "j4-basic-push", 20))
+    assert_same_messages(sent, consumed(java4, namesrv(cluster), "pull", "j4-basic", "j4-basic-pull", 20))
+    some = consumed(java4, namesrv(cluster), "push", "j4-basic", "j4-basic-tags", 3, tag_expr="tag-1||tag-2||tag-3",
                     linger_s=1)
     assert sorted(e["tags"] for e in some) == ["tag-1", "tag-2", "tag-3"]
     # the offset message id a send answered resolves to the message (VIEW_MESSAGE_BY_ID)
@@ -80,27 +54,18 @@ def test_java_send_push_pull_with_tags_keys_and_properties(cluster, java4):
 
 
 def test_java_sql92_filter(cluster, java4):
-    sends(java4, cluster, "j4-sql", 10, property={"n": "{i}"})
-    got = consumed(java4, cluster, "push", "j4-sql", "j4-sql-readers", 3, sql="n > 6", linger_s=1)
+    sends(java4, namesrv(cluster), "j4-sql", 10, property={"n": "{i}"})
+    got = consumed(java4, namesrv(cluster), "push", "j4-sql", "j4-sql-readers", 3, sql="n > 6", linger_s=1)
     assert sorted(int(e["properties"]["n"]) for e in got) == [7, 8, 9]
 
 
 def test_java_orderly_sends_and_orderly_consumption(cluster, java4):
-    sent = sends(java4, cluster, "j4-orderly", 30, orderly_key_count=3)
-    queues = {}
-    for e in sent:
-        queues.setdefault(e["orderKey"], set()).add(e["queueId"])
-    assert all(len(q) == 1 for q in queues.values()) and len(queues) == 3, queues  # one queue per key
-    got = consumed(java4, cluster, "push", "j4-orderly", "j4-orderly-readers", 30, orderly=True)
-    per_key = {}
-    for e in got:
-        per_key.setdefault(e["properties"]["orderKey"], []).append(int(e["properties"]["seq"]))
-    assert per_key == {f"key-{k}": list(range(k, 30, 3)) for k in range(3)}
+    orderly_round_trip(java4, namesrv(cluster), "j4")
 
 
 def test_java_delay_level_1(cluster, java4):
-    sent = sends(java4, cluster, "j4-delay", 2, delay_level=1)
-    got = consumed(java4, cluster, "push", "j4-delay", "j4-delay-readers", 2)
+    sent = sends(java4, namesrv(cluster), "j4-delay", 2, delay_level=1)
+    got = consumed(java4, namesrv(cluster), "push", "j4-delay", "j4-delay-readers", 2)
     assert {e["msgId"] for e in got} == {e["msgId"] for e in sent}
     for e in got:  # level 1 is RocketMQ's 1 s: the consumer gets it no sooner
         assert e["receivedAt"] - e["bornTimestamp"] >= 900, e
@@ -112,22 +77,22 @@ def test_java_transactions_commit_rollback_and_check_back(cluster, java4):
     sent, checked = of(events, "sent"), of(events, "checked")
     assert {e["msgId"] for e in checked} == {e["msgId"] for e in sent} and summary(events)["checked"] == 3, checked
     rolled = of(java4("transaction", namesrv(cluster), topic="j4-tx", count=2, resolve="rollback"), "sent")
-    got = consumed(java4, cluster, "push", "j4-tx", "j4-tx-readers", 3, linger_s=2)
+    got = consumed(java4, namesrv(cluster), "push", "j4-tx", "j4-tx-readers", 3, linger_s=2)
     assert {e["msgId"] for e in got} == {e["msgId"] for e in sent}
     assert not {e["msgId"] for e in got} & {e["msgId"] for e in rolled}
 
 
 def test_java_retry_then_dead_letter(cluster, java4):
-    sent = sends(java4, cluster, "j4-retry", 1)
+    sent = sends(java4, namesrv(cluster), "j4-retry", 1)
     events = java4("push", namesrv(cluster), topic="j4-retry", group="j4-retry-g", expect=1, timeout_s=TIMEOUT_S,
                    fail_first=1, retry_delay_level=1)
     deliveries = of(events, "received")
     assert [e["reconsumeTimes"] for e in deliveries] == [0, 1], deliveries
     assert {e["msgId"] for e in deliveries} == {sent[0]["msgId"]} and deliveries[1]["topic"] == "j4-retry"
-    dead = sends(java4, cluster, "j4-dead", 1)
+    dead = sends(java4, namesrv(cluster), "j4-dead", 1)
     java4("push", namesrv(cluster), topic="j4-dead", group="j4-dead-g", expect=1, timeout_s=8, fail_first=99,
           retry_delay_level=1, max_reconsume_times=1)
-    got = consumed(java4, cluster, "pull", "%DLQ%j4-dead-g", "j4-dlq-reader", 1)
+    got = consumed(java4, namesrv(cluster), "pull", "%DLQ%j4-dead-g", "j4-dlq-reader", 1)
     assert got[0]["properties"]["ORIGIN_MESSAGE_ID"] == dead[0]["msgId"], got
 
 
@@ -136,23 +101,23 @@ def test_java_broadcast_consumers_each_get_every_message(cluster, java4):
                         timeout_s=TIMEOUT_S, instance=f"b{i}", **{"from": "first"}) for i in range(2)]
     for run in runs:
         run.wait_for("started", 1, 30)
-    sent = sends(java4, cluster, "j4-bcast", 5)
+    sent = sends(java4, namesrv(cluster), "j4-bcast", 5)
     for run in runs:
         events = run.finish(60)
         assert {e["msgId"] for e in of(events, "received")} == {e["msgId"] for e in sent}
 
 
 def test_java_offsets_survive_a_consumer_restart(cluster, java4):
-    first = sends(java4, cluster, "j4-offsets", 5)
-    got = consumed(java4, cluster, "push", "j4-offsets", "j4-offsets-g", 5)
+    first = sends(java4, namesrv(cluster), "j4-offsets", 5)
+    got = consumed(java4, namesrv(cluster), "push", "j4-offsets", "j4-offsets-g", 5)
     assert {e["msgId"] for e in got} == {e["msgId"] for e in first}
-    second = sends(java4, cluster, "j4-offsets", 5)
-    again = consumed(java4, cluster, "push", "j4-offsets", "j4-offsets-g", 5, linger_s=1)
+    second = sends(java4, namesrv(cluster), "j4-offsets", 5)
+    again = consumed(java4, namesrv(cluster), "push", "j4-offsets", "j4-offsets-g", 5, linger_s=1)
     assert {e["msgId"] for e in again} == {e["msgId"] for e in second}  # resumes where the group left off
 
 
 def test_a_message_crosses_protocols_with_its_id_tag_keys_and_properties(cluster, java4):
-    sent = sends(java4, cluster, "cross", 1, tag="t1", keys="k1", property={"color": "red"})
+    sent = sends(java4, namesrv(cluster), "cross", 1, tag="t1", keys="k1", property={"color": "red"})
     config = ClientConfiguration(cluster.namesrv_address, Credentials(), request_timeout=3)
     consumer = SimpleConsumer(config, "cross-v5", {"cross": FilterExpression()}, await_duration=2)
     consumer.startup()
@@ -178,7 +143,7 @@ def test_a_message_crosses_protocols_with_its_id_tag_keys_and_properties(cluster
         receipt = producer.send(message)
     finally:
         producer.shutdown()
-    got = consumed(java4, cluster, "push", "cross", "cross-v4", 2)
+    got = consumed(java4, namesrv(cluster), "push", "cross", "cross-v4", 2)
     by_id = {e["msgId"]: e for e in got}
     assert receipt.message_id in by_id
     r = by_id[receipt.message_id]
@@ -186,9 +151,9 @@ def test_a_message_crosses_protocols_with_its_id_tag_keys_and_properties(cluster
 
 
 def test_go_send_push_pull(cluster, go4):
-    sent = sends(go4, cluster, "g4-basic", 20, **MESSAGE)
-    assert_same_messages(sent, consumed(go4, cluster, "push", "g4-basic", "g4-basic-push", 20))
-    assert_same_messages(sent, consumed(go4, cluster, "pull", "g4-basic", "g4-basic-pull", 20))
+    sent = sends(go4, namesrv(cluster), "g4-basic", 20, **MESSAGE)
+    assert_same_messages(sent, consumed(go4, namesrv(cluster), "push", "g4-basic", "g4-basic-push", 20))
+    assert_same_messages(sent, consumed(go4, namesrv(cluster), "pull", "g4-basic", "g4-basic-pull", 20))
 
 
 def test_a_java_producer_keeps_sending_through_a_kill_of_the_master_and_offsets_and_messages_survive(tmp_path,
@@ -202,8 +167,8 @@ def test_a_java_producer_keeps_sending_through_a_kill_of_the_master_and_offsets_
     with DevCluster(str(tmp_path / "failover")).start() as c:
         master = c.wait_master()
         c.create_topic("j4-failover", queue_nums=4)
-        before = sends(java4, c, "j4-failover", 10)
-        assert len(consumed(java4, c, "push", "j4-failover", "j4-failover-g", 10)) == 10
+        before = sends(java4, namesrv(c), "j4-failover", 10)
+        assert len(consumed(java4, namesrv(c), "push", "j4-failover", "j4-failover-g", 10)) == 10
         run = java4.start("send", namesrv(c), topic="j4-failover", duration_s=8, interval_ms=20)
         run.wait_for("sent", 50, 30)
         c.kill(master)
@@ -213,6 +178,6 @@ def test_a_java_producer_keeps_sending_through_a_kill_of_the_master_and_offsets_
         after = [e for e in sent if e["at"] > sent[49]["at"]]
         assert len(after) > 100, "the producer stopped sending after the kill"
         c.wait_master(not_id=master)
-        got = consumed(java4, c, "push", "j4-failover", "j4-failover-g", len(sent), linger_s=1)
+        got = consumed(java4, namesrv(c), "push", "j4-failover", "j4-failover-g", len(sent), linger_s=1)
         assert {e["msgId"] for e in got} == {e["msgId"] for e in sent}  # nothing lost
         assert not {e["msgId"] for e in got} & {e["msgId"] for e in before}  # the group's offsets held
