@@ -89,7 +89,7 @@ def render(cluster: DevCluster, events: list[str], started: float, dashboard: st
     lines += ["", *([dashboard] if dashboard else []),
               f"logs: {cluster.base_dir}/logs   quickstart: see README (official SDK against "
               f"{cluster.namesrv_address})"]
-    if cluster.namesrv_remoting_addresses and not cluster.tls_mode:
+    if cluster.namesrv_remoting_addresses:
         lines.append(f"RocketMQ 4.x clients (docs/client.md): namesrvAddr {cluster.namesrv_remoting_addresses[0]}")
     if cluster.metrics_address_of:
         lines.append("metrics (docs/metrics.md): " + "  ".join(
