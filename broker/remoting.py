@@ -21,6 +21,9 @@ from rocketraft.protocol.limits import (
     DELAY_LEVEL_PROPERTY,
     LONG_POLLING_MS_MAX,
     MAX_RECONSUME_TIMES,
+    QUEUE_NUMS_MAX,
+    REMOTING_HEARTBEAT_GROUPS_MAX,
+    REMOTING_HEARTBEAT_SUBSCRIPTIONS_MAX,
     RETRY_TOPIC_PREFIX,
     TELEMETRY_PENDING_MAX,
 )
@@ -149,20 +152,29 @@ class BrokerRemoting:
     async def heartbeat(self, conn: Connection, request: Command) -> Command:
         data = _json_body(request, "HeartbeatData")
         client_id = _text(data.get("clientID"), "clientID")
+        producers, consumers = _list(data, "producerDataSet"), _list(data, "consumerDataSet")
+        if len(producers) + len(consumers) > REMOTING_HEARTBEAT_GROUPS_MAX:
+            raise RemotingError(f"a heartbeat naming {len(producers) + len(consumers)} groups is over the limit of "
+                                f"{REMOTING_HEARTBEAT_GROUPS_MAX} (REMOTING_HEARTBEAT_GROUPS_MAX); use fewer client "
+                                "instances' groups per process", Response.INVALID_PARAMETER)
         self._bind_client(conn, client_id)
-        for producer in data.get("producerDataSet") or ():
-            self._note_producer(conn, str(producer.get("groupName", "")))
-        for consumer in data.get("consumerDataSet") or ():
+        for producer in producers:
+            self._note_producer(conn, validation.group_name(_text(producer.get("groupName"), "groupName")))
+        for consumer in consumers:
             await self._consumer_heartbeat(conn, client_id, consumer)
         return request.response(Response.SUCCESS)
 
     async def _consumer_heartbeat(self, conn: Connection, client_id: str, consumer: dict) -> None:
-        group = _text(consumer.get("groupName"), "groupName")
+        group = validation.group_name(_text(consumer.get("groupName"), "groupName"))
         client_type = pb.ClientType.PUSH_CONSUMER if consumer.get("consumeType") == "CONSUME_PASSIVELY" \
             else pb.ClientType.PULL_CONSUMER
         joined = conn not in self._group_connections.get(group, ())
         self.clients.touch(client_id, group, client_type)
-        for subscription in consumer.get("subscriptionDataSet") or ():
+        subscriptions = _list(consumer, "subscriptionDataSet")
+        if len(subscriptions) > REMOTING_HEARTBEAT_SUBSCRIPTIONS_MAX:
+            raise RemotingError(f"consumer group {group} subscribes to {len(subscriptions)} topics in one heartbeat, "
+                                f"over the limit of {REMOTING_HEARTBEAT_SUBSCRIPTIONS_MAX}", Response.INVALID_PARAMETER)
+        for subscription in subscriptions:
             topic = _text(subscription.get("topic"), "topic")
             kind, expression = _expression(subscription.get("expressionType"), subscription.get("subString"))
             self.clients.subscribe(client_id, group, topic, expression)
@@ -240,7 +252,9 @@ class BrokerRemoting:
         """Whether a subscription (a SQL92 one: the 4.x consumer asks before it subscribes) would be accepted: the
         same check a receive or a pull makes."""
         data = _json_body(request, "CheckClientRequestBody")
-        sub = data.get("subscriptionData") or {}
+        sub = data.get("subscriptionData", {})
+        if not isinstance(sub, dict):
+            raise RemotingError("body field subscriptionData is not an object", Response.INVALID_PARAMETER)
         _, expression = _expression(sub.get("expressionType"), sub.get("subString"))
         validation.filter_expression(expression)
         return request.response(Response.SUCCESS)
@@ -255,7 +269,8 @@ class BrokerRemoting:
 
     # -- producing ----------------------------------------------------------------------------------------
     async def send(self, conn: Connection, request: Command) -> Command:
-        ext = {V2_KEYS.get(k, k): v for k, v in request.ext.items()} if request.code == Request.SEND_MESSAGE_V2 \
+        # SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE carry SendMessageRequestHeaderV2's short keys (as RocketMQ reads them)
+        ext = {V2_KEYS.get(k, k): v for k, v in request.ext.items()} if request.code != Request.SEND_MESSAGE \
             else request.ext
         topic = _field(request, "topic", ext)
         queue_id, sys_flag = _int(ext, "queueId"), _int(ext, "sysFlag", 0)
@@ -522,8 +537,8 @@ class BrokerRemoting:
         group, client_id = _text(data.get("consumerGroup"), "consumerGroup"), _text(data.get("clientId"), "clientId")
         now = time.monotonic()
         locked = []
-        for mq in data.get("mqSet") or ():
-            key = (group, _text(mq.get("topic"), "topic"), int(mq.get("queueId", -1)))
+        for mq in _list(data, "mqSet"):
+            key = _queue_key(group, mq)
             held = self._locks.get(key)
             if held is None or held.client_id == client_id or held.expires_s < now:
                 if held is None and len(self._locks) >= LOCKS_MAX:
@@ -537,8 +552,8 @@ class BrokerRemoting:
     async def unlock_batch(self, conn: Connection, request: Command) -> Command:
         data = _json_body(request, "UnlockBatchRequestBody")
         group, client_id = str(data.get("consumerGroup", "")), str(data.get("clientId", ""))
-        for mq in data.get("mqSet") or ():
-            key = (group, str(mq.get("topic", "")), int(mq.get("queueId", -1)))
+        for mq in _list(data, "mqSet"):
+            key = _queue_key(group, mq)
             held = self._locks.get(key)
             if held is not None and held.client_id == client_id:
                 del self._locks[key]
@@ -662,9 +677,30 @@ def _json_body(request: Command, what: str) -> dict:
         data = json.loads(request.body)
     except (UnicodeDecodeError, ValueError) as exc:
         raise RemotingError(f"{what} body is not JSON: {exc}", Response.INVALID_PARAMETER) from None
+    except RecursionError:
+        raise RemotingError(f"{what} body is JSON nested too deeply", Response.INVALID_PARAMETER) from None
     if not isinstance(data, dict):
         raise RemotingError(f"{what} body is not a JSON object", Response.INVALID_PARAMETER)
     return data
+
+
+def _queue_key(group: str, mq: dict) -> tuple[str, str, int]:
+    """(group, topic, queue id) of a MessageQueue in a lock or unlock body."""
+    queue = mq.get("queueId")
+    if not isinstance(queue, int) or isinstance(queue, bool) or not 0 <= queue < QUEUE_NUMS_MAX:
+        raise RemotingError(f"queueId {str(queue)[:40]} of a MessageQueue is not a queue id 0..{QUEUE_NUMS_MAX - 1}",
+                            Response.INVALID_PARAMETER)
+    return group, _text(mq.get("topic"), "topic"), queue
+
+
+def _list(data: dict, name: str) -> list[dict]:
+    """A JSON body's list of objects (missing: empty); anything else is refused by name."""
+    value = data.get(name)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        raise RemotingError(f"body field {name} is not a list of objects", Response.INVALID_PARAMETER)
+    return value
 
 
 def _json(value) -> bytes:

@@ -188,15 +188,7 @@ class KnownFinding:
 # Findings reported and not fixed yet: a request that matches one is not sent (unless `--send-known`, to check a fix)
 # and is counted under the finding's name in the report, so the suite stays green and the gap stays in sight. Remove
 # an entry once its fix is in: the fuzzer then sends those requests again.
-KNOWN_FINDINGS = (
-    KnownFinding(
-        "json-header-recursion",
-        "a JSON header nested ~100,000 deep ([[[... or {\"extFields\":{\"extFields\":...): frame._json_header's "
-        "json.loads raises RecursionError, which is not a FrameError; Connection.serve does not catch it, so the "
-        "connection closes with no WARNING line and asyncio logs 'Task exception was never retrieved' with a "
-        "traceback (found by the fuzzer's first Remoting run, 2026-11-27; rocketraft/remoting/frame.py)",
-        lambda data, plan: plan.unexpected == "RecursionError"),
-)
+KNOWN_FINDINGS: tuple[KnownFinding, ...] = ()  # json-header-recursion (2026-11-27) is fixed: frame.py refuses it
 
 
 def known_finding(data: bytes, plan: Plan) -> str:

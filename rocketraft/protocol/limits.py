@@ -119,6 +119,8 @@ REMOTING_EXT_FIELDS_MAX = 64          # header fields of one request (a 4.x requ
 # count; the Java 4.x client keeps at most 65,535 async requests in flight, a push consumer one pull per queue)
 REMOTING_REQUESTS_PER_CONNECTION_MAX = 1024
 REMOTING_CONNECTIONS_MAX = 10_000     # connections a Remoting port holds at once; one more is closed at accept
+REMOTING_HEARTBEAT_GROUPS_MAX = 64      # producer and consumer groups one 4.x heartbeat may name (a client has a few)
+REMOTING_HEARTBEAT_SUBSCRIPTIONS_MAX = 256  # subscriptions of one consumer group in one heartbeat
 REMOTING_IDLE_MS = 120_000            # a connection with nothing in flight and no frame for this long is closed
 REMOTING_BROKER_PORT_DEFAULT = 10911  # RocketMQ's broker listenPort
 REMOTING_NAMESRV_PORT_DEFAULT = 9877  # 9876 (RocketMQ's) is the NameServer's gRPC port here

@@ -66,8 +66,8 @@ def _send_need(name: str) -> Need:
 def _json(body: bytes) -> dict:
     try:
         data = json.loads(body)
-    except (UnicodeDecodeError, ValueError):
-        return {}
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return {}  # the handler refuses it by name
     return data if isinstance(data, dict) else {}
 
 

@@ -104,6 +104,8 @@ def _json_header(raw: bytes) -> Command:
         header = json.loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:
         raise FrameError(f"JSON header is not JSON: {exc}") from None
+    except RecursionError:
+        raise FrameError("JSON header is nested too deeply") from None
     if not isinstance(header, dict):
         raise FrameError("JSON header is not an object")
     ext = header.get("extFields") or {}

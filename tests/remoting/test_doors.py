@@ -176,3 +176,38 @@ def test_a_follower_never_moves_a_consumer_back_to_what_it_has_applied(cluster):
     answer = pull(follower, "Doors", 2, end + 50)
     assert answer.code == Response.PULL_NOT_FOUND and answer.ext["nextBeginOffset"] == str(end + 50)
     assert pull(addrs["0"], "Doors", 2, end + 50).code == Response.PULL_OFFSET_MOVED
+
+
+def test_a_heartbeat_over_its_limits_is_refused_by_name(cluster):
+    from rocketraft.protocol.limits import REMOTING_HEARTBEAT_GROUPS_MAX, REMOTING_HEARTBEAT_SUBSCRIPTIONS_MAX
+
+    master = brokers(route(cluster, "Doors"))["broker-a"]["0"]
+    groups = [{"groupName": f"g{i}", "subscriptionDataSet": []} for i in range(REMOTING_HEARTBEAT_GROUPS_MAX + 1)]
+    body = json.dumps({"clientID": "hb@1", "consumerDataSet": groups}).encode()
+    answer = call(master, frame.Command(Request.HEART_BEAT, opaque=1, body=body))
+    assert answer.code == Response.INVALID_PARAMETER and "REMOTING_HEARTBEAT_GROUPS_MAX" in answer.remark
+    subs = [{"topic": f"t{i}", "subString": "*"} for i in range(REMOTING_HEARTBEAT_SUBSCRIPTIONS_MAX + 1)]
+    body = json.dumps({"clientID": "hb@2", "consumerDataSet": [{"groupName": "g", "subscriptionDataSet": subs}]})
+    answer = call(master, frame.Command(Request.HEART_BEAT, opaque=2, body=body.encode()))
+    assert answer.code == Response.INVALID_PARAMETER and "over the limit" in answer.remark
+    bad = call(master, frame.Command(Request.HEART_BEAT, opaque=3, body=b'{"clientID":"x","consumerDataSet":{}}'))
+    assert bad.code == Response.INVALID_PARAMETER and "consumerDataSet is not a list" in bad.remark
+
+
+@pytest.mark.parametrize("code, body, problem", [
+    (Request.HEART_BEAT, b'{"clientID":"x","producerDataSet":"7"}', "producerDataSet is not a list of objects"),
+    (Request.HEART_BEAT, b'{"clientID":"x","consumerDataSet":[{"groupName":"g","subscriptionDataSet":[null]}]}',
+     "subscriptionDataSet is not a list of objects"),
+    (Request.LOCK_BATCH_MQ, b'{"consumerGroup":"g","clientId":"c","mqSet":[{"topic":"Doors","queueId":[]}]}',
+     "queueId [] of a MessageQueue is not a queue id"),
+    (Request.UNLOCK_BATCH_MQ, b'{"consumerGroup":"g","clientId":"c","mqSet":["x"]}', "mqSet is not a list"),
+    (Request.CHECK_CLIENT_CONFIG, b'{"subscriptionData":[]}', "subscriptionData is not an object"),
+    (Request.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, b'{"a":' * 100_000, "nested too deeply"),
+])
+def test_a_malformed_body_is_refused_by_name_never_internal_error(cluster, code, body, problem):
+    """The fuzzer's first Remoting findings (docs/fuzzing.md): each answered 'internal error' with a traceback."""
+    master_id = cluster.wait_master()
+    answer = call(cluster.remoting_of[master_id], frame.Command(code, opaque=1, body=body))
+    assert answer.code == Response.INVALID_PARAMETER and problem in answer.remark, answer.remark
+    with open(cluster.brokers[master_id].log_path, errors="replace") as f:
+        assert "Traceback" not in f.read()

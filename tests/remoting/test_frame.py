@@ -160,3 +160,9 @@ def test_retryable_causes_answer_a_code_the_4x_producer_retries():
     assert response_of(Code.TOPIC_NOT_FOUND) == Response.TOPIC_NOT_EXIST
     assert response_of(Code.MESSAGE_BODY_TOO_LARGE, send=True) == Response.MESSAGE_ILLEGAL
     assert response_of(Code.ILLEGAL_FILTER_EXPRESSION) == Response.SUBSCRIPTION_PARSE_FAILED
+
+
+def test_a_deeply_nested_json_header_is_a_frame_error_not_a_recursion_error():
+    header = b"[" * 100_000
+    with pytest.raises(frame.FrameError, match="nested too deeply"):
+        frame.decode(_frame(header))

@@ -53,6 +53,13 @@ def test_java_send_push_pull_with_tags_keys_and_properties(cluster, java4):
     assert [e["msgId"] for e in by_key] == [sent[7]["msgId"]], by_key
 
 
+def test_java_batch_sends(cluster, java4):
+    """SEND_BATCH_MESSAGE carries SendMessageRequestHeaderV2's short keys, as the 4.x client sends it."""
+    sent = sends(java4, namesrv(cluster), "j4-batch", 10, batch=5)
+    got = consumed(java4, namesrv(cluster), "push", "j4-batch", "j4-batch-readers", 10)
+    assert {e["msgId"] for e in got} == {e["msgId"] for e in sent}
+
+
 def test_java_sql92_filter(cluster, java4):
     sends(java4, namesrv(cluster), "j4-sql", 10, property={"n": "{i}"})
     got = consumed(java4, namesrv(cluster), "push", "j4-sql", "j4-sql-readers", 3, sql="n > 6", linger_s=1)
