@@ -1,13 +1,14 @@
 """The RocketMQ 4.x clients (the Remoting protocol) as test dependencies: the Java client (rocketmq-client 4.9.8,
-tests/remoting_java) and the Go client (github.com/apache/rocketmq-client-go/v2, tests/remoting_go), each driven by a
-small program of ours that scripts/setup.sh --tests builds. Both take the same command line
+tests/remoting_java), the Go client (github.com/apache/rocketmq-client-go/v2, tests/remoting_go) and the C++ client (the
+Node addon rocketmq-nodejs, tests/remoting_node), each driven by a small program of ours that scripts/setup.sh --tests
+builds or installs. All take the same command line
 
     <command> --namesrv host:port [--option value | --flag]...
 
 (commands and options: the header of tests/remoting_java/src/main/java/rocketraft/remotingjava/Driver.java; the Go
-driver has send, transaction, push and pull) and print one JSON line per event, ending with a "summary" line. They run
-as devkit.sdkdrivers.SdkDriver processes ("java4", "go4"), so launching, reading and stopping them is that module's;
-this one only turns keyword options into flags:
+driver has send, transaction, push and pull, the C++ one send and push) and print one JSON line per event, ending with a
+"summary" line. They run as devkit.sdkdrivers.SdkDriver processes ("java4", "go4", "cpp4"), so launching, reading and
+stopping them is that module's; this one only turns keyword options into flags:
 
     events = java4("send", namesrv, topic="orders", count=20, tag="TagA", property={"color": "red"})
     run = go4.start("push", namesrv, topic="orders", group="readers", expect=20, timeout_s=30)
@@ -21,7 +22,7 @@ from collections.abc import Callable, Mapping
 
 from devkit.sdkdrivers import SdkDriver
 
-CLIENTS = ("java4", "go4")
+CLIENTS = ("java4", "go4", "cpp4")
 WAIT_S = 90  # how long a run may take by default (`wait_s`; the drivers' own --timeout-s is `timeout_s`)
 
 

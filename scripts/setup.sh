@@ -87,4 +87,12 @@ if [ "${1:-}" = "--tests" ]; then
   else
     echo "warning: go not found; the 4.x Go client tests (tests/remoting_go) will be skipped"
   fi
+  # The RocketMQ C++ client as the Node addon rocketmq-nodejs: prebuilt inside the npm package, nothing compiled.
+  if command -v npm >/dev/null 2>&1; then
+    echo "installing the RocketMQ C++ client (tests/remoting_node, rocketmq-nodejs 1.1.2) ..."
+    (cd tests/remoting_node && npm ci --no-audit --no-fund --silent) \
+      || echo "warning: npm ci failed in tests/remoting_node; the 4.x C++ client tests will be skipped"
+  else
+    echo "warning: npm not found (Node.js 18+); the 4.x C++ client tests (tests/remoting_node) will be skipped"
+  fi
 fi

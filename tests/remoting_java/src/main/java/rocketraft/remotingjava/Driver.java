@@ -16,6 +16,21 @@
 //   pull --topic T --group G [--tag-expr E | --sql S] [--expect N] [--timeout-s S] [--from first|last]
 //   admin-route --topic T          admin-cluster
 //   query-id --topic T --msg-id X  query-key --topic T --key K
+//   serve --topic T --group G [--role producer|consumer|both] [--threads N] [--producer-group P] [--from first|last]
+//
+// `serve` (the chaos runs' "remoting" workload, jepsen_tests/workloads.py) starts one DefaultMQProducer and/or one
+// DefaultLitePullConsumer (subscribe mode, manual commit), prints {"event": "started", ...}, then reads one JSON
+// request per stdin line and answers each with one {"event": "answer", "req": <its req>, "ok": true|false, ...} line;
+// requests run on a pool of --threads (default 8), so answers may come in any order. Until stdin closes:
+//   {"req": 1, "op": "send", "id": "p1-7", "group": "g3"}   body and key = id, the message group as __SHARDINGKEY;
+//        a plain synchronous send(msg) with the client's default retries (2) and timeout (3 s). Answers msgId,
+//        offsetMsgId, brokerName, queueId, queueOffset, status, and `attempts`: one entry per attempt that reached
+//        the wire (the SendMessageHook sees each), {broker, brokerName, queueId, ok, class?, code?}; a failure also
+//        class, message, code of the exception send() threw (which describes only the last attempt).
+//   {"req": 2, "op": "poll", "timeoutMs": 2000, "max": 64}  what the consumer has: poll(timeoutMs) once, then
+//        poll(0) until nothing more or max; answers messages [{id, group, msgId, brokerName, queueId, queueOffset,
+//        reconsumeTimes}] in the order poll returned them.
+//   {"req": 3, "op": "commit"}  commitSync(): everything polled so far is consumed (the caller recorded it).
 //
 // Options of every command: --access-key/--secret-key (ACL 1.0: rocketmq-acl's AclClientRPCHook signs each
 // request), --tls (the client's TLS mode: -Dtls.enable=true and ClientConfig.useTLS), --poll-namesrv-ms M (how often
@@ -34,7 +49,12 @@ package rocketraft.remotingjava;
 
 import com.google.gson.Gson;
 import com.google.gson.GsonBuilder;
+import com.google.gson.JsonElement;
+import com.google.gson.JsonObject;
+import com.google.gson.JsonParser;
+import java.io.BufferedReader;
 import java.io.InputStream;
+import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -45,6 +65,8 @@ import java.util.Set;
 import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.rocketmq.acl.common.AclClientRPCHook;
@@ -61,6 +83,8 @@ import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
 import org.apache.rocketmq.client.consumer.rebalance.AllocateMessageQueueAveragely;
 import org.apache.rocketmq.client.exception.MQBrokerException;
 import org.apache.rocketmq.client.exception.MQClientException;
+import org.apache.rocketmq.client.hook.SendMessageContext;
+import org.apache.rocketmq.client.hook.SendMessageHook;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.LocalTransactionState;
 import org.apache.rocketmq.client.producer.MessageQueueSelector;
@@ -569,6 +593,194 @@ public final class Driver {
         emit("summary", tally.summary("pull"));
     }
 
+    // ---- serve: one producer and one consumer driven by JSON requests on stdin ----
+
+    static final String SHARDING_KEY = "__SHARDINGKEY";  // RocketMQ 5's message group property (unknown to 4.9.8)
+
+    // The attempts of the send running on this thread: the hook runs on the caller's thread for a sync send, once
+    // before and once after each attempt that gets as far as the wire (an attempt whose broker address is unknown
+    // never reaches it and sends nothing). An attempt with no "after" (an unchecked exception) stays "pending".
+    static final ThreadLocal<List<Map<String, Object>>> ATTEMPTS = ThreadLocal.withInitial(ArrayList::new);
+
+    static final class AttemptHook implements SendMessageHook {
+        @Override
+        public String hookName() {
+            return "rocketraft-driver-attempts";
+        }
+
+        @Override
+        public void sendMessageBefore(SendMessageContext context) {
+            Map<String, Object> attempt = fields("broker", context.getBrokerAddr(), "pending", true);
+            if (context.getMq() != null) {
+                attempt.put("brokerName", context.getMq().getBrokerName());
+                attempt.put("queueId", context.getMq().getQueueId());
+            }
+            ATTEMPTS.get().add(attempt);
+        }
+
+        @Override
+        public void sendMessageAfter(SendMessageContext context) {
+            List<Map<String, Object>> attempts = ATTEMPTS.get();
+            if (attempts.isEmpty()) {
+                return;
+            }
+            Map<String, Object> attempt = attempts.get(attempts.size() - 1);
+            attempt.remove("pending");
+            Exception e = context.getException();
+            attempt.put("ok", e == null);
+            if (e != null) {
+                attempt.putAll(error(e));
+                attempt.remove("message");
+                attempt.put("message", String.valueOf(e.getMessage()));
+            }
+        }
+    }
+
+    static Map<String, Object> serveSend(DefaultMQProducer producer, String topic, JsonObject request) {
+        String id = request.get("id").getAsString();
+        Message m = new Message(topic, id.getBytes(StandardCharsets.UTF_8));
+        m.setKeys(id);
+        if (request.has("group") && !request.get("group").isJsonNull()) {
+            m.putUserProperty(SHARDING_KEY, request.get("group").getAsString());
+        }
+        List<Map<String, Object>> attempts = ATTEMPTS.get();
+        attempts.clear();
+        long t0 = System.nanoTime();
+        Map<String, Object> f;
+        try {
+            SendResult r = producer.send(m);
+            f = receipt(0, m, r, System.nanoTime() - t0);
+            f.remove("index");
+            f.put("ok", true);
+        } catch (Exception e) {
+            f = error(e);
+            f.put("ok", false);
+            f.put("latencyMs", (System.nanoTime() - t0) / 1e6);
+        }
+        f.put("attempts", new ArrayList<>(attempts));
+        attempts.clear();
+        return f;
+    }
+
+    static Map<String, Object> delivered(MessageExt m) {
+        return fields("id", m.getBody() == null ? null : new String(m.getBody(), StandardCharsets.UTF_8),
+            "group", m.getProperty(SHARDING_KEY), "msgId", m.getMsgId(), "brokerName", m.getBrokerName(),
+            "queueId", m.getQueueId(), "queueOffset", m.getQueueOffset(), "reconsumeTimes", m.getReconsumeTimes());
+    }
+
+    static Map<String, Object> servePoll(DefaultLitePullConsumer consumer, JsonObject request) {
+        long timeoutMs = request.has("timeoutMs") ? request.get("timeoutMs").getAsLong() : 1000;
+        int max = request.has("max") ? request.get("max").getAsInt() : 64;
+        List<Object> messages = new ArrayList<>();
+        // poll() hands out one pulled batch (one queue) at a time: wait for the first, then take what is there
+        List<MessageExt> batch = consumer.poll(timeoutMs);
+        while (!batch.isEmpty()) {
+            for (MessageExt m : batch) {
+                messages.add(delivered(m));
+            }
+            if (messages.size() >= max) {
+                break;
+            }
+            batch = consumer.poll(0);
+        }
+        return fields("ok", true, "messages", messages);
+    }
+
+    static Map<String, Object> serveOne(DefaultMQProducer producer, DefaultLitePullConsumer consumer, String topic,
+                                        JsonObject request) {
+        String op = request.has("op") ? request.get("op").getAsString() : "";
+        try {
+            switch (op) {
+                case "send":
+                    if (producer == null) {
+                        throw new IllegalStateException("this driver has no producer (--role consumer)");
+                    }
+                    return serveSend(producer, topic, request);
+                case "poll":
+                    if (consumer == null) {
+                        throw new IllegalStateException("this driver has no consumer (--role producer)");
+                    }
+                    return servePoll(consumer, request);
+                case "commit":
+                    if (consumer == null) {
+                        throw new IllegalStateException("this driver has no consumer (--role producer)");
+                    }
+                    consumer.commitSync();
+                    return fields("ok", true);
+                default:
+                    throw new IllegalArgumentException("unknown op '" + op + "': send, poll or commit");
+            }
+        } catch (Exception e) {
+            Map<String, Object> f = error(e);
+            f.put("ok", false);
+            return f;
+        }
+    }
+
+    static void serve(Args a) throws Exception {
+        String topic = a.required("topic");
+        String role = a.get("role", "both");
+        if (!List.of("producer", "consumer", "both").contains(role)) {
+            throw new IllegalArgumentException("--role producer|consumer|both");
+        }
+        DefaultMQProducer producer = null;
+        DefaultLitePullConsumer consumer = null;
+        if (!role.equals("consumer")) {
+            producer = configure(new DefaultMQProducer(a.get("producer-group", "rocketraft-driver-serve"), hook(a)),
+                a);
+            producer.getDefaultMQProducerImpl().registerSendMessageHook(new AttemptHook());
+            producer.start();
+        }
+        if (!role.equals("producer")) {
+            // manual commit: the caller commits only after it recorded what poll handed it (at-least-once)
+            consumer = configure(new DefaultLitePullConsumer(a.required("group"), hook(a)), a);
+            consumer.setConsumeFromWhere(from(a));
+            consumer.setAutoCommit(false);
+            consumer.subscribe(topic, a.get("tag-expr", "*"));
+            consumer.start();
+        }
+        emit("started", fields("command", "serve", "role", role, "topic", topic,
+            "group", consumer == null ? null : consumer.getConsumerGroup()));
+        ExecutorService pool = Executors.newFixedThreadPool(Math.max(1, a.integer("threads", 8)));
+        AtomicInteger answered = new AtomicInteger();
+        DefaultMQProducer p = producer;
+        DefaultLitePullConsumer c = consumer;
+        try (BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8))) {
+            String line;
+            while ((line = in.readLine()) != null) {
+                if (line.isBlank()) {
+                    continue;
+                }
+                JsonObject request;
+                try {
+                    request = JsonParser.parseString(line).getAsJsonObject();
+                } catch (Exception e) {
+                    Map<String, Object> f = fields("req", null, "ok", false);
+                    f.putAll(error(e));
+                    emit("answer", f);
+                    continue;
+                }
+                JsonElement req = request.get("req");
+                pool.execute(() -> {
+                    Map<String, Object> f = fields("req", req);
+                    f.putAll(serveOne(p, c, topic, request));
+                    emit("answer", f);
+                    answered.incrementAndGet();
+                });
+            }
+        }
+        STDIN_CLOSED.countDown();
+        pool.shutdown();
+        pool.awaitTermination(10, TimeUnit.SECONDS);
+        if (consumer != null) {
+            consumer.shutdown();
+        }
+        if (producer != null) {
+            producer.shutdown();
+        }
+        emit("summary", fields("command", "serve", "answered", answered.get()));
+    }
+
     // ---- admin and queries ----
 
     static DefaultMQAdminExt admin(Args a) throws Exception {
@@ -665,6 +877,7 @@ public final class Driver {
                 + "(the header of Driver.java lists the commands)");
             System.exit(2);
         }
+        boolean serving = argv[0].equals("serve");  // serve reads stdin itself, as its requests
         Thread stdin = new Thread(() -> {
             byte[] buffer = new byte[256];
             try (InputStream in = System.in) {
@@ -677,7 +890,9 @@ public final class Driver {
             STDIN_CLOSED.countDown();
         }, "stdin");
         stdin.setDaemon(true);
-        stdin.start();
+        if (!serving) {
+            stdin.start();
+        }
         int status = 0;
         try {
             Args a = Args.parse(argv);
@@ -693,6 +908,7 @@ public final class Driver {
                 case "admin-cluster": adminCluster(a); break;
                 case "query-id": queryId(a); break;
                 case "query-key": queryKey(a); break;
+                case "serve": serve(a); break;
                 default: throw new IllegalArgumentException("unknown command " + argv[0]);
             }
         } catch (Throwable t) {
