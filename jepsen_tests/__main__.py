@@ -37,7 +37,8 @@ def _run_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="one chaos run")
     d = runner.RunConfig()
     p.add_argument("--workload", default=d.workload, choices=workloads.WORKLOADS,
-                   help="queue: rocketraft's client; sdk: the official RocketMQ 5 SDK")
+                   help="queue: rocketraft's client; sdk: the official RocketMQ 5 SDK; remoting: the RocketMQ 4.x "
+                        "Java client through the Remoting doors")
     p.add_argument("--nemesis", default="kill", help=f"comma list of {', '.join(nemesis.FAMILIES)}, 'all' or 'none'")
     p.add_argument("--time-limit", type=float, default=d.time_limit_s, help="seconds of chaos (default 120)")
     p.add_argument("--rate", type=float, default=d.rate, help="sends per second over all processes (default 200)")
@@ -104,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     check_parser.add_argument("history")
     check_parser.add_argument("--no-queue-order", action="store_true",
                               help="the history's consumers were not a FIFO group: skip the per-queue offset order")
+    check_parser.add_argument("--no-group-order", action="store_true",
+                              help="the history's client does not keep a message group in one queue (the remoting "
+                                   "workload): skip the order per message group")
     matrix_parser = sub.add_parser("matrix", help="every fault family in turn (see jepsen_tests/README.md)")
     matrix_parser.add_argument("--time-limit", type=float, default=120.0)
     matrix_parser.add_argument("--workload", default="queue", choices=workloads.WORKLOADS)
@@ -119,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if args.command == "check":
         try:
-            result = checker.check(history.read(args.history), queue_order=not args.no_queue_order)
+            result = checker.check(history.read(args.history), queue_order=not args.no_queue_order,
+                                   group_order=not args.no_group_order)
         except (OSError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return runner.EXIT_USAGE
@@ -145,6 +150,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _matrix(args, run_parser) -> int:
+    missing = workloads.unavailable(args.workload)
+    if missing:
+        print(f"error: {missing}", file=sys.stderr)
+        return runner.EXIT_USAGE
     worst = 0
     rows = []
     only = {s.strip() for s in args.only.split(",") if s.strip()}

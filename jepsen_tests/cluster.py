@@ -105,6 +105,11 @@ class ChaosCluster:
     def namesrv(self) -> str:
         return self.dev.namesrv_address
 
+    @property
+    def namesrv_remoting(self) -> str:
+        """The NameServer's Remoting port, for RocketMQ 4.x clients."""
+        return self.dev.namesrv_remoting_addresses[0]
+
     def master_id(self) -> str | None:
         return self.dev.master()
 

@@ -34,6 +34,7 @@ from . import checker, nemesis, report
 from .cluster import ChaosCluster
 from .workloads import CONSUMER_GROUP, RECEIVE_WAIT_S, TOPIC, Workload
 from .workloads import make as make_workload
+from .workloads import unavailable as workload_unavailable
 
 log = logging.getLogger("jepsen_tests")
 
@@ -97,6 +98,9 @@ class RunConfig:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        missing = workload_unavailable(self.workload)
+        if missing:
+            raise ValueError(missing)
         if "disk" in self.nemesis and self.disk_mib == 0:
             self.disk_mib = 256
         if self.disk_mib and not 64 <= self.disk_mib <= 65536:
@@ -171,6 +175,10 @@ class Clients:
         except BaseException as exc:
             self.error = exc
             self.ready.set()
+            try:  # what the workload started (the remoting workload's driver processes) stops now
+                await asyncio.wait_for(self.workload.close(), 30)
+            except Exception as close_exc:  # noqa: BLE001 - the start's failure is the one reported
+                log.debug("closing the workload after a failed start: %s", close_exc)
             raise
         self.ready.set()
         tasks = [self._send_loop(p, c) for p, c in enumerate(senders)]
@@ -256,6 +264,8 @@ class Run:
                                     broker_settings=retention, flush=cfg.flush,
                                     clock_shifts=any(f in nemesis.CLOCKS for f in cfg.nemesis))
         self.recorder = Recorder(self.history_path)
+        self.workload = make_workload(cfg.workload, cfg.concurrency + cfg.consumers + 4,
+                                      os.path.join(self.dir, "clients"))
         self.notes: list[str] = []
         netem = self.nemeses.get("netem")
         if netem is not None and netem.delay_unavailable:
@@ -270,8 +280,7 @@ class Run:
             self.cluster.start()
             self.cluster.dev.create_topic(TOPIC, message_types=(MessageType.FIFO,))
             self.cluster.dev.create_group(CONSUMER_GROUP, fifo=True)
-            clients = Clients(self.cfg, make_workload(self.cfg.workload, self.cfg.concurrency + self.cfg.consumers
-                                                      + 4), self.recorder, self.cluster.namesrv)
+            clients = Clients(self.cfg, self.workload, self.recorder, self.workload.namesrv(self.cluster))
             clients.start()
             self._chaos(clients)
             self._drain(clients)
@@ -411,10 +420,12 @@ class Run:
 
     # -- results -----------------------------------------------------------------------------------------------
     def _results(self, audit_result: dict | None, error: str) -> dict:
-        result = checker.check(self.recorder.ops, queue_order=True)  # the workloads' consumer group is FIFO
+        # what the workload's client promises (workloads.py): order per message group, and per queue in offsets
+        checks = {"group_order": self.workload.group_order, "queue_order": self.workload.queue_order}
+        result = checker.check(self.recorder.ops, **checks)
         valid = result.valid and not error and (audit_result is None or bool(audit_result.get("valid")))
         results = {
-            "valid": valid, "error": error, "config": asdict(self.cfg), "directory": self.dir,
+            "valid": valid, "error": error, "config": asdict(self.cfg), "checks": checks, "directory": self.dir,
             "history": self.history_path, "operations": len(self.recorder.ops),
             "duration_s": round(self.recorder.now_ns() / 1e9, 3), "notes": self.notes,
             "faults": [asdict(w) for w in self.faults], "checker": result.summary(),
