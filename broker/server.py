@@ -31,7 +31,18 @@ from rocketraft.protocol.namespaced import namespaced
 from rocketraft.protocol.routing import LANGUAGE_HEADER
 from rocketraft.protocol.rules import stored_digest_as_md5
 from rocketraft.protocol.serving import add_service, new_server
-from rocketraft.protocol.wire import GRPC_OPTIONS, Code, cpb, ipb, ipb_grpc, pb, svc, svc_grpc
+from rocketraft.protocol.wire import (
+    GRPC_OPTIONS,
+    TRANSACTION_CHECK_TIMES_PROPERTY,
+    TRANSACTION_ID_PROPERTY,
+    Code,
+    cpb,
+    ipb,
+    ipb_grpc,
+    pb,
+    svc,
+    svc_grpc,
+)
 from rocketraft.remoting.acl import RemotingGuard
 from rocketraft.remoting.records import PRODUCER_GROUP as PRODUCER_GROUP_PROPERTY
 
@@ -400,6 +411,9 @@ class BrokerServer:
                 log.info("transaction of message %s: no producer of topic %s connected to ask (check %d)",
                          message_id, message.topic.name, count + 1)
                 continue
+            # as RocketMQ's check-back: the transaction id and how many times it has been asked, among the properties
+            message.user_properties[TRANSACTION_ID_PROPERTY] = message_id
+            message.user_properties[TRANSACTION_CHECK_TIMES_PROPERTY] = str(count + 1)
             check = svc.TelemetryCommand(recover_orphaned_transaction_command=svc.RecoverOrphanedTransactionCommand(
                 message=message, transaction_id=message_id))
             if not _push(outboxes, check):

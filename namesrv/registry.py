@@ -231,7 +231,9 @@ class RouteRegistry:
             queues.extend(self._group_route(group, topic, now_ms, scheme_in_host))
         if not queues:
             known = ", ".join(self.groups(now_ms)) or "none"
-            raise TopicNotFoundError(f"topic {topic!r} does not exist on any broker group (groups known to this "
+            # RocketMQ's own text first: SDKs and applications match it (its FAQ code 17)
+            raise TopicNotFoundError(f"CODE: 17  DESC: No topic route info in name server for the topic: {topic}\n"
+                                     f"topic {topic!r} does not exist on any broker group (groups known to this "
                                      f"NameServer: {known}); create it with the NameServer's CreateTopic, "
                                      f"or enable autoCreateTopicEnable on the brokers")
         return queues

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from .server import NameServer
 
 
+REMOTING_CODE_PREFIX = "CODE: 17  DESC: "
+
+
 class NameServerRemoting:
     def __init__(self, ns: NameServer):
         self.ns = ns
@@ -43,8 +46,8 @@ class NameServerRemoting:
         try:
             await self.ns.query_route(topic)  # the one rule: unknown topic, auto-creation, names
         except TopicNotFoundError as exc:
-            return request.response(Response.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: "
-                                    f"{topic}; {exc.message}")
+            # the 4.x client adds "CODE: 17  DESC: " itself
+            return request.response(Response.TOPIC_NOT_EXIST, exc.message.removeprefix(REMOTING_CODE_PREFIX))
         route = self.ns.registry.remoting_route(topic, now_ms=self.ns.clock_ms())
         if not route:
             return request.response(Response.TOPIC_NOT_EXIST, (

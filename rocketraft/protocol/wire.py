@@ -123,6 +123,7 @@ def addresses_of(eps: pb.Endpoints) -> list[str]:
 
 SHARDING_KEY_PROPERTY = "__SHARDINGKEY"  # RocketMQ's MessageConst names
 TRANSACTION_ID_PROPERTY = "__transactionId__"
+TRANSACTION_CHECK_TIMES_PROPERTY = "TRANSACTION_CHECK_TIMES"  # on a check-back: the how-many-th time it is asked
 DELIVERY_PROPERTIES = frozenset((SHARDING_KEY_PROPERTY, TRANSACTION_ID_PROPERTY))  # as_delivered adds them
 
 
