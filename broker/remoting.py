@@ -182,9 +182,9 @@ class BrokerRemoting:
                 self._subscriptions[(group, topic)] = (kind, expression.expression)
         if consumer.get("messageModel", "CLUSTERING") == "CLUSTERING":
             await self._ensure_topic(retry_topic(group))
-        if joined:
+        if joined:  # every member rebalances now, the newcomer too (a 4.x pull consumer does not at its start)
             self._group_connections.setdefault(group, set()).add(conn)
-            self._notify_members_changed(group, conn)
+            self._notify_members_changed(group)
 
     def _bind_client(self, conn: Connection, client_id: str) -> None:
         """The connection's client is `client_id` (a heartbeat's clientID, or a name made from its first send): its
@@ -223,7 +223,7 @@ class BrokerRemoting:
             self.clients.remove(client_id)
         if group and conn in self._group_connections.get(group, ()):
             self._group_connections[group].discard(conn)
-            self._notify_members_changed(group, conn)
+            self._notify_members_changed(group)
         return request.response(Response.SUCCESS)
 
     def _closed(self, conn: Connection) -> None:
@@ -236,14 +236,15 @@ class BrokerRemoting:
         for group, members in list(self._group_connections.items()):
             if conn in members:
                 members.discard(conn)
-                self._notify_members_changed(group, conn)
+                self._notify_members_changed(group)
                 if not members:
                     del self._group_connections[group]
 
-    def _notify_members_changed(self, group: str, changed: Connection) -> None:
-        """NOTIFY_CONSUMER_IDS_CHANGED to the group's other consumers: they rebalance now, not at their next 20 s."""
-        others = [c for c in self._group_connections.get(group, ()) if c is not changed]
-        for conn in others[:NOTIFY_GROUP_MEMBERS_MAX]:
+    def _notify_members_changed(self, group: str) -> None:
+        """NOTIFY_CONSUMER_IDS_CHANGED to the group's consumers connected here (as RocketMQ tells every member): they
+        rebalance now, not at their next 20 s."""
+        members = list(self._group_connections.get(group, ()))
+        for conn in members[:NOTIFY_GROUP_MEMBERS_MAX]:
             command = Command(code=Request.NOTIFY_CONSUMER_IDS_CHANGED, ext={"consumerGroup": group})
             task = asyncio.get_running_loop().create_task(conn.tell(command))
             task.add_done_callback(lambda done: done.exception() if not done.cancelled() else None)
