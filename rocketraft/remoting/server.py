@@ -53,7 +53,6 @@ class Connection:
         self.closed = asyncio.Event()
         self._in_flight = 0
         self._tasks: set[asyncio.Task] = set()
-        self._calls: dict[int, asyncio.Future[frame.Command]] = {}
         self._opaques = itertools.count(1)
         self._write_lock = asyncio.Lock()
 
@@ -62,17 +61,6 @@ class Connection:
         async with self._write_lock:
             self._writer.write(data)
             await self._writer.drain()
-
-    async def call(self, command: frame.Command, timeout_s: float) -> frame.Command:
-        """Send a request to the client and wait for its answer."""
-        command.opaque = next(self._opaques)
-        future = asyncio.get_running_loop().create_future()
-        self._calls[command.opaque] = future
-        try:
-            await self.write(command)
-            return await asyncio.wait_for(future, timeout_s)
-        finally:
-            self._calls.pop(command.opaque, None)
 
     async def tell(self, command: frame.Command) -> None:
         """Send a oneway request to the client."""
@@ -86,10 +74,7 @@ class Connection:
                 request = await self._read_frame()
                 if request is None:
                     return
-                if request.is_response:
-                    future = self._calls.get(request.opaque)
-                    if future is not None and not future.done():
-                        future.set_result(request)
+                if request.is_response:  # the server's own requests (check-backs, notices) are oneway: nothing waits
                     continue
                 self._dispatch(request)
         except frame.FrameError as exc:
