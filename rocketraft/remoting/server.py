@@ -4,7 +4,8 @@ Every limit is explicit (rocketraft.protocol.limits, REMOTING_*): frame bytes, c
 connection, idle time. A frame that cannot be decoded closes its connection with one log line naming the peer and
 the problem; a handler's error is answered with its response code and remark (codes.error_response); a request code
 nobody serves is answered REQUEST_CODE_NOT_SUPPORTED naming it; a oneway request gets no answer. The server can
-also ask a client (a transaction check-back) on the client's own connection.
+also tell a client something (a oneway request: a transaction check-back, a group's changed members) on the client's
+own connection.
 """
 
 from __future__ import annotations
