@@ -120,12 +120,6 @@ def java4(command: str, namesrv: str, log_dir: str, env: dict | None = None, **o
     return Run("java4", [command, "--namesrv", namesrv, *flags(**options)], log_dir, env=env, ok=ok)
 
 
-def _pull_env(opts) -> dict | None:
-    """--quick: the 4.x lite pull consumer rebalances every second instead of every 20 s. Its first rebalance waits
-    for that period (or for the broker's NOTIFY_CONSUMER_IDS_CHANGED, which rocketraft sends only to the group's
-    other members: bench/README.md), so a smoke run would spend 20 s in each pull run."""
-    return {"JAVA_TOOL_OPTIONS": "-Drocketmq.client.rebalance.waitInterval=1000"} if opts.quick else None
-
 
 def java5_sender(namesrv: str, topic: str, log_dir: str) -> Run:
     return Run("java", ["send_loop", namesrv, topic], log_dir, env=PLAIN)
@@ -201,7 +195,7 @@ def publish(cluster: DevCluster, opts, log_dir: str, say) -> list[dict]:
     batched = java_row("4.x Java (Remoting)", f"{p} procs x send(batch of {k}), 1 at a time",
                        [java4("send", ns4, log_dir, topic=PUB_TOPIC, body_size=BODY_BYTES, batch=k, duration_s=3600)
                         for _ in range(p)])
-    # the 4.x batch refused (as by the servers of 2026-11-27): as many messages as the one-at-a-time row, times k
+    # a refused 4.x batch (servers before fc0642c answered 320 with CODE 29): the one-at-a-time row's count, times k
     rocketraft_row(f"{p} procs x send_batch({k}), 1 in flight", p, k, 1,
                    batched["acked_in_window"] or single["acked_in_window"] * k)
     rocketraft_row("bench publish: 1 proc x send_batch(256), 8 in flight", 1, 256, 8,
@@ -309,8 +303,7 @@ def consume(cluster: DevCluster, opts, log_dir: str, say) -> list[dict]:
     ns4 = cluster.namesrv_remoting_addresses[0]
     for command, how in (("push", "DefaultMQPushConsumer, 4 threads"), ("pull", "DefaultLitePullConsumer.poll()")):
         launched = time.monotonic()
-        run = java4(command, ns4, log_dir, env=_pull_env(opts) if command == "pull" else None, topic=DRAIN_TOPIC,
-                    group=f"bench-remoting-{command}4", expect=stored,
+        run = java4(command, ns4, log_dir, topic=DRAIN_TOPIC, group=f"bench-remoting-{command}4", expect=stored,
                     timeout_s=int(timeout_s), **{"from": "first"})
         drained("4.x Java (Remoting)", how, run, launched)
     cluster.create_group("bench-remoting-push5")
@@ -403,7 +396,7 @@ def kills(cluster: DevCluster, opts, log_dir: str, say) -> dict:
     say(f"kill     the producer: {len(run.acks):,} acked, {len(run.failures)} failed (its summary: sent "
         f"{summary.get('sent')}, failed {summary.get('failed')}); reading the topic back with a 4.x lite pull "
         f"consumer ...")
-    check = java4("pull", cluster.namesrv_remoting_addresses[0], log_dir, env=_pull_env(opts), topic=KILL_TOPIC,
+    check = java4("pull", cluster.namesrv_remoting_addresses[0], log_dir, topic=KILL_TOPIC,
                   group="bench-remoting-kill-check", expect=len(acked) + len(run.failures), timeout_s=90,
                   **{"from": "first"})
     check.driver.process.wait(180)
@@ -432,8 +425,7 @@ def kills(cluster: DevCluster, opts, log_dir: str, say) -> dict:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench remoting", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="small counts, 1 kill: a smoke run (its 4.x lite pull "
-                                                        "consumers rebalance every 1 s, not 20 s)")
+    p.add_argument("--quick", action="store_true", help="small counts, 1 kill: a smoke run")
     p.add_argument("--only", default="publish,latency,consume,kill", help="comma-separated figures")
     p.add_argument("--producers", type=int, help="publish: processes per client (default 4; --quick 1)")
     p.add_argument("--batch", type=int, default=32, help="publish: messages per 4.x batch send (default 32)")
