@@ -15,6 +15,7 @@ from brokerkit import wait_until
 
 import rocketraft
 from devkit.devcluster import DevCluster, metric_value, scrape_metrics
+from rocketraft.protocol.wire import ipb, ipb_grpc
 
 DAY_S = 86_400.0
 TOPIC = "clocked"
@@ -76,6 +77,11 @@ def log_of(cluster: DevCluster, replica: str) -> str:
         return f.read()
 
 
+def registered_out_of_bound(group, replica_id: str) -> bool:
+    info = ipb_grpc.NameServerStub(group.channel(group.namesrv_address)).GetClusterInfo(ipb.GetClusterInfoRequest())
+    return any(r.replica_id == replica_id and not r.clock_in_bound for g in info.groups for r in g.replicas)
+
+
 def test_a_replica_three_days_ahead_that_becomes_master_deletes_nothing_and_says_why(group):
     ahead = sorted(i for i in group.ids if i != group.wait_master())[0]
     sent = send(group, 40, "before")
@@ -84,6 +90,8 @@ def test_a_replica_three_days_ahead_that_becomes_master_deletes_nothing_and_says
     status = clock_of(group, ahead)
     assert 3 * DAY_S - SLACK_S < status.clock_skew_ms / 1000 < 3 * DAY_S + SLACK_S, status
     wait_until(lambda: "this host's wall clock is +259" in log_of(group, ahead), 10, f"{ahead} logging its skew")
+    # clusterList shows what the NameServer last heard: the replica's next registration, within its interval
+    wait_until(lambda: registered_out_of_bound(group, ahead), 15, f"{ahead}'s registration saying it is out of bound")
     shown = subprocess.run([sys.executable, "-m", "rocketraft.cli", "admin", "clusterList", "-n",
                             group.namesrv_address], capture_output=True, text=True, timeout=60)
     row = next(line for line in shown.stdout.splitlines() if f" {ahead} " in line)  # docs/operations.md, "Clocks"

@@ -17,6 +17,20 @@ from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.wire import Code, ipb, pb
 
 
+class Placed:
+    """Where a send was placed (queue, offset, deduplicated), whatever its log position: compares equal to such a
+    SendResult. The position itself: test_a_sends_result_names_its_log_position."""
+
+    def __init__(self, queue: int, offset: int, deduplicated: bool):
+        self.fields = (queue, offset, deduplicated)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, SendResult) and (other.queue, other.offset, other.deduplicated) == self.fields
+
+    def __repr__(self) -> str:
+        return f"Placed{self.fields}"
+
+
 @pytest.fixture
 def sm(tmp_path):
     store = Store(str(tmp_path / "store"), 1 << 26, sync_commits=False)
@@ -79,7 +93,7 @@ def test_a_topic_grown_within_an_entry_accepts_its_new_queues_in_the_same_entry(
     before, grown, after = sm.apply_entry([send("T", "a", 3), topic("T", 4), send("T", "b", 3)])
     assert isinstance(before, ApplyError) and before.code == Code.BAD_REQUEST
     assert grown is None
-    assert after == SendResult(3, 0, deduplicated=False)
+    assert after == Placed(3, 0, deduplicated=False)
 
 
 def test_a_topic_deleted_within_an_entry_refuses_the_sends_after_it(sm):
@@ -87,23 +101,31 @@ def test_a_topic_deleted_within_an_entry_refuses_the_sends_after_it(sm):
     delete = spb.Command(topic=spb.TopicCommand(topic_config=ipb.TopicConfig(name="T").SerializeToString(),
                                                 delete=True)).SerializeToString()
     stored, deleted, refused = sm.apply_entry([send("T", "a", 0), delete, send("T", "b", 0)])
-    assert stored == SendResult(0, 0, deduplicated=False) and deleted is None
+    assert stored == Placed(0, 0, deduplicated=False) and deleted is None
     assert isinstance(refused, ApplyError) and refused.code == Code.TOPIC_NOT_FOUND
+
+
+def test_a_sends_result_names_its_log_position_and_a_duplicate_the_stored_copys(sm):
+    """(log index, slot): the commit log offset a 4.x client is told (rocketraft/remoting/records.py)."""
+    sm.apply_entry([topic("T", 2)])  # entry 1
+    first, other, again = sm.apply_entry([send("T", "a", 0), send("T", "b", 1), send("T", "a", 0)])  # entry 2
+    assert (first.index, first.slot, other.index, other.slot) == (2, 0, 2, 1)
+    assert again.deduplicated and (again.index, again.slot) == (2, 0)
 
 
 def test_a_message_id_sent_twice_in_one_entry_is_stored_once_with_one_result(sm):
     sm.apply_entry([topic("T", 2)])
     first, again = sm.apply_entry([send("T", "same", 1), send("T", "same", 1)])
-    assert first == SendResult(1, 0, deduplicated=False) and again == SendResult(1, 0, deduplicated=True)
-    assert sm.apply_entry([send("T", "next", 1)]) == [SendResult(1, 1, deduplicated=False)]
+    assert first == Placed(1, 0, deduplicated=False) and again == Placed(1, 0, deduplicated=True)
+    assert sm.apply_entry([send("T", "next", 1)]) == [Placed(1, 1, deduplicated=False)]
 
 
 def test_messages_to_one_queue_in_one_entry_get_consecutive_offsets_and_qmax_counts_them_all(sm):
     sm.apply_entry([topic("T", 2)])
     results = sm.apply_entry([send("T", f"m{i}", i % 2) for i in range(7)])
-    assert results == [SendResult(i % 2, i // 2, deduplicated=False) for i in range(7)]
+    assert results == [Placed(i % 2, i // 2, deduplicated=False) for i in range(7)]
     assert (qmax(sm, "T", 0), qmax(sm, "T", 1)) == (4, 3)
-    assert sm.apply_entry([send("T", "next", 0)]) == [SendResult(0, 4, deduplicated=False)]
+    assert sm.apply_entry([send("T", "next", 0)]) == [Placed(0, 4, deduplicated=False)]
     assert qmax(sm, "T", 0) == 5
     cq = t.cq_entry(read(sm, t.CQ, t.cq_key("T", 0, 3)))
     assert (cq.index, cq.slot) == (2, 6)
@@ -112,7 +134,7 @@ def test_messages_to_one_queue_in_one_entry_get_consecutive_offsets_and_qmax_cou
 def test_a_duplicate_id_within_one_entry_takes_no_offset_of_its_queue(sm):
     sm.apply_entry([topic("T", 1)])
     results = sm.apply_entry([send("T", "a", 0), send("T", "a", 0), send("T", "b", 0)])
-    assert results == [SendResult(0, 0, False), SendResult(0, 0, True), SendResult(0, 1, False)]
+    assert results == [Placed(0, 0, False), Placed(0, 0, True), Placed(0, 1, False)]
     assert qmax(sm, "T", 0) == 2
 
 
@@ -120,8 +142,8 @@ def test_delayed_and_half_messages_in_an_entry_of_normal_ones_wait_outside_the_q
     sm.apply_entry([topic("T", 1)])
     results = sm.apply_entry([send("T", "n1", 0), send("T", "delayed", 0, deliver_at_ms=500),
                               send("T", "half", 0, half=True), send("T", "n2", 0, keys=("k",))])
-    assert results == [SendResult(0, 0, False), SendResult(0, t.NO_OFFSET, False),
-                       SendResult(0, t.NO_OFFSET, False), SendResult(0, 1, False)]
+    assert results == [Placed(0, 0, False), Placed(0, t.NO_OFFSET, False),
+                       Placed(0, t.NO_OFFSET, False), Placed(0, 1, False)]
     assert qmax(sm, "T", 0) == 2
     assert read(sm, t.TIMER, t.timer_key(500, 2, 1)) == b""
     assert read(sm, t.HALF, t.position_key(2, 2)) == b""
@@ -130,7 +152,7 @@ def test_delayed_and_half_messages_in_an_entry_of_normal_ones_wait_outside_the_q
                                                                      now_ms=2)).SerializeToString()
     due = spb.Command(deliver_due=spb.DeliverDueCommand(now_ms=500, max_messages=10)).SerializeToString()
     assert sm.apply_entry([send("T", "n3", 0), commit, send("T", "n4", 0), due]) == [
-        SendResult(0, 2, False), True, SendResult(0, 4, False), 1]
+        Placed(0, 2, False), True, Placed(0, 4, False), 1]
     assert sm.apply_entry([commit]) == [None], "a repeated outcome decides nothing (the metrics count decisions)"
     assert t.msgid_entry(read(sm, t.MSGID, t.msgid_key("T", "half"))).offset == 3
     assert t.msgid_entry(read(sm, t.MSGID, t.msgid_key("T", "delayed"))).offset == 5
@@ -143,19 +165,19 @@ def test_a_pop_sees_the_sends_before_it_in_its_entry(sm):
                                          only_queue=-1, scan_offsets_max=10)).SerializeToString()
     *sent, popped, after = sm.apply_entry([send("T", "a", 0), send("T", "b", 0), pop, send("T", "c", 0)])
     assert [p.offset for p in popped] == [0, 1] and all(isinstance(p, Popped) for p in popped)
-    assert after == SendResult(0, 2, False)
+    assert after == Placed(0, 2, False)
     assert qmax(sm, "T", 0) == 3
 
 
 def test_a_send_command_without_copied_fields_is_applied_as_one_with_them(sm):
     sm.apply_entry([topic("T", 1)])
     old, new = (send("T", f"id-{copies}", 0, copies=copies, tag="A", keys=("k",)) for copies in (False, True))
-    assert sm.apply_entry([old, new]) == [SendResult(0, 0, False), SendResult(0, 1, False)]
+    assert sm.apply_entry([old, new]) == [Placed(0, 0, False), Placed(0, 1, False)]
     for slot, copies in enumerate((False, True)):
         assert t.cq_entry(read(sm, t.CQ, t.cq_key("T", 0, slot))).tag == "A"
         assert read(sm, t.KEYS, t.key_index_key("T", "k", 2, slot)) == b""
         assert t.msgid_entry(read(sm, t.MSGID, t.msgid_key("T", f"id-{copies}"))).offset == slot
-    assert sm.apply_entry([old]) == [SendResult(0, 0, True)]
+    assert sm.apply_entry([old]) == [Placed(0, 0, True)]
 
 
 def test_a_renewal_keeps_the_deliverys_handle_and_a_clients_change_of_invisibility_replaces_it(sm):
@@ -206,7 +228,7 @@ def test_a_message_id_or_key_too_long_for_an_lmdb_key_is_refused_by_name_before_
                                                 send("T", "next", 0)])
     assert isinstance(long_id, ApplyError) and long_id.code == Code.ILLEGAL_MESSAGE_ID, long_id
     assert isinstance(long_key, ApplyError) and long_key.code == Code.ILLEGAL_MESSAGE_KEY, long_key
-    assert stored == SendResult(0, 0, deduplicated=False), "the refused ones took no offset"
+    assert stored == Placed(0, 0, deduplicated=False), "the refused ones took no offset"
     assert read(sm, t.KEYS, t.key_index_key("T", "fine", 2, 1)) is None, "no key of the refused message is indexed"
     assert read(sm, t.MSGID, t.msgid_key("T", "ok-id")) is None
 
@@ -260,7 +282,7 @@ def test_the_applied_index_only_grows_also_across_attach(sm):
     with pytest.raises(InvariantError, match="entry 1 came to apply after entry 2"):
         again.apply(LogEntry(1, 1, [send("T", "c", 0)]), sm._store.write_txn())
     sm._store.abort()
-    assert again.apply(LogEntry(3, 1, [send("T", "c", 0)]), sm._store.write_txn()) == [SendResult(0, 1, False)]
+    assert again.apply(LogEntry(3, 1, [send("T", "c", 0)]), sm._store.write_txn()) == [Placed(0, 1, False)]
     sm._store.commit()
 
 
