@@ -1,9 +1,13 @@
 """The README's main job: `rocketraft dev` runs a NameServer and a 3-replica group, fails over, stops cleanly."""
 
+import json
 import subprocess
 import sys
 
 from devkit.devcluster import free_port
+from rocketraft.remoting import frame
+from rocketraft.remoting.codes import Request
+from tests.remoting.rclient import call
 
 
 def test_dev_cluster_serves_fails_over_and_stops_cleanly(tmp_path):
@@ -36,6 +40,11 @@ def test_sigterm_stops_every_process_of_the_dev_cluster(tmp_path):
         assert "master is n" in dev.stdout.readline()
         children = subprocess.run(["pgrep", "-f", str(tmp_path / "d")], capture_output=True, text=True).stdout.split()
         assert len(children) >= 4, children  # the NameServer and three replicas
+        # README, "RocketMQ 4.x applications": the NameServer's Remoting door on its gRPC port + 1, the replicas' on
+        # theirs + 2830 (9877 and 10911-10913 with the defaults)
+        answer = call(f"127.0.0.1:{namesrv_port + 1}", frame.Command(Request.GET_BROKER_CLUSTER_INFO, opaque=1))
+        addresses = json.loads(answer.body)["brokerAddrTable"]["broker-a"]["brokerAddrs"].values()
+        assert sorted(addresses) == [f"127.0.0.1:{broker_port + i + 2830}" for i in range(3)], answer
         dev.send_signal(signal.SIGTERM)
         assert dev.wait(30) == 0
         deadline = time.monotonic() + 10
