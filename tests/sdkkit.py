@@ -20,6 +20,19 @@ TIMEOUT_S = 60
 SECRET = "sdk-test-cluster-secret-0123456789"
 
 
+def _starts(sdk: str, log_dir: str):
+    """start(command, *args, env={...}) of `sdk`'s driver, then (after the yield) every run stopped."""
+    started: list[SdkDriver] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> SdkDriver:
+        started.append(SdkDriver(sdk, *args, log_dir=log_dir, env=env))
+        return started[-1]
+
+    yield start
+    for run in reversed(started):
+        run.stop()
+
+
 def driver_fixtures(sdk: str):
     """(an autouse fixture that skips, or under CI fails, where `sdk`'s driver is not built; the fixture that starts
     it: driver(command, *args, env={...}), every run stopped at teardown), for a conftest to bind to its names."""
@@ -29,17 +42,20 @@ def driver_fixtures(sdk: str):
 
     @pytest.fixture
     def driver(tmp_path):
-        started: list[SdkDriver] = []
-
-        def start(*args: str, env: dict[str, str] | None = None) -> SdkDriver:
-            started.append(SdkDriver(sdk, *args, log_dir=str(tmp_path), env=env))
-            return started[-1]
-
-        yield start
-        for run in reversed(started):
-            run.stop()
+        yield from _starts(sdk, str(tmp_path))
 
     return installed, driver
+
+
+def checked_driver(sdk: str):
+    """The fixture that starts `sdk`'s driver as driver_fixtures' does, for a module whose other tests need no driver:
+    it skips (under CI fails) only the tests that ask for it."""
+    @pytest.fixture
+    def driver(tmp_path):
+        skip_or_fail_if_missing(sdk)
+        yield from _starts(sdk, str(tmp_path))
+
+    return driver
 
 
 def permissive_cluster(base_dir: str, **kwargs) -> DevCluster:

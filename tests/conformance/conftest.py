@@ -13,12 +13,12 @@ import threading
 
 import pytest
 from conformancekit import TARGETS, Target, require_reference, start_reference, start_rocketraft, stop
+from sdkkit import checked_driver
 
 from devkit import reference
 from devkit.nodesdk import MISSING as NODE_MISSING
 from devkit.nodesdk import NodeScript
 from devkit.nodesdk import installed as node_installed
-from devkit.sdkdrivers import SdkDriver, skip_or_fail_if_missing
 
 _PRESTART = pytest.StashKey[dict]()
 
@@ -84,25 +84,8 @@ def runs():
     return {}
 
 
-def _driver_fixture(sdk: str):
-    @pytest.fixture
-    def driver(tmp_path):
-        skip_or_fail_if_missing(sdk)
-        started: list[SdkDriver] = []
-
-        def start(*args: str, env: dict[str, str] | None = None) -> SdkDriver:
-            started.append(SdkDriver(sdk, *args, log_dir=str(tmp_path), env=env))
-            return started[-1]
-
-        yield start
-        for run in reversed(started):
-            run.stop()
-
-    return driver
-
-
-java = _driver_fixture("java")
-go = _driver_fixture("go")
+java = checked_driver("java")
+go = checked_driver("go")
 
 
 @pytest.fixture

@@ -30,6 +30,8 @@ from rocketmq import (
     TransactionResolution,
 )
 
+from tests.broker.brokerkit import message
+
 TIMEOUT_S = 60
 MESSAGE_ID = re.compile(r"[0-9A-F]{34}")  # RocketMQ 5's message id (version 01), made by the SDK
 MAX_BODY = 4 * 1024 * 1024               # maxMessageSize on both, sent to the SDKs in their Telemetry settings
@@ -303,18 +305,7 @@ def py_config(target) -> ClientConfiguration:
 
 def py_message(topic: str, body: bytes, tag: str | None = None, keys: tuple[str, ...] = (),
                group: str | None = None, properties: dict | None = None) -> Message:
-    msg = Message()
-    msg.topic = topic
-    msg.body = body
-    if tag:
-        msg.tag = tag
-    for key in keys:
-        msg.keys = key
-    if group:
-        msg.message_group = group
-    for key, value in (properties or {}).items():
-        msg.add_property(key, value)
-    return msg
+    return message(topic, body, tag=tag, keys=keys, group=group, properties=properties)
 
 
 class started:
