@@ -120,6 +120,10 @@ class ClientRegistry:
         if client_type:
             session.client_type = client_type
 
+    def outbox_of(self, client_id: str) -> asyncio.Queue | None:
+        session = self._sessions.get(client_id)
+        return session.outbox if session is not None else None
+
     def remove(self, client_id: str) -> None:
         """The client said goodbye (NotifyClientTermination): only its own user may say it for it."""
         session = self._sessions.get(client_id)
@@ -173,12 +177,15 @@ class ClientRegistry:
 
     def producer_outboxes(self, topic: str, preferred_client_id: str, producer_group: str = "") -> list[asyncio.Queue]:
         """Streams (Telemetry, or a 4.x client's connection) that can answer a transaction check-back for `topic`,
-        best first: the producer that sent it, then producers of the topic or of its producer group (a 4.x producer
-        names no topics; RocketMQ asks any producer of the group)."""
-        live = [s for s in self._live() if s.outbox is not None and s.client_type == pb.ClientType.PRODUCER]
+        best first: the producer that sent it, then producers of the topic, then (only while no ACL user owns the
+        sessions) producers of its producer group, as RocketMQ asks any producer of the group. A check-back carries
+        the half message: under ACL it goes only to a producer that sent to the topic (a send needed Pub on it)."""
+        live = [s for s in self._live() if s.outbox is not None and (
+            s.client_type == pb.ClientType.PRODUCER or s.producer_group)]  # a 4.x client may consume as well
         preferred = [s.outbox for s in live if s.client_id == preferred_client_id]
         others = [s.outbox for s in live if s.client_id != preferred_client_id and (
-            topic in s.publishing_topics or (producer_group and s.producer_group == producer_group))]
+            topic in s.publishing_topics
+            or (producer_group and s.producer_group == producer_group and s.owner is None))]
         return preferred + others
 
     def client_type(self, client_id: str) -> int:

@@ -13,13 +13,11 @@ import logging
 import time
 from dataclasses import dataclass
 
-from rocketraft.protocol.auth_acl import pub, sub
-from rocketraft.protocol.auth_acl import topic as acl_topic
+from rocketraft.protocol.auth_acl import pub
 from rocketraft.protocol.errors import BadRequestError, OffsetMovedError, RocketraftError
 from rocketraft.protocol.limits import (
     DELAY_LEVEL_COUNT,
     DELAY_LEVEL_PROPERTY,
-    LONG_POLLING_MS_MAX,
     MAX_RECONSUME_TIMES,
     QUEUE_NUMS_MAX,
     REMOTING_HEARTBEAT_GROUPS_MAX,
@@ -32,7 +30,7 @@ from rocketraft.protocol.routing import PERM_READ_WRITE
 from rocketraft.protocol.tls import TLS_OFF, ServerTls
 from rocketraft.protocol.wire import as_delivered, ipb, pb, svc
 from rocketraft.remoting import records
-from rocketraft.remoting.acl import RemotingGuard
+from rocketraft.remoting.acl import RemotingGuard, topic_sub
 from rocketraft.remoting.codes import SERVER_VERSION, RemotingError, Request, Response
 from rocketraft.remoting.frame import Command
 from rocketraft.remoting.server import Connection, RemotingServer
@@ -54,9 +52,6 @@ PULL_COMMIT_OFFSET, PULL_SUSPEND, PULL_SUBSCRIPTION = 0x1, 0x2, 0x4
 # EndTransactionRequestHeader.commitOrRollback (MessageSysFlag)
 TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT, TRANSACTION_ROLLBACK = 0, 0x8, 0xC
 # SendMessageRequestHeaderV2's short keys
-V2_KEYS = dict(a="producerGroup", b="topic", c="defaultTopic", d="defaultTopicQueueNums", e="queueId", f="sysFlag",
-               g="bornTimestamp", h="flag", i="properties", j="reconsumeTimes", k="unitMode", l="maxReconsumeTimes",
-               m="batch", n="brokerName")
 MESSAGE_TYPE_NAMES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION")
 RUNTIME_ZERO_KEYS = ("msgPutTotalTodayNow", "msgGetTotalTodayNow", "msgPutTotalTodayMorning", "msgGetTotalTodayMorning",
                      "msgPutTotalYesterdayMorning", "msgGetTotalYesterdayMorning", "putTps", "getTransferedTps",
@@ -69,6 +64,9 @@ LOCK_LIVE_MS = 60_000  # an orderly consumer's queue lock lasts this long unless
 LOCKS_MAX = 100_000
 SUBSCRIPTIONS_MAX = 100_000
 CATCH_UP_POLL_S = 0.01  # how often a replica behind a named log position looks again
+TIMESTAMP_MS_MAX = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the end of a protobuf Timestamp
+RECONSUME_TIMES_MAX = 1_000_000  # a message's delivery attempt (a protobuf int32) with room to spare
+INT32_MAX = (1 << 31) - 1
 KEEPALIVE_S = 5.0  # how often the sessions of open connections are kept alive
 PUBLISHING_TOPICS_MAX = 1024  # topics remembered per producer connection (where check-backs may go)
 TAG_TYPE, SQL_TYPE = "TAG", "SQL92"
@@ -102,6 +100,7 @@ class BrokerRemoting:
         self._outboxes: dict[Connection, asyncio.Queue] = {}
         self.server: RemotingServer | None = None
         self._keepalive_task: asyncio.Task | None = None
+        self._background: set[asyncio.Task] = set()
 
     def handlers(self) -> dict[int, object]:
         return {
@@ -144,6 +143,13 @@ class BrokerRemoting:
         if self.server is not None:
             await self.server.stop()
 
+    def _spawn(self, coroutine) -> None:
+        """A task the door does not wait for, kept referenced until it ends; its failure (a client gone) is moot."""
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._background.add(task)
+        task.add_done_callback(lambda done: (self._background.discard(done),
+                                             done.cancelled() or done.exception()))
+
     def _require(self, conn: Connection, needs) -> None:
         if self.guard is not None:
             self.guard.require(conn, needs)
@@ -175,7 +181,7 @@ class BrokerRemoting:
             raise RemotingError(f"consumer group {group} subscribes to {len(subscriptions)} topics in one heartbeat, "
                                 f"over the limit of {REMOTING_HEARTBEAT_SUBSCRIPTIONS_MAX}", Response.INVALID_PARAMETER)
         for subscription in subscriptions:
-            topic = _text(subscription.get("topic"), "topic")
+            topic = validation.topic_name(_text(subscription.get("topic"), "topic"))
             kind, expression = _expression(subscription.get("expressionType"), subscription.get("subString"))
             self.clients.subscribe(client_id, group, topic, expression)
             if len(self._subscriptions) < SUBSCRIPTIONS_MAX or (group, topic) in self._subscriptions:
@@ -191,16 +197,14 @@ class BrokerRemoting:
         session gets the connection's outbox (transaction check-backs reach the client through its connection), and
         takes over what a provisional name had learnt."""
         previous = conn.client_id
-        if previous == client_id:
-            return
-        conn.client_id = client_id
+        session = self.clients.session(client_id)  # first: refuses an id another user's call registered
         outbox = self._outboxes.get(conn)
         if outbox is None:
             outbox = self._outboxes[conn] = asyncio.Queue(maxsize=TELEMETRY_PENDING_MAX)
             self._outbox_tasks[conn] = asyncio.get_running_loop().create_task(self._drain(conn, outbox))
-        session = self.clients.session(client_id)
-        session.outbox = outbox
-        if previous:
+        session.outbox = outbox  # every time: a session made again (expired, or unregistered) gets it back
+        conn.client_id = client_id
+        if previous and previous != client_id:
             old = self.clients.session(previous)
             session.publishing_topics |= old.publishing_topics
             session.client_type = session.client_type or old.client_type
@@ -214,13 +218,15 @@ class BrokerRemoting:
             await asyncio.sleep(KEEPALIVE_S)
             for conn in list(self.server.connections if self.server else ()):
                 if conn.client_id:
-                    self.clients.touch(conn.client_id)
+                    try:
+                        self.clients.touch(conn.client_id)
+                    except RocketraftError as exc:  # clientsMax reached: the client is told at its next request
+                        log.info("4.x client %s not kept alive: %s", conn.client_id, exc.message)
 
     async def unregister(self, conn: Connection, request: Command) -> Command:
-        client_id = request.ext.get("clientID", "")
+        # one of the client's groups leaves; its session (other groups, its producer's check-backs) stays until its
+        # connection closes
         group = request.ext.get("consumerGroup", "")
-        if client_id:
-            self.clients.remove(client_id)
         if group and conn in self._group_connections.get(group, ()):
             self._group_connections[group].discard(conn)
             self._notify_members_changed(group)
@@ -228,11 +234,11 @@ class BrokerRemoting:
 
     def _closed(self, conn: Connection) -> None:
         task = self._outbox_tasks.pop(conn, None)
-        self._outboxes.pop(conn, None)
+        outbox = self._outboxes.pop(conn, None)
         if task is not None:
             task.cancel()
-        if conn.client_id:
-            self.clients.remove(conn.client_id)
+        if conn.client_id and self.clients.outbox_of(conn.client_id) is outbox is not None:
+            self.clients.remove(conn.client_id)  # only the session this connection holds, not a newer one's
         for group, members in list(self._group_connections.items()):
             if conn in members:
                 members.discard(conn)
@@ -246,8 +252,7 @@ class BrokerRemoting:
         members = list(self._group_connections.get(group, ()))
         for conn in members[:NOTIFY_GROUP_MEMBERS_MAX]:
             command = Command(code=Request.NOTIFY_CONSUMER_IDS_CHANGED, ext={"consumerGroup": group})
-            task = asyncio.get_running_loop().create_task(conn.tell(command))
-            task.add_done_callback(lambda done: done.exception() if not done.cancelled() else None)
+            self._spawn(conn.tell(command))
 
     async def check_client_config(self, conn: Connection, request: Command) -> Command:
         """Whether a subscription (a SQL92 one: the 4.x consumer asks before it subscribes) would be accepted: the
@@ -270,25 +275,27 @@ class BrokerRemoting:
 
     # -- producing ----------------------------------------------------------------------------------------
     async def send(self, conn: Connection, request: Command) -> Command:
-        # SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE carry SendMessageRequestHeaderV2's short keys (as RocketMQ reads them)
-        ext = {V2_KEYS.get(k, k): v for k, v in request.ext.items()} if request.code != Request.SEND_MESSAGE \
-            else request.ext
+        ext = records.send_header(request.ext)  # the one reading of a send's header (its ACL needs read it too)
         topic = _field(request, "topic", ext)
-        queue_id, sys_flag = _int(ext, "queueId"), _int(ext, "sysFlag", 0)
-        born_ms, reconsume = _int(ext, "bornTimestamp", 0), _int(ext, "reconsumeTimes", 0)
+        queue_id, sys_flag = _int(ext, "queueId", lo=0, hi=QUEUE_NUMS_MAX - 1), _int(ext, "sysFlag", 0)
+        born_ms = _int(ext, "bornTimestamp", 0, lo=0, hi=TIMESTAMP_MS_MAX)
+        reconsume = _int(ext, "reconsumeTimes", 0, lo=0, hi=RECONSUME_TIMES_MAX)
         properties = records.parse_properties(ext.get("properties", ""))
         if request.code == Request.SEND_BATCH_MESSAGE or ext.get("batch") == "true":
             sends = [records.Send(topic, queue_id, sys_flag, born_ms, flag, {**properties, **props}, body, reconsume)
                      for flag, props, body in records.batch_records(request.body)]
             if not sends:
                 raise BadRequestError("batch send without messages")
+            validation.messages_in_request(len(sends))
         else:
             sends = [records.Send(topic, queue_id, sys_flag, born_ms, _int(ext, "flag", 0), properties, request.body,
                                   reconsume)]
-        self._note_producer(conn, ext.get("producerGroup", ""), topic)
+        producer_group = ext.get("producerGroup", "")
+        self._note_producer(conn, validation.group_name(producer_group) if producer_group else "", topic)
         body_max = self.config.maxMessageSize
         messages = [records.as_message(s, conn.peer_host, body_max) for s in sends]
-        outcomes = await self.writes.send_many(messages, conn.client_id, None)
+        # a batch is stored whole or not at all (RocketMQ's batches): one refused message refuses the request
+        outcomes = await self.writes.send_many(messages, conn.client_id, None, all_or_nothing=len(messages) > 1)
         for outcome in outcomes:
             if isinstance(outcome, Exception):
                 raise outcome
@@ -339,7 +346,8 @@ class BrokerRemoting:
         milliseconds behind the replica that answered the send) waits for it, FOLLOWER_CATCH_UP_S at most."""
         index, slot = records.position_of(offset)
         deadline = time.monotonic() + FOLLOWER_CATCH_UP_S
-        while self.broker.status.applied_index < index and time.monotonic() < deadline:
+        while self.broker.status.applied_index < index <= self.broker.status.commit_index \
+                and time.monotonic() < deadline:
             await asyncio.sleep(CATCH_UP_POLL_S)
         send = self.broker.read(lambda txn: self.broker.sm.stored_send(txn, index, slot))
         if send is None:
@@ -379,18 +387,24 @@ class BrokerRemoting:
     async def pull(self, conn: Connection, request: Command) -> Command:
         ext = request.ext
         group, topic = _field(request, "consumerGroup"), _field(request, "topic")
-        queue, offset = _int(ext, "queueId"), _int(ext, "queueOffset")
+        queue, offset = _int(ext, "queueId", lo=0, hi=QUEUE_NUMS_MAX - 1), _int(ext, "queueOffset")
+        self.topics.require_queue(topic, queue)
         sys_flag = _int(ext, "sysFlag", 0)
         batch = max(1, min(_int(ext, "maxMsgNums", 32), self.config.receiveBatchSizeMax))
         if sys_flag & PULL_COMMIT_OFFSET and _int(ext, "commitOffset", -1) >= 0:
             self._commit_in_background(group, topic, queue, _int(ext, "commitOffset"))
         if sys_flag & PULL_SUBSCRIPTION:
             _, expression = _expression(ext.get("expressionType"), ext.get("subscription"))
-        else:
-            kind, text = self._subscriptions.get((group, topic), (TAG_TYPE, "*"))
+        elif (group, topic) in self._subscriptions:
+            kind, text = self._subscriptions[(group, topic)]
             expression = pb.FilterExpression(type=pb.FilterType.SQL if kind == SQL_TYPE else pb.FilterType.TAG,
                                              expression=text)
-        polling_ms = min(_int(ext, "suspendTimeoutMillis", 0), LONG_POLLING_MS_MAX) if sys_flag & PULL_SUSPEND else 0
+        else:  # as RocketMQ: never guess a filter (a SQL92 consumer would get what it did not ask for); it retries
+            return request.response(Response.SUBSCRIPTION_NOT_EXIST, (
+                f"group {group} has no subscription to {topic} on this replica yet: its heartbeat has not reached it "
+                "(4.x clients send one every 30 s); the client retries"))
+        polling_ms = min(_int(ext, "suspendTimeoutMillis", 0, lo=0), self.config.longPollingTimeoutMillisMax) \
+            if sys_flag & PULL_SUSPEND else 0
         low, high = await self._queue_range(topic, queue, offset)
         if offset > high and self.broker.is_master:  # past the end (a reset, a stale offset): OFFSET_OVERFLOW_BADLY
             return self._pull_answer(request, Response.PULL_OFFSET_MOVED, high, low, high,
@@ -461,7 +475,7 @@ class BrokerRemoting:
             finally:
                 self._committing.discard(key)
 
-        asyncio.get_running_loop().create_task(commit())
+        self._spawn(commit())
 
     async def query_consumer_offset(self, conn: Connection, request: Command) -> Command:
         group, topic, queue = _field(request, "consumerGroup"), _field(request, "topic"), _int(request.ext, "queueId")
@@ -486,7 +500,7 @@ class BrokerRemoting:
 
     async def offset_by_time(self, conn: Connection, request: Command) -> Command:
         stamp = pb.Message().system_properties.store_timestamp
-        stamp.FromMilliseconds(_int(request.ext, "timestamp"))
+        stamp.FromMilliseconds(_int(request.ext, "timestamp", lo=0, hi=TIMESTAMP_MS_MAX))
         return self._offset_answer(request, pb.QueryOffsetPolicy.TIMESTAMP, stamp)
 
     def _offset_answer(self, request: Command, policy: int, stamp=None) -> Command:
@@ -501,11 +515,12 @@ class BrokerRemoting:
         send = await self._stored_send(_int(ext, "offset"))
         original = pb.Message.FromString(send.message)
         topic, _ = records_topic_and_id(send)
+        self._require(conn, [topic_sub(topic)])  # the message's own topic: send-back must not read another's
         origin_id = ext.get("originMsgId") or original.user_properties.get(records.ORIGIN_MESSAGE_ID) \
             or original.system_properties.message_id
         attempts = original.system_properties.delivery_attempt or 1  # this failure's attempt
-        max_times = _int(ext, "maxReconsumeTimes", MAX_RECONSUME_TIMES)
-        delay_level = _int(ext, "delayLevel", 0)
+        max_times = _int(ext, "maxReconsumeTimes", MAX_RECONSUME_TIMES, lo=-1, hi=RECONSUME_TIMES_MAX)
+        delay_level = _int(ext, "delayLevel", 0, lo=-1, hi=INT32_MAX)
         dead = delay_level < 0 or attempts - 1 >= max_times
         target = dlq_topic(group) if dead else retry_topic(group)
         await self._ensure_topic(target)
@@ -516,7 +531,7 @@ class BrokerRemoting:
         sp.ClearField("delivery_timestamp")
         sp.ClearField("message_group")
         sp.message_type = pb.MessageType.NORMAL
-        sp.message_id = f"{origin_id}-{attempts}"  # a repeat of this send-back is deduplicated
+        sp.message_id = records.retry_message_id(origin_id, attempts)  # a repeat of this send-back is deduplicated
         sp.delivery_attempt = attempts + 1
         message.user_properties.setdefault(records.RETRY_TOPIC, topic)
         message.user_properties[records.ORIGIN_MESSAGE_ID] = origin_id
@@ -535,11 +550,12 @@ class BrokerRemoting:
     # -- orderly consumers' queue locks ------------------------------------------------------------------
     async def lock_batch(self, conn: Connection, request: Command) -> Command:
         data = _json_body(request, "LockBatchRequestBody")
-        group, client_id = _text(data.get("consumerGroup"), "consumerGroup"), _text(data.get("clientId"), "clientId")
+        group = validation.group_name(_text(data.get("consumerGroup"), "consumerGroup"))
+        client_id = self._lock_owner(conn, data)
         now = time.monotonic()
         locked = []
         for mq in _list(data, "mqSet"):
-            key = _queue_key(group, mq)
+            key = self._queue_key(conn, group, mq)
             held = self._locks.get(key)
             if held is None or held.client_id == client_id or held.expires_s < now:
                 if held is None and len(self._locks) >= LOCKS_MAX:
@@ -552,13 +568,28 @@ class BrokerRemoting:
 
     async def unlock_batch(self, conn: Connection, request: Command) -> Command:
         data = _json_body(request, "UnlockBatchRequestBody")
-        group, client_id = str(data.get("consumerGroup", "")), str(data.get("clientId", ""))
+        group = validation.group_name(_text(data.get("consumerGroup"), "consumerGroup"))
+        client_id = self._lock_owner(conn, data)
         for mq in _list(data, "mqSet"):
-            key = _queue_key(group, mq)
+            key = self._queue_key(conn, group, mq)
             held = self._locks.get(key)
             if held is not None and held.client_id == client_id:
                 del self._locks[key]
         return request.response(Response.SUCCESS)
+
+    @staticmethod
+    def _lock_owner(conn: Connection, data: dict) -> str:
+        """Who holds a lock: the connection's client (its heartbeat's id), not whatever id the body names, so a member
+        cannot release another's locks."""
+        return conn.client_id or _text(data.get("clientId"), "clientId")
+
+    def _queue_key(self, conn: Connection, group: str, mq: dict) -> tuple[str, str, int]:
+        """(group, topic, queue id) of a MessageQueue in a lock or unlock body: a queue that exists, of a topic the
+        caller may read."""
+        key = _queue_key(group, mq)
+        self.topics.require_queue(key[1], key[2])
+        self._require(conn, [topic_sub(key[1])])
+        return key
 
     def _expire_locks(self, now: float) -> None:
         for key in [k for k, lock in self._locks.items() if lock.expires_s < now]:
@@ -569,11 +600,12 @@ class BrokerRemoting:
         """mqadmin updateTopic: the topic on this broker group (mqadmin sends it to each group's master)."""
         ext = request.ext
         name = _field(request, "topic")
-        read, write = _int(ext, "readQueueNums"), _int(ext, "writeQueueNums")
+        read, write = _int(ext, "readQueueNums", lo=1, hi=INT32_MAX), _int(ext, "writeQueueNums", lo=1, hi=INT32_MAX)
         if read != write:
             raise RemotingError(f"readQueueNums {read} and writeQueueNums {write} differ: a rocketraft topic has one "
                                 "queue count per broker group; give both the same", Response.INVALID_PARAMETER)
-        await self.topics.create(ipb.TopicConfig(name=name, queue_nums=write, perm=_int(ext, "perm", PERM_READ_WRITE),
+        perm = _int(ext, "perm", PERM_READ_WRITE, lo=0, hi=INT32_MAX)
+        await self.topics.create(ipb.TopicConfig(name=name, queue_nums=write, perm=perm,
                                                  message_types=_message_types(ext.get("attributes", ""))))
         return request.response(Response.SUCCESS)
 
@@ -628,7 +660,7 @@ class BrokerRemoting:
         send = await self._stored_send(offset)
         message = pb.Message.FromString(send.message)
         topic = message.topic.name
-        self._require(conn, [sub(acl_topic(topic))])
+        self._require(conn, [topic_sub(topic)])
         found = self.broker.read(lambda txn: txn.get(t.msgid_key(topic, message.system_properties.message_id),
                                                       db=self.broker.sm.db[t.MSGID]))
         queue, queue_offset = (t.msgid_entry(found)[2:4] if found is not None else (0, 0))
@@ -651,7 +683,8 @@ def _field(request: Command, name: str, ext: dict[str, str] | None = None) -> st
     return value
 
 
-def _int(ext: dict[str, str], name: str, default: int | None = None) -> int:
+def _int(ext: dict[str, str], name: str, default: int | None = None, lo: int = -(1 << 63), hi: int = (1 << 63) - 1
+         ) -> int:
     value = ext.get(name)
     if value is None or value == "":
         if default is None:
@@ -662,8 +695,8 @@ def _int(ext: dict[str, str], name: str, default: int | None = None) -> int:
     except ValueError:
         raise RemotingError(f"header field {name} {value[:40]!r} is not an integer", Response.INVALID_PARAMETER) \
             from None
-    if not -(1 << 63) <= number < (1 << 63):
-        raise RemotingError(f"header field {name} {value[:40]} is out of range", Response.INVALID_PARAMETER)
+    if not lo <= number <= hi:
+        raise RemotingError(f"header field {name} {value[:40]} is out of range {lo}..{hi}", Response.INVALID_PARAMETER)
     return number
 
 

@@ -56,11 +56,12 @@ class Writes:
         self.traffic: Traffic | None = None  # set while metrics are on (broker/metrics.py)
 
     # -- SendMessage ---------------------------------------------------------------------------------------
-    async def send_many(self, messages, producer_client_id: str = "",
-                        deadline: float | None = None) -> list[Sent | Exception]:
+    async def send_many(self, messages, producer_client_id: str = "", deadline: float | None = None,
+                        all_or_nothing: bool = False) -> list[Sent | Exception]:
         """One SendMessage request: each message's Sent, or the error that refused it (its own: one
-        invalid message does not fail the others). The request's topics are looked up once, and its commands
-        go to the batcher as one submission. `deadline` (time.monotonic(), from the request's own deadline)
+        invalid message does not fail the others; with all_or_nothing, as a 4.x batch, nothing is stored when one is
+        refused before Raft, and every message gets that refusal). The request's topics are looked up once, and its
+        commands go to the batcher as one submission. `deadline` (time.monotonic(), from the request's own deadline)
         bounds every wait: a message without an outcome then is answered PROXY_TIMEOUT (outcome unknown)."""
         await self.broker.require_writable()
         now = await self.broker.now_ms(deadline)
@@ -90,6 +91,9 @@ class Writes:
                     facts.append((topic.name, kind, body_bytes))
             except Exception as exc:  # noqa: BLE001 - the message's own outcome
                 outcomes[i] = exc
+        refused = next((o for o in outcomes if o is not None), None)
+        if all_or_nothing and refused is not None:
+            return [refused] * len(messages)
         if payloads:
             results = await self.broker.submit(payloads, repeatable=True, deadline=deadline)
             for i, result, token in zip(accepted, results, tokens, strict=True):

@@ -25,6 +25,7 @@ from rocketraft.protocol.refusals import RefusalLog
 
 from .codes import Request
 from .frame import Command
+from .records import send_header
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,12 @@ def _send_need(name: str) -> Need:
     return sub(group(name)) if name.startswith(RETRY_TOPIC_PREFIX) else pub(name)
 
 
+def topic_sub(name: str) -> Need:
+    """Reading a topic: Sub on it, or for a group's %RETRY% topic Sub on the group (as RocketMQ: no policy names a
+    retry topic)."""
+    return sub(group(name)) if name.startswith(RETRY_TOPIC_PREFIX) else sub(topic(name))
+
+
 def _json(body: bytes) -> dict:
     try:
         data = json.loads(body)
@@ -76,15 +83,13 @@ def needs_of(request: Command) -> list[Need]:
     same codes); a request whose topic is found only in the store (END_TRANSACTION, VIEW_MESSAGE_BY_ID) is checked
     again by its handler once the topic is known."""
     code, ext = request.code, request.ext
-    if code in (Request.SEND_MESSAGE, Request.SEND_BATCH_MESSAGE):
-        return [_send_need(ext.get("topic", ""))]
-    if code == Request.SEND_MESSAGE_V2:
-        return [_send_need(ext.get("b", ""))]
+    if code in (Request.SEND_MESSAGE, Request.SEND_MESSAGE_V2, Request.SEND_BATCH_MESSAGE):
+        return [_send_need(send_header(ext).get("topic", ""))]
     if code in (Request.PULL_MESSAGE, Request.QUERY_CONSUMER_OFFSET, Request.UPDATE_CONSUMER_OFFSET):
-        return [sub(group(ext.get("consumerGroup", ""))), sub(topic(ext.get("topic", "")))]
+        return [sub(group(ext.get("consumerGroup", ""))), topic_sub(ext.get("topic", ""))]
     if code in (Request.GET_MAX_OFFSET, Request.GET_MIN_OFFSET, Request.SEARCH_OFFSET_BY_TIMESTAMP,
                 Request.QUERY_MESSAGE):
-        return [sub(topic(ext.get("topic", "")))]
+        return [topic_sub(ext.get("topic", ""))]
     if code in (Request.GET_CONSUMER_LIST_BY_GROUP, Request.UNREGISTER_CLIENT) and ext.get("consumerGroup"):
         return [sub(group(ext["consumerGroup"]))]
     if code == Request.CONSUMER_SEND_MSG_BACK:
@@ -92,7 +97,8 @@ def needs_of(request: Command) -> list[Need]:
     if code == Request.END_TRANSACTION and ext.get("topic"):
         return [pub(ext["topic"])]
     if code == Request.HEART_BEAT:
-        return [sub(group(str(c.get("groupName", "")))) for c in _json(request.body).get("consumerDataSet") or ()
+        consumers = _json(request.body).get("consumerDataSet")
+        return [sub(group(str(c.get("groupName", "")))) for c in (consumers if isinstance(consumers, list) else ())
                 if isinstance(c, dict)]
     if code in (Request.LOCK_BATCH_MQ, Request.UNLOCK_BATCH_MQ):
         return [sub(group(str(_json(request.body).get("consumerGroup", ""))))]
@@ -107,7 +113,10 @@ def needs_of(request: Command) -> list[Need]:
     if code == Request.GET_BROKER_RUNTIME_INFO:
         return [Need(auth_acl.cluster("*"), frozenset({Action.GET}))]
     if code == Request.GET_ROUTEINFO_BY_TOPIC:
-        return [Need(topic(ext.get("topic", "")), frozenset({Action.PUB, Action.SUB}))]
+        name = ext.get("topic", "")
+        if name.startswith(RETRY_TOPIC_PREFIX):
+            return [topic_sub(name)]
+        return [Need(topic(name), frozenset({Action.PUB, Action.SUB}))]
     if code in (Request.GET_BROKER_CLUSTER_INFO, Request.GET_ALL_TOPIC_LIST_FROM_NAMESERVER):
         return [Need(auth_acl.cluster("*"), frozenset({Action.GET}))]
     return []

@@ -116,7 +116,7 @@ def _json_header(raw: bytes) -> Command:
     return Command(
         code=_json_int(header, "code", 16), opaque=_json_int(header, "opaque", 32), flag=_json_int(header, "flag", 32),
         version=_json_int(header, "version", 16, default=0), remark=_json_str(header.get("remark")),
-        ext={str(k): _json_str(v) for k, v in ext.items()},
+        ext={_json_str(k): _json_str(v) for k, v in ext.items()},
         language=language_code(language) if isinstance(language, str) else _json_int(header, "language", 8))
 
 
@@ -131,6 +131,10 @@ def _json_str(value) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:  # a lone surrogate ("\ud800"): JSON allows it, UTF-8 (and protobuf) does not
+            raise FrameError("JSON header holds a string that is not valid Unicode (a lone surrogate)") from None
         return value
     if isinstance(value, bool):
         return "true" if value else "false"

@@ -20,7 +20,7 @@ import zlib
 from dataclasses import dataclass
 
 from rocketraft.protocol.errors import BadRequestError, BodyTooLargeError
-from rocketraft.protocol.limits import QUEUE_ID_PROPERTY
+from rocketraft.protocol.limits import QUEUE_ID_PROPERTY, RETRY_TOPIC_PREFIX
 from rocketraft.protocol.wire import MessageType, pb, split_address
 
 NAME_VALUE_SEPARATOR = "\x01"
@@ -54,6 +54,28 @@ RELATIVE_TIMERS = ("TIMER_DELAY_SEC", "TIMER_DELAY_MS")
 # properties a send carries that describe the send itself, not the message: not stored
 SEND_ONLY = frozenset((WAIT,))
 SLOT_BITS = 16
+
+
+# SendMessageRequestHeaderV2's short keys (SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE) and the fields they stand for
+V2_KEYS = dict(a="producerGroup", b="topic", c="defaultTopic", d="defaultTopicQueueNums", e="queueId", f="sysFlag",
+               g="bornTimestamp", h="flag", i="properties", j="reconsumeTimes", k="unitMode", l="maxReconsumeTimes",
+               m="batch", n="brokerName")
+
+
+def send_header(ext: dict[str, str]) -> dict[str, str]:
+    """A send's header fields by their long names, from either form (the one reading of a send's header: its ACL
+    needs and its handler both use it). A field given under both names is refused: the two could name different
+    topics."""
+    both = [f"{short}/{long}" for short, long in V2_KEYS.items() if short in ext and long in ext]
+    if both:
+        raise BadRequestError(f"send header carries {', '.join(both)} under both names; send one form")
+    return {V2_KEYS.get(key, key): value for key, value in ext.items()}
+
+
+def retry_message_id(origin_id: str, reconsume_times: int) -> str:
+    """The message id of a 4.x retry (a send-back, or the client's own send to %RETRY%<group> when a send-back
+    failed): one per origin and attempt, so a repeat of the same retry is deduplicated and the next one is not."""
+    return f"{origin_id}-{reconsume_times}"
 
 
 def physical_offset(index: int, slot: int) -> int:
@@ -110,6 +132,9 @@ def as_message(send: Send, born_host: str, body_bytes_max: int) -> pb.Message:
     message.topic.name = send.topic
     sp = message.system_properties
     sp.message_id = props.pop(UNIQ_KEY, "") or uuid.uuid4().hex.upper()
+    if send.topic.startswith(RETRY_TOPIC_PREFIX) and send.reconsume_times > 0:  # the client's own retry send
+        origin = props.setdefault(ORIGIN_MESSAGE_ID, sp.message_id)
+        sp.message_id = retry_message_id(origin, send.reconsume_times)
     tag = props.pop(TAGS, "")
     if tag:
         sp.tag = tag

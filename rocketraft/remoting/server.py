@@ -77,15 +77,20 @@ class Connection:
                     return
                 if request.is_response:  # the server's own requests (check-backs, notices) are oneway: nothing waits
                     continue
-                self._dispatch(request)
+                busy = self._dispatch(request)
+                if busy is not None:  # answered here: a client that never reads cannot pile up answers
+                    await self._write_quietly(busy)
         except frame.FrameError as exc:
             log.warning("Remoting connection from %s closed: %s", self.peer, exc)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
+            # requests already read are finished, not cancelled: a client may send a oneway outcome (END_TRANSACTION,
+            # an offset) and close at once; only a long poll is cut short, and its answer has nowhere to go
             self.closed.set()
             for task in self._tasks:
-                task.cancel()
+                if getattr(task, "long_poll", False):
+                    task.cancel()
             self._writer.close()
 
     async def _read_frame(self) -> frame.Command | None:
@@ -103,31 +108,31 @@ class Connection:
         (length,) = frame.LENGTH.unpack(head)
         frame.check_length(length)
         try:
-            data = await self._reader.readexactly(length)
+            data = await asyncio.wait_for(self._reader.readexactly(length), idle_s)
         except asyncio.IncompleteReadError as exc:
             raise frame.FrameError(f"connection ended inside a frame ({len(exc.partial)} of {length} bytes)") from None
+        except TimeoutError:
+            raise frame.FrameError(f"a frame of {length} bytes did not arrive within {REMOTING_IDLE_MS} ms") from None
         return frame.decode(data)
 
-    def _dispatch(self, request: frame.Command) -> None:
+    def _dispatch(self, request: frame.Command) -> frame.Command | None:
+        """Start serving a request; the SYSTEM_BUSY answer to write at once instead, past the in-flight limit."""
         if self._in_flight >= REMOTING_REQUESTS_PER_CONNECTION_MAX:
-            if not request.is_oneway:
-                self._answer_now(request.response(Response.SYSTEM_BUSY, (
-                    f"[BUSY] {self._in_flight} requests in flight on this connection "
-                    f"(REMOTING_REQUESTS_PER_CONNECTION_MAX={REMOTING_REQUESTS_PER_CONNECTION_MAX}); retry later")))
-            return
+            if request.is_oneway:
+                return None
+            return request.response(Response.SYSTEM_BUSY, (
+                f"[BUSY] {self._in_flight} requests in flight on this connection "
+                f"(REMOTING_REQUESTS_PER_CONNECTION_MAX={REMOTING_REQUESTS_PER_CONNECTION_MAX}); retry later"))
         self._in_flight += 1
         task = asyncio.get_running_loop().create_task(self._handle(request))
+        task.long_poll = request.code == Request.PULL_MESSAGE
         self._tasks.add(task)
         task.add_done_callback(self._done)
+        return None
 
     def _done(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
         self._in_flight -= 1
-
-    def _answer_now(self, response: frame.Command) -> None:
-        task = asyncio.get_running_loop().create_task(self._write_quietly(response))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     async def _handle(self, request: frame.Command) -> None:
         handler = self.server.handlers.get(request.code)
@@ -238,6 +243,7 @@ class RemotingServer:
         writer = asyncio.StreamWriter(transport, protocol, reader, loop)
         connection = Connection(self, reader, writer)
         connection.tls = context is not None
+        self._starting.discard(asyncio.current_task())  # counted once: as a connection from now on
         self.connections.add(connection)
         try:
             await connection.serve()

@@ -5,6 +5,7 @@ and what a bad frame or an unknown request gets. The 4.x clients themselves: tes
 from __future__ import annotations
 
 import json
+import struct
 import threading
 import time
 
@@ -46,7 +47,8 @@ def send(address: str, topic: str, queue: int, body: bytes, props: dict[str, str
 
 def pull(address: str, topic: str, queue: int, offset: int, **ext) -> frame.Command:
     fields = {"consumerGroup": "g", "topic": topic, "queueId": str(queue), "queueOffset": str(offset),
-              "maxMsgNums": "32", "sysFlag": "0", **ext}
+              "maxMsgNums": "32", "sysFlag": str(4 | int(ext.pop("sysFlag", "0"))), "subscription": "*",
+              "expressionType": "TAG", **ext}  # 4: the pull carries its subscription
     return call(address, frame.Command(Request.PULL_MESSAGE, opaque=6, ext=fields))
 
 
@@ -211,3 +213,55 @@ def test_a_malformed_body_is_refused_by_name_never_internal_error(cluster, code,
     assert answer.code == Response.INVALID_PARAMETER and problem in answer.remark, answer.remark
     with open(cluster.brokers[master_id].log_path, errors="replace") as f:
         assert "Traceback" not in f.read()
+
+
+def test_review_findings_each_answered_by_name(cluster):
+    """What a review of the door found (2026-11-27), each now answered by name."""
+    master = cluster.remoting_of[cluster.wait_master()]
+    both = {"a": "pg", "b": "Doors", "topic": "other", "e": "0", "f": "0", "g": "0", "h": "0", "i": "", "j": "0"}
+    answer = call(master, frame.Command(Request.SEND_MESSAGE_V2, opaque=1, ext=both, body=b"x"))
+    assert answer.code == Response.MESSAGE_ILLEGAL and "b/topic under both names" in answer.remark
+    answer = pull(master, "Doors", 70000, 0)
+    assert answer.code == Response.INVALID_PARAMETER and "queueId 70000 is out of range" in answer.remark
+    answer = pull(master, "Doors", 9, 0)
+    assert answer.code == Response.INVALID_PARAMETER and "queue 9 does not exist" in answer.remark
+    bare = {"consumerGroup": "never-heartbeat", "topic": "Doors", "queueId": "0", "queueOffset": "0", "sysFlag": "0"}
+    answer = call(master, frame.Command(Request.PULL_MESSAGE, opaque=2, ext=bare))
+    assert answer.code == Response.SUBSCRIPTION_NOT_EXIST, answer  # never a guessed filter
+    for key, value in (("j", "2147483647"), ("g", str(2**62))):  # reconsumeTimes, bornTimestamp
+        ext = {"a": "pg", "b": "Doors", "e": "0", "f": "0", "g": "0", "h": "0", "i": "", "j": "0", key: value}
+        answer = call(master, frame.Command(Request.SEND_MESSAGE_V2, opaque=3, ext=ext, body=b"x"))
+        assert answer.code == Response.INVALID_PARAMETER and "out of range" in answer.remark, answer
+    with RawClient(master) as client:  # a lone surrogate in a JSON header: the frame is refused, the door goes on
+        header = b'{"code":30,"opaque":1,"flag":0,"extFields":{"topic":"\\ud800","queueId":"0"}}'
+        client.send_bytes((4 + len(header)).to_bytes(4, "big") + len(header).to_bytes(4, "big") + header)
+        assert client.closed_by_server()
+
+
+def test_a_oneway_request_sent_just_before_closing_is_still_served(cluster):
+    master = cluster.remoting_of[cluster.wait_master()]
+    with RawClient(master) as client:
+        client.send(frame.Command(Request.UPDATE_CONSUMER_OFFSET, opaque=1, flag=2, ext={
+            "consumerGroup": "closing-g", "topic": "Doors", "queueId": "1", "commitOffset": "1"}))
+    query = frame.Command(Request.QUERY_CONSUMER_OFFSET, opaque=2, ext={
+        "consumerGroup": "closing-g", "topic": "Doors", "queueId": "1"})
+    deadline = time.monotonic() + 5
+    while call(master, query).ext.get("offset") != "1" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert call(master, query).ext.get("offset") == "1"
+
+
+def test_a_batch_with_one_refused_message_stores_none(cluster):
+    master = cluster.remoting_of[cluster.wait_master()]
+
+    def record(props: dict) -> bytes:
+        text = records.format_properties(props).encode()
+        return struct.pack(">iiiii", 22 + 1 + len(text), 0, 0, 0, 1) + b"x" + struct.pack(">h", len(text)) + text
+
+    body = record({"UNIQ_KEY": "BATCH-OK-1"}) + record({"UNIQ_KEY": "BATCH-BAD-1", "TAGS": "a||b"})
+    ext = {"a": "pg", "b": "Doors", "e": "0", "f": "0", "g": "0", "h": "0", "i": "", "j": "0", "m": "true"}
+    answer = call(master, frame.Command(Request.SEND_BATCH_MESSAGE, opaque=1, ext=ext, body=body))
+    assert answer.code == Response.MESSAGE_ILLEGAL, answer
+    query = frame.Command(Request.QUERY_MESSAGE, opaque=2, ext={"topic": "Doors", "key": "BATCH-OK-1", "maxNum": "1",
+                                                                "_UNIQUE_KEY_QUERY": "true"})
+    assert call(master, query).code == Response.QUERY_NOT_FOUND  # the valid one was not stored either
