@@ -119,12 +119,13 @@ def test_a_second_pull_consumer_gets_its_queues_at_once(cluster, java4):
     does not rebalance at its start, and would otherwise wait for its 20 s rebalance timer."""
     first = java4.start("pull", namesrv(cluster), topic="j4-pair", group="j4-pair-g", expect=1000, timeout_s=60)
     first.wait_for("started", 1, 30)
-    second = java4.start("pull", namesrv(cluster), topic="j4-pair", group="j4-pair-g", expect=1, timeout_s=10,
+    # 15 s: well under the 20 s periodic rebalance it would otherwise wait for, with room for a loaded CI machine
+    second = java4.start("pull", namesrv(cluster), topic="j4-pair", group="j4-pair-g", expect=1, timeout_s=15,
                          instance="second")
     second.wait_for("started", 1, 30)
     sends(java4, namesrv(cluster), "j4-pair", 16)
     events = second.finish(40)
-    assert of(events, "received"), "the second consumer got none of its queues within 10 s"
+    assert of(events, "received"), "the second consumer got none of its queues within 15 s"
     first.stop()
 
 
