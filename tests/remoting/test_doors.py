@@ -265,3 +265,29 @@ def test_a_batch_with_one_refused_message_stores_none(cluster):
     query = frame.Command(Request.QUERY_MESSAGE, opaque=2, ext={"topic": "Doors", "key": "BATCH-OK-1", "maxNum": "1",
                                                                 "_UNIQUE_KEY_QUERY": "true"})
     assert call(master, query).code == Response.QUERY_NOT_FOUND  # the valid one was not stored either
+
+
+def test_every_member_of_a_group_is_told_when_its_members_change_the_newcomer_too(cluster):
+    """NOTIFY_CONSUMER_IDS_CHANGED (40) on each member's own connection when another joins, the newcomer included (a
+    4.x lite pull consumer does not rebalance at its start: it waited 20 s for its queues)."""
+    master = cluster.remoting_of[cluster.wait_master()]
+
+    def heartbeat(client: RawClient, client_id: str) -> None:
+        body = json.dumps({"clientID": client_id, "consumerDataSet": [{
+            "groupName": "told-g", "consumeType": "CONSUME_ACTIVELY", "messageModel": "CLUSTERING",
+            "subscriptionDataSet": [{"topic": "Doors", "subString": "*"}]}]}).encode()
+        client.send(frame.Command(Request.HEART_BEAT, opaque=1, body=body))
+
+    def notice_and_answer(client: RawClient) -> frame.Command:
+        """The heartbeat's answer and the notice the join caused, in either order: the notice."""
+        got = [client.read(), client.read()]
+        assert sorted(c.is_response for c in got) == [False, True], got
+        return next(c for c in got if not c.is_response)
+
+    with RawClient(master) as first, RawClient(master) as second:
+        heartbeat(first, "told-1")
+        notice_and_answer(first)  # its own join
+        heartbeat(second, "told-2")
+        for notice in (notice_and_answer(second), first.read()):  # the newcomer, and the member already there
+            assert notice.code == Request.NOTIFY_CONSUMER_IDS_CHANGED and notice.is_oneway
+            assert notice.ext == {"consumerGroup": "told-g"}

@@ -114,21 +114,6 @@ def test_java_broadcast_consumers_each_get_every_message(cluster, java4):
         assert {e["msgId"] for e in of(events, "received")} == {e["msgId"] for e in sent}
 
 
-def test_a_second_pull_consumer_gets_its_queues_at_once(cluster, java4):
-    """The broker tells every member of a group that its members changed, the newcomer too: a 4.x lite pull consumer
-    does not rebalance at its start, and would otherwise wait for its 20 s rebalance timer."""
-    first = java4.start("pull", namesrv(cluster), topic="j4-pair", group="j4-pair-g", expect=1000, timeout_s=60)
-    first.wait_for("started", 1, 30)
-    # 15 s: well under the 20 s periodic rebalance it would otherwise wait for, with room for a loaded CI machine
-    second = java4.start("pull", namesrv(cluster), topic="j4-pair", group="j4-pair-g", expect=1, timeout_s=15,
-                         instance="second")
-    second.wait_for("started", 1, 30)
-    sends(java4, namesrv(cluster), "j4-pair", 16)
-    events = second.finish(40)
-    assert of(events, "received"), "the second consumer got none of its queues within 15 s"
-    first.stop()
-
-
 def test_java_offsets_survive_a_consumer_restart(cluster, java4):
     first = sends(java4, namesrv(cluster), "j4-offsets", 5)
     got = consumed(java4, namesrv(cluster), "push", "j4-offsets", "j4-offsets-g", 5)
