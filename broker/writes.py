@@ -91,8 +91,8 @@ class Writes:
                     facts.append((topic.name, kind, body_bytes))
             except Exception as exc:  # noqa: BLE001 - the message's own outcome
                 outcomes[i] = exc
-        refused = next((o for o in outcomes if o is not None), None)
-        if all_or_nothing and refused is not None:
+        if all_or_nothing and len(accepted) < len(messages):  # (the send path pays nothing for it otherwise)
+            refused = next(o for o in outcomes if o is not None)
             return [refused] * len(messages)
         if payloads:
             results = await self.broker.submit(payloads, repeatable=True, deadline=deadline)
