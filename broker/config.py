@@ -175,6 +175,12 @@ class BrokerConfig:
     clusterSecret: str = field(default="", repr=False)
     clusterSecretFile: str = ""
     clusterAuthWindowMillis: int = auth_internal.WINDOW_MS_DEFAULT  # clock difference accepted; replay memory
+    # a proof of the secret is valid only at the server it was made for ("host:port" as its caller dialed): this
+    # broker answers to its listen, advertised and internal addresses, and to these (";"-separated host:port: a DNS
+    # name or published port callers use; docs/security.md, "The cluster secret")
+    clusterAuthAudiences: str = ""
+    # accept proofs in the format before 2026-11-27 (not bound to a request or server) during a rolling upgrade
+    clusterAuthLegacyProofs: bool = False
     # ACL 2.0 (docs/security.md): clients must sign their calls as a user (needs a cluster secret), and with
     # authorization a NORMAL user may only do what its ACL allows
     authenticationEnabled: bool = False
@@ -209,6 +215,10 @@ class BrokerConfig:
     @property
     def advertised(self) -> str:
         return self.advertisedAddress or self.listenAddress
+
+    @property
+    def cluster_auth_audiences(self) -> list[str]:
+        return [a.strip() for a in self.clusterAuthAudiences.split(";") if a.strip()]
 
     @property
     def remoting_listen(self) -> str | None:
@@ -331,10 +341,11 @@ class BrokerConfig:
                              "maxReconsumeTimes + 1, then the message goes to %DLQ%<group>)")
 
     def _validate_registration(self) -> None:
-        for key in ("advertisedAddress", "internalAddress"):
-            host, sep, port = getattr(self, key).rpartition(":")
-            if getattr(self, key) and not (sep and host and port.isdigit() and 0 < int(port) <= PORT_MAX):
-                raise ValueError(f"{key} {getattr(self, key)!r} is not host:port (e.g. broker-n0:8081)")
+        for key, value in (("advertisedAddress", self.advertisedAddress), ("internalAddress", self.internalAddress),
+                           *(("clusterAuthAudiences", a) for a in self.cluster_auth_audiences)):
+            host, sep, port = value.rpartition(":")
+            if value and not (sep and host and port.isdigit() and 0 < int(port) <= PORT_MAX):
+                raise ValueError(f"{key} {value!r} is not host:port (e.g. broker-n0:8081)")
         interval, timeout = self.heartbeatIntervalMillis, self.heartbeatTimeoutMillis
         if not 1 <= timeout <= limits.HEARTBEAT_TIMEOUT_MS_MAX:
             raise ValueError(f"heartbeatTimeoutMillis {timeout}: use 1..{limits.HEARTBEAT_TIMEOUT_MS_MAX} (ms; the "

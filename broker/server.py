@@ -23,6 +23,7 @@ from dledger import DledgerError
 from rocketraft import parentwatch
 from rocketraft.proto import auth_pb2 as apb
 from rocketraft.protocol import auth_internal, tls
+from rocketraft.protocol.auth_audience import Audiences
 from rocketraft.protocol.auth_guard import Guard, admin_paths, guarded, guarded_admin
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.limits import TELEMETRY_PENDING_MAX
@@ -71,10 +72,11 @@ ROUTE_TIMEOUT_S = 2.0
 class NameServers:
     """Channels to every NameServer: registration and route lookups."""
 
-    def __init__(self, addresses: list[str], cluster_secret: str = "", caller_tls: tls.ClientTls = tls.PLAINTEXT):
+    def __init__(self, addresses: list[str], cluster_secret: str = "", caller_tls: tls.ClientTls = tls.PLAINTEXT,
+                 legacy_proofs: bool = False):
         self.addresses = addresses
-        self._channels = {a: caller_tls.aio_channel(a, GRPC_OPTIONS, auth_internal.aio_interceptors(cluster_secret))
-                          for a in addresses}
+        self._channels = {a: caller_tls.aio_channel(a, GRPC_OPTIONS, auth_internal.aio_interceptors(
+            cluster_secret, audience=a, legacy=legacy_proofs)) for a in addresses}
         self._failing: dict[str, str] = {}
 
     async def register(self, registration: ipb.BrokerRegistration) -> None:
@@ -174,7 +176,8 @@ class BrokerServer:
         self.traffic = Traffic() if config.metrics_address else None  # nothing is counted while metrics are off
         self.writes.traffic = self.consume.traffic = self.traffic
         self._metrics: MetricsServer | None = None
-        self.namesrvs = NameServers(config.namesrv_addresses, config.cluster_secret, config.server_tls.caller())
+        self.namesrvs = NameServers(config.namesrv_addresses, config.cluster_secret, config.server_tls.caller(),
+                                    config.clusterAuthLegacyProofs)
         self.broker.replica_addresses = lambda: self.namesrvs.replica_addresses(config.brokerClusterName,
                                                                                 config.brokerName)
         self._register_now = asyncio.Event()
@@ -226,12 +229,14 @@ class BrokerServer:
     async def start(self) -> None:
         cfg = self.config
         auth = BrokerAuthService(self.broker, AuthView(self.broker))
-        guard = Guard(cfg.guard_config, auth.lookup, cfg.cluster_secret, cfg.clusterAuthWindowMillis,
-                      recheck=self._auth_catch_up) if cfg.guard_config.on else None
+        guard = Guard(cfg.guard_config, auth.lookup, recheck=self._auth_catch_up) if cfg.guard_config.on else None
         admin_descriptor = ipb.DESCRIPTOR.services_by_name["BrokerAdmin"]
+        audiences = Audiences(listening=[cfg.listenAddress], addresses=[
+            cfg.advertised, cfg.internalAddress, *cfg.cluster_auth_audiences])
         interceptors = auth_internal.server_interceptors(
             cfg.cluster_secret, cfg.clusterAuthWindowMillis, who=f"broker {cfg.brokerName}/{cfg.dLegerSelfId}",
-            user_methods=admin_paths(admin_descriptor) if guard is not None else frozenset())
+            user_methods=admin_paths(admin_descriptor) if guard is not None else frozenset(), audiences=audiences,
+            legacy_proofs=cfg.clusterAuthLegacyProofs)
         server = new_server(cfg.rpcsInFlightMax, cfg.connectionIdleMillis, cfg.connectionsMax,
                             interceptors=interceptors)
         messaging = MessagingService(cfg, topics=self.topics, writes=self.writes, consume=self.consume,
@@ -254,6 +259,7 @@ class BrokerServer:
         if not self._bound.port:
             raise OSError(f"cannot listen on {self.config.listenAddress}: the port is in use or the address is not "
                           f"this host's; set listenAddress to a free local host:port")
+        audiences.add(f"{cfg.listenAddress.rpartition(':')[0]}:{self._bound.port}", listening=True)
         remoting_listen = cfg.remoting_listen
         self.remoting.guard = RemotingGuard(cfg.guard_config, auth.lookup) if guard is not None else None
         self.remoting.server_tls = cfg.server_tls

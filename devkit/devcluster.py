@@ -330,7 +330,7 @@ class DevCluster:
     def channel(self, address: str) -> grpc.Channel:
         if address not in self._channels:
             self._channels[address] = auth_internal.signed_channel(
-                self.client_tls.channel(address, GRPC_OPTIONS), self.cluster_secret)
+                self.client_tls.channel(address, GRPC_OPTIONS), self.cluster_secret, audience=address)
         return self._channels[address]
 
     def replica_status(self, replica_id: str, timeout_s: float = 1.0) -> ipb.BrokerRegistration | None:

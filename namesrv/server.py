@@ -23,6 +23,7 @@ import grpc
 from rocketraft import parentwatch
 from rocketraft.protocol import auth_internal, tls
 from rocketraft.protocol.auth_acl import AUTH_WINDOW_MS_DEFAULT
+from rocketraft.protocol.auth_audience import Audiences
 from rocketraft.protocol.auth_guard import Guard, GuardConfig, admin_paths, check_config, guarded, guarded_admin
 from rocketraft.protocol.configs import check_group_config, check_topic_config
 from rocketraft.protocol.errors import (
@@ -103,8 +104,11 @@ class NameServer:
                  clock_ms: Callable[[], int] = monotonic_ms, cluster_secret: str = "",
                  cluster_auth_window_ms: int = auth_internal.WINDOW_MS_DEFAULT,
                  guard_config: GuardConfig = AUTH_OFF, auth_cache_ms: int = CACHE_MS_DEFAULT,
-                 server_tls: tls.ServerTls = tls.TLS_OFF, remoting_listen: str | None = None):
+                 server_tls: tls.ServerTls = tls.TLS_OFF, remoting_listen: str | None = None,
+                 cluster_auth_audiences: tuple[str, ...] = (), cluster_auth_legacy_proofs: bool = False):
         split_address(listen)  # fail early on a malformed address
+        for audience in cluster_auth_audiences:
+            split_address(audience)
         self.listen = listen
         # the Remoting door (4.x clients): None = the gRPC port + 1 (9876 -> 9877; a free port with port 0); "" = off
         self.remoting_listen = remoting_address_for(listen) if remoting_listen is None else remoting_listen
@@ -115,6 +119,10 @@ class NameServer:
         self._bound: tls.Bound | None = None
         self.cluster_secret = auth_internal.check_secret(cluster_secret)
         self.cluster_auth_window_ms = cluster_auth_window_ms
+        # a proof of the secret is valid only at the server it was made for: this one answers to its listen address
+        # (and, listening on every address, to names of this machine) and to these (docs/security.md)
+        self.audiences = Audiences(listening=[listen], addresses=cluster_auth_audiences)
+        self.cluster_auth_legacy_proofs = cluster_auth_legacy_proofs
         check_config(guard_config, self.cluster_secret)
         self.guard_config = guard_config
         self.auth_cache_ms = auth_cache_ms
@@ -140,11 +148,12 @@ class NameServer:
         """Bind and serve; return the bound "host:port" (useful with port 0)."""
         messaging = svc.DESCRIPTOR.services_by_name["MessagingService"]
         internal = ipb.DESCRIPTOR.services_by_name["NameServer"]
-        guard = Guard(self.guard_config, SubjectLookup(self.registry, self.channel, self.clock_ms, self.auth_cache_ms),
-                      self.cluster_secret, self.cluster_auth_window_ms) if self.guard_config.on else None
+        guard = Guard(self.guard_config, SubjectLookup(self.registry, self.channel, self.clock_ms, self.auth_cache_ms)
+                      ) if self.guard_config.on else None
         server = new_server(interceptors=auth_internal.server_interceptors(  # the bounds every server has
             self.cluster_secret, self.cluster_auth_window_ms, who=f"NameServer {self.listen}",
-            user_methods=admin_paths(internal) if guard is not None else frozenset()))
+            user_methods=admin_paths(internal) if guard is not None else frozenset(), audiences=self.audiences,
+            legacy_proofs=self.cluster_auth_legacy_proofs))
         served = {"QueryRoute", "RecallMessage"}  # the namespace door first: ACL 2.0 sees stored names
         add_service(server, namespaced(guarded(MessagingService(self), messaging, guard, served), messaging, served),
                     messaging)
@@ -162,6 +171,7 @@ class NameServer:
         await server.start()
         self._server = server
         self.address = f"{host}:{port}"
+        self.audiences.add(self.address, listening=True)
         if self.remoting_listen:
             try:
                 self.remoting_address = await self.remoting.start(
@@ -268,7 +278,9 @@ class NameServer:
         channel = self._channels.get(address)
         if channel is None:
             channel = self._caller_tls.aio_channel(address, GRPC_OPTIONS,
-                                                   auth_internal.aio_interceptors(self.cluster_secret))
+                                                   auth_internal.aio_interceptors(
+                                                       self.cluster_secret, audience=address,
+                                                       legacy=self.cluster_auth_legacy_proofs))
             self._channels[address] = channel
         return channel
 
@@ -692,6 +704,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster-auth-window-ms", type=int, default=auth_internal.WINDOW_MS_DEFAULT, metavar="MS",
                         help="largest clock difference accepted on a signed internal call; also how long its "
                              f"nonce is remembered against replays (default {auth_internal.WINDOW_MS_DEFAULT})")
+    parser.add_argument("--cluster-auth-audiences", default="", metavar="HOST:PORT;...",
+                        help="other names callers reach this NameServer by (a DNS name, a published port): a proof of "
+                             "the secret is valid only at the server it was made for, which answers to its --listen "
+                             "address and these (docs/security.md, \"The cluster secret\")")
+    parser.add_argument("--cluster-auth-legacy-proofs", action="store_true",
+                        help="during a rolling upgrade, accept proofs in the format before 2026-11-27 (not bound to "
+                             "a request or server); remove once every server and admin tool is upgraded")
     parser.add_argument("--authentication-enabled", action="store_true",
                         help="ACL 2.0: QueryRoute and RecallMessage must be signed by a user (needs the cluster "
                              "secret; users live in the brokers; docs/security.md)")
@@ -740,12 +759,16 @@ def run(args: argparse.Namespace) -> int:
         remoting = "" if args.remoting_listen == "off" else args.remoting_listen
         if remoting:
             address_argument(remoting)
+        audiences = tuple(a.strip() for a in args.cluster_auth_audiences.split(";") if a.strip())
+        for audience in audiences:
+            address_argument(audience)
     except (ValueError, argparse.ArgumentTypeError) as e:
         log.error("bad configuration: %s", e)
         return 2
     try:
         return asyncio.run(_serve_until_signal(args.listen, args.metrics_listen, secret, args.cluster_auth_window_ms,
-                                               guard, args.auth_cache_ms, server_tls, remoting))
+                                               guard, args.auth_cache_ms, server_tls, remoting, audiences,
+                                               args.cluster_auth_legacy_proofs))
     except OSError as e:
         log.error("%s", e)
         return 1
@@ -756,10 +779,13 @@ def run(args: argparse.Namespace) -> int:
 async def _serve_until_signal(listen: str, metrics_listen: str | None = None, cluster_secret: str = "",
                               cluster_auth_window_ms: int = auth_internal.WINDOW_MS_DEFAULT,
                               guard: GuardConfig = AUTH_OFF, auth_cache_ms: int = CACHE_MS_DEFAULT,
-                              server_tls: tls.ServerTls = tls.TLS_OFF, remoting_listen: str | None = None) -> int:
+                              server_tls: tls.ServerTls = tls.TLS_OFF, remoting_listen: str | None = None,
+                              cluster_auth_audiences: tuple[str, ...] = (),
+                              cluster_auth_legacy_proofs: bool = False) -> int:
     ns = NameServer(listen, cluster_secret=cluster_secret, cluster_auth_window_ms=cluster_auth_window_ms,
                     guard_config=guard, auth_cache_ms=auth_cache_ms, server_tls=server_tls,
-                    remoting_listen=remoting_listen)
+                    remoting_listen=remoting_listen, cluster_auth_audiences=cluster_auth_audiences,
+                    cluster_auth_legacy_proofs=cluster_auth_legacy_proofs)
     address = await ns.start()
     exporter = None
     if metrics_listen:

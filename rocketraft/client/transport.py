@@ -48,11 +48,11 @@ class Transport:
         self._tls = client_tls
         signers = [auth_internal.cluster_signer(cluster_secret, sign_every_call)] if cluster_secret else []
         if access_key:  # every call: admin calls too, which an ACL 2.0 user may make if its ACL allows
-            signers.append(lambda _method: auth_acl.client_metadata(access_key, secret_key))
+            signers.append(lambda _call: auth_acl.client_metadata(access_key, secret_key))
         if namespace:  # every v2 call, as the official SDKs send it: the servers read its names in this namespace
             header = ((NAMESPACE_HEADER, namespace),)  # (internal calls, the admin's, name topics by stored names)
-            signers.append(lambda method: () if auth_internal.is_internal(method) else header)
-        self._interceptors = auth_internal.signing_interceptors(signers)
+            signers.append(lambda call: () if auth_internal.is_internal(call.method) else header)
+        self._signers = signers
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._raw_send: dict[str, object] = {}
         self._stubs: dict[tuple[str, type], object] = {}  # a stub builds one callable per RPC: once per address
@@ -66,7 +66,8 @@ class Transport:
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = self._tls.aio_channel(address, CHANNEL_OPTIONS, self._interceptors)
+            interceptors = auth_internal.signing_interceptors(self._signers, audience=address)
+            channel = self._channels[address] = self._tls.aio_channel(address, CHANNEL_OPTIONS, interceptors)
         return channel
 
     def _stub(self, address: str, stub_cls):

@@ -75,15 +75,14 @@ def check_config(config: GuardConfig, cluster_secret: str) -> None:
 
 
 class Guard:
-    def __init__(self, config: GuardConfig, lookup: Lookup, cluster_secret: str,
-                 cluster_window_ms: int = auth_internal.WINDOW_MS_DEFAULT,
-                 recheck: Callable[[], Awaitable[bool]] | None = None):
-        """`recheck()`: asked once before a client's call is refused; True means the users and ACLs may have changed
-        since (a follower that applied a change it was behind on), and the call is decided again."""
+    def __init__(self, config: GuardConfig, lookup: Lookup, recheck: Callable[[], Awaitable[bool]] | None = None):
+        """A server or an admin is proven by the cluster secret (auth_internal's interceptor decides it for each call,
+        over the call's request); a client by its ACL 2.0 user. `recheck()`: asked once before a client's call is
+        refused; True means the users and ACLs may have changed since (a follower that applied a change it was behind
+        on), and the call is decided again."""
         self.config = config
         self.lookup = lookup
         self.recheck = recheck
-        self._internal = auth_internal.Verifier(cluster_secret, cluster_window_ms) if cluster_secret else None
         self._log = RefusalLog("client call", log)
 
     async def refusal(self, method: str, request, context, path: str | None = None) -> RocketraftError | None:
@@ -110,11 +109,9 @@ class Guard:
         ACL 2.0 user (AuthenticationError if neither can be established)."""
         metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
         source_ip = auth_acl.peer_ip(serving.client_peer(context))
-        proof_refused = None
-        if self._internal is not None and auth_internal.HEADER_SIGNATURE in metadata:
-            proof_refused = self._internal.refusal(path, metadata.items())
-            if proof_refused is None:
-                return Caller(None, None, source_ip)
+        proof_refused = auth_internal.call_proof()  # decided over the call's request by auth_internal's interceptor
+        if proof_refused == auth_internal.PROVEN:
+            return Caller(None, None, source_ip)
         cred = auth_acl.credential(metadata)
         if cred is None and proof_refused is not None:  # a server's or admin's call with a bad proof: say why
             raise AuthenticationError(proof_refused)
@@ -149,7 +146,7 @@ class Guard:
 
 def _carries_internal_proof(context) -> bool:
     """A server's or admin's call (its proof is checked once: a nonce seen twice reads as a replay)."""
-    return any(key == auth_internal.HEADER_SIGNATURE for key, _ in context.invocation_metadata() or ())
+    return auth_internal.carries_proof(context.invocation_metadata())
 
 
 @dataclass(frozen=True)

@@ -6,27 +6,39 @@ once a server has one configured. The proof travels in gRPC metadata:
 
     x-rocketraft-auth-time-ms   the caller's wall clock, ms since the epoch
     x-rocketraft-auth-nonce     32 random hex digits, never used twice
-    x-rocketraft-auth-signature hex HMAC-SHA256(secret, "<method>\\n<time-ms>\\n<nonce>")
+    x-rocketraft-auth-audience  the server the call is for: the "host:port" the caller dialed
+    x-rocketraft-auth-proof     hex HMAC-SHA256(secret, "rocketraft-proof-2\n<method>\n<time-ms>\n<nonce>\n
+                                <audience>\n<digest>"), digest = hex SHA-256 of the request's bytes on the wire
+                                ("-" for a call whose requests stream)
 
-The server recomputes the signature and compares in constant time, refuses a time further than the window
-(`clusterAuthWindowMillis`) from its own clock, and refuses a nonce it has seen inside the window (a replay).
-The secret itself never crosses the network. It is read from a config key, the environment
-(ROCKETRAFT_CLUSTER_SECRET) or a file (ROCKETRAFT_CLUSTER_SECRET_FILE), never defaulted.
+A proof is bound to one call: its method, its request, the server it was sent to and its time. The server
+recomputes the signature over the request it received and compares in constant time, refuses an audience that is
+not itself (auth_audience), a time further than the window (`clusterAuthWindowMillis`) from its own clock, and a
+nonce it has seen inside the window (a replay). So a proof observed on the network is good for nothing but the same
+request at the same server, which the nonce refuses. The secret itself never crosses the network. It is read from a
+config key, the environment (ROCKETRAFT_CLUSTER_SECRET) or a file (ROCKETRAFT_CLUSTER_SECRET_FILE), never defaulted.
+The proof of releases before 2026-11-27 (x-rocketraft-auth-signature: HMAC of the method, time and nonce only) is
+refused unless the server is told to accept it during a rolling upgrade (clusterAuthLegacyProofs; the NameServer's
+--cluster-auth-legacy-proofs); a server so told also adds it to its own calls, for the servers not upgraded yet.
 """
 
 from __future__ import annotations
 
 import collections
+import contextvars
 import hashlib
 import hmac
+import inspect
 import logging
 import os
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import NamedTuple
 
 import grpc
 
+from .auth_audience import Audiences
 from .refusals import RefusalLog
 
 log = logging.getLogger(__name__)
@@ -39,7 +51,11 @@ NONCES_MAX = 100_000  # proofs remembered at once inside the window; more is ref
 
 HEADER_TIME = "x-rocketraft-auth-time-ms"
 HEADER_NONCE = "x-rocketraft-auth-nonce"
-HEADER_SIGNATURE = "x-rocketraft-auth-signature"
+HEADER_PROOF = "x-rocketraft-auth-proof"
+HEADER_AUDIENCE = "x-rocketraft-auth-audience"
+LEGACY_HEADER_SIGNATURE = "x-rocketraft-auth-signature"  # the proof before 2026-11-27 (clusterAuthLegacyProofs)
+PROOF_HEADERS = (HEADER_PROOF, LEGACY_HEADER_SIGNATURE)
+STREAMED = "-"  # the digest of a call whose requests stream (they are not known when it opens)
 INTERNAL_PREFIXES = ("/rocketraft.internal.v1.", "/rocketraft.auth.v1.")
 WHAT_TO_SET = (f"set the cluster secret on the caller ({SECRET_ENV} or {SECRET_FILE_ENV}; on a broker the key "
                f"clusterSecret) to the value the servers have")
@@ -79,45 +95,97 @@ def is_internal(method: str) -> bool:
     return method.startswith(INTERNAL_PREFIXES)
 
 
-def signature(secret: str, method: str, time_ms: str, nonce: str) -> str:
+def request_digest(request) -> str:
+    """Hex SHA-256 of a request's bytes on the wire (a message is serialized as its channel serializes it); STREAMED
+    for a call whose requests stream (request None)."""
+    if request is None:
+        return STREAMED
+    data = request if isinstance(request, bytes | bytearray | memoryview) else request.SerializeToString()
+    return hashlib.sha256(data).hexdigest()
+
+
+def signature(secret: str, method: str, time_ms: str, nonce: str, audience: str, digest: str) -> str:
+    text = f"rocketraft-proof-2\n{method}\n{time_ms}\n{nonce}\n{audience}\n{digest}"
+    return hmac.new(secret.encode(), text.encode(), hashlib.sha256).hexdigest()
+
+
+def legacy_signature(secret: str, method: str, time_ms: str, nonce: str) -> str:
+    """The proof of releases before 2026-11-27 (accepted only with clusterAuthLegacyProofs)."""
     return hmac.new(secret.encode(), f"{method}\n{time_ms}\n{nonce}".encode(), hashlib.sha256).hexdigest()
 
 
-def proof(secret: str, method: str, now_ms: int | None = None) -> tuple[tuple[str, str], ...]:
-    """The metadata that proves the caller knows `secret`, for one call of `method` ("/package.Service/Rpc")."""
+def proof(secret: str, method: str, audience: str, request=None, now_ms: int | None = None, legacy: bool = False
+          ) -> tuple[tuple[str, str], ...]:
+    """The metadata that proves the caller knows `secret`, for one call of `method` ("/package.Service/Rpc") with
+    `request` (its message or bytes; None for a call whose requests stream) to the server at `audience` (the
+    "host:port" the caller dials). `legacy`: also the proof of releases before 2026-11-27, for servers not upgraded
+    yet (a server with clusterAuthLegacyProofs)."""
     time_ms = str(int(time.time() * 1000) if now_ms is None else now_ms)
     nonce = secrets.token_hex(16)
-    return ((HEADER_TIME, time_ms), (HEADER_NONCE, nonce),
-            (HEADER_SIGNATURE, signature(secret, method, time_ms, nonce)))
+    metadata = ((HEADER_TIME, time_ms), (HEADER_NONCE, nonce), (HEADER_AUDIENCE, audience),
+                (HEADER_PROOF, signature(secret, method, time_ms, nonce, audience, request_digest(request))))
+    if legacy:
+        metadata += ((LEGACY_HEADER_SIGNATURE, legacy_signature(secret, method, time_ms, nonce)),)
+    return metadata
 
 
 class Verifier:
-    """Checks proofs for one server: constant-time compare, a time window, a bounded replay memory."""
+    """Checks proofs for one server: constant-time compare, its audience, a time window, a bounded replay memory."""
 
     def __init__(self, secret: str, window_ms: int = WINDOW_MS_DEFAULT, nonces_max: int = NONCES_MAX,
-                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)):
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                 audiences: Audiences | None = None, legacy_proofs: bool = False):
         if window_ms < 1:
             raise ValueError(f"clusterAuthWindowMillis {window_ms}: use at least 1 (ms)")
         self.secret = check_secret(secret)
         self.window_ms = window_ms
         self.nonces_max = nonces_max
         self.clock_ms = clock_ms
+        self.audiences = audiences if audiences is not None else Audiences()
+        self.legacy_proofs = legacy_proofs
         self._seen: collections.OrderedDict[str, int] = collections.OrderedDict()  # nonce -> forget at (ms)
+        self._legacy_log = RefusalLog("a proof of the cluster secret in the format before 2026-11-27 accepted "
+                                      "(clusterAuthLegacyProofs)", log)
 
-    def refusal(self, method: str, metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:
-        """None if the call carries a valid, fresh proof; otherwise why it does not (a message for the caller)."""
-        fields = {k: v for k, v in (metadata or ()) if k in (HEADER_TIME, HEADER_NONCE, HEADER_SIGNATURE)}
-        if len(fields) < 3:
+    async def refusal(self, method: str, metadata: Iterable[tuple[str, str | bytes]] | None,
+                      digest: str = STREAMED) -> str | None:
+        """None if the call (its request's `digest`, request_digest) carries a valid, fresh proof made for this
+        server; otherwise why it does not (a message for the caller)."""
+        fields = {k: v for k, v in (metadata or ()) if k in (HEADER_TIME, HEADER_NONCE, HEADER_AUDIENCE,
+                                                              *PROOF_HEADERS)}
+        if not ({HEADER_TIME, HEADER_NONCE} <= fields.keys() and fields.keys() & set(PROOF_HEADERS)):
             return f"{method} is an internal call and carried no proof of the cluster secret; {WHAT_TO_SET}"
-        time_ms, nonce, given = (str(fields[HEADER_TIME]), str(fields[HEADER_NONCE]), str(fields[HEADER_SIGNATURE]))
-        if not hmac.compare_digest(signature(self.secret, method, time_ms, nonce).encode(), given.encode()):
-            return f"{method}: the proof of the cluster secret does not match this server's secret; {WHAT_TO_SET}"
+        time_ms, nonce = str(fields[HEADER_TIME]), str(fields[HEADER_NONCE])
+        if HEADER_PROOF not in fields:
+            refused = self._legacy_refusal(method, time_ms, nonce, str(fields[LEGACY_HEADER_SIGNATURE]))
+            if refused is not None:
+                return refused
+        else:
+            given, audience = str(fields[HEADER_PROOF]), str(fields.get(HEADER_AUDIENCE, ""))
+            expected = signature(self.secret, method, time_ms, nonce, audience, digest)
+            if not hmac.compare_digest(expected.encode(), given.encode()):
+                return (f"{method}: the proof of the cluster secret does not match this call (another request, "
+                        f"method or server than it was made for) or this server's secret; {WHAT_TO_SET}")
+            refused = await self.audiences.refusal(audience)
+            if refused is not None:
+                return f"{method}: {refused}"
         now = self.clock_ms()
         skew_ms = abs(now - int(time_ms)) if time_ms.isascii() and time_ms.isdigit() else None
         if skew_ms is None or skew_ms > self.window_ms:
             return (f"{method}: the call's time {time_ms} is {skew_ms} ms from this server's clock, outside "
                     f"clusterAuthWindowMillis ({self.window_ms} ms): synchronise the clocks (NTP)")
         return self._remember(method, nonce, now)
+
+    def _legacy_refusal(self, method: str, time_ms: str, nonce: str, given: str) -> str | None:
+        if not self.legacy_proofs:
+            return (f"{method}: the proof names no server (the format before 2026-11-27, which did not bind a proof "
+                    f"to its request and server): upgrade the caller; during a rolling upgrade, this server accepts "
+                    f"it with clusterAuthLegacyProofs=true (NameServer: --cluster-auth-legacy-proofs), "
+                    f"docs/operations.md")
+        if not hmac.compare_digest(legacy_signature(self.secret, method, time_ms, nonce).encode(), given.encode()):
+            return f"{method}: the proof of the cluster secret does not match this server's secret; {WHAT_TO_SET}"
+        self._legacy_log.note(f"{method}: upgrade the caller, then remove the setting")
+        return None
 
     def _remember(self, method: str, nonce: str, now_ms: int) -> str | None:
         while self._seen and next(iter(self._seen.values())) <= now_ms:
@@ -132,16 +200,36 @@ class Verifier:
         return None
 
 
-def _unauthenticated(message: str) -> grpc.RpcMethodHandler:
-    async def refuse(request, context):
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+# What the server decided about the proof the current call carries (set by ServerInterceptor for the call's
+# handler): NO_PROOF, PROVEN, or the refusal's message. auth_guard reads it; nothing verifies a proof twice.
+NO_PROOF = None
+PROVEN = ""
+_CALL_PROOF: contextvars.ContextVar[str | None] = contextvars.ContextVar("rocketraft_call_proof", default=NO_PROOF)
 
-    return grpc.unary_unary_rpc_method_handler(refuse)
+
+def carries_proof(metadata) -> bool:
+    """Whether a call's metadata carries a proof of the cluster secret (of either format)."""
+    return any(key in PROOF_HEADERS for key, _ in metadata or ())
+
+
+def call_proof() -> str | None:
+    """NO_PROOF (None), PROVEN (""), or why the current call's proof was refused."""
+    return _CALL_PROOF.get()
+
+
+class _Digested:
+    """A request as the handler gets it, with the digest of its bytes on the wire."""
+    __slots__ = ("request", "digest")
+
+    def __init__(self, request, digest: str):
+        self.request, self.digest = request, digest
 
 
 class ServerInterceptor(grpc.aio.ServerInterceptor):
-    """Refuses internal calls without a valid proof with UNAUTHENTICATED; lets every other call through, and the
-    `user_methods` (admin calls an ACL 2.0 user may make, checked by the service's own guard: auth_guard)."""
+    """Checks the proof of every call that carries one, over the request it carries, before its handler runs.
+    Internal calls need a valid proof (UNAUTHENTICATED otherwise), except the `user_methods` (admin calls an ACL 2.0
+    user may make, checked by the service's own guard: auth_guard); every other call goes on, and its handler can
+    read the outcome (call_proof)."""
 
     def __init__(self, verifier: Verifier, user_methods: frozenset[str] = frozenset()):
         self.verifier = verifier
@@ -149,24 +237,119 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         self._log = RefusalLog("unauthenticated internal call", log)
 
     async def intercept_service(self, continuation, details: grpc.HandlerCallDetails):
-        if not is_internal(details.method) or details.method in self.user_methods:
-            return await continuation(details)
-        message = self.verifier.refusal(details.method, details.invocation_metadata)
-        if message is None:
-            return await continuation(details)
-        self._log.note(message)
-        return _unauthenticated(message)
+        method = details.method
+        required = is_internal(method) and method not in self.user_methods
+        metadata = tuple(details.invocation_metadata or ())
+        if not carries_proof(metadata):
+            if not required:
+                return await continuation(details)
+            message = f"{method} is an internal call and carried no proof of the cluster secret; {WHAT_TO_SET}"
+            self._log.note(message)
+            return _unauthenticated(message)
+        handler = await continuation(details)
+        return None if handler is None else self._checked(handler, method, metadata, required)
+
+    async def _decide(self, method: str, metadata, digest: str, required: bool, context) -> contextvars.Token:
+        refused = await self.verifier.refusal(method, metadata, digest)
+        if refused is not None and required:
+            self._log.note(refused)
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, refused)
+        return _CALL_PROOF.set(PROVEN if refused is None else refused)
+
+    def _checked(self, handler: grpc.RpcMethodHandler, method: str, metadata, required: bool):
+        decide = self._decide
+        if not handler.request_streaming:
+            parse = handler.request_deserializer
+
+            def deserializer(data: bytes) -> _Digested:
+                return _Digested(parse(data) if parse is not None else data, hashlib.sha256(data).hexdigest())
+
+            if handler.response_streaming:
+                inner = handler.unary_stream
+
+                async def unary_stream(digested: _Digested, context):
+                    token = await decide(method, metadata, digested.digest, required, context)
+                    try:
+                        async for response in _responses(inner(digested.request, context)):
+                            yield response
+                    finally:
+                        _CALL_PROOF.reset(token)
+
+                return handler._replace(request_deserializer=deserializer, unary_stream=unary_stream)
+            inner = handler.unary_unary
+
+            async def unary_unary(digested: _Digested, context):
+                token = await decide(method, metadata, digested.digest, required, context)
+                try:
+                    return await _result(inner(digested.request, context))
+                finally:
+                    _CALL_PROOF.reset(token)
+
+            return handler._replace(request_deserializer=deserializer, unary_unary=unary_unary)
+        if handler.response_streaming:
+            inner = handler.stream_stream
+
+            async def stream_stream(requests, context):
+                token = await decide(method, metadata, STREAMED, required, context)
+                try:
+                    async for response in _responses(inner(requests, context)):
+                        yield response
+                finally:
+                    _CALL_PROOF.reset(token)
+
+            return handler._replace(stream_stream=stream_stream)
+        inner = handler.stream_unary
+
+        async def stream_unary(requests, context):
+            token = await decide(method, metadata, STREAMED, required, context)
+            try:
+                return await _result(inner(requests, context))
+            finally:
+                _CALL_PROOF.reset(token)
+
+        return handler._replace(stream_unary=stream_unary)
+
+
+async def _result(value):
+    return await value if inspect.isawaitable(value) else value
+
+
+async def _responses(produced):
+    """A response-streaming handler's responses, whether it yields them or writes them itself (a coroutine)."""
+    if hasattr(produced, "__aiter__"):
+        async for response in produced:
+            yield response
+    elif inspect.isawaitable(produced):
+        await produced
+    else:
+        for response in produced:
+            yield response
+
+
+def _unauthenticated(message: str) -> grpc.RpcMethodHandler:
+    async def refuse(request, context):
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+    return grpc.unary_unary_rpc_method_handler(refuse)
 
 
 def server_interceptors(secret: str, window_ms: int = WINDOW_MS_DEFAULT, *, who: str,
-                        user_methods: frozenset[str] = frozenset()) -> list:
-    """The interceptors a server is built with: [] (and one warning) when no secret is configured."""
+                        user_methods: frozenset[str] = frozenset(), audiences: Audiences | None = None,
+                        legacy_proofs: bool = False) -> list:
+    """The interceptors a server is built with: [] (and one warning) when no secret is configured. `audiences`: the
+    names the server answers to (it may add its bound address after binding)."""
     if not secret:
         log.warning("%s: no cluster secret is configured: internal traffic (registration, admin calls) is NOT "
                     "authenticated and anyone who reaches this port can register replicas or delete topics; set "
                     "%s or %s (docs/security.md)", who, SECRET_ENV, SECRET_FILE_ENV)
         return []
-    return [ServerInterceptor(Verifier(secret, window_ms), user_methods)]
+    if legacy_proofs:
+        log.warning("%s: proofs of the cluster secret in the format before 2026-11-27 are accepted "
+                    "(clusterAuthLegacyProofs): a proof observed on the network can be replayed to another server "
+                    "with another request inside the window; remove the setting once every server and admin tool "
+                    "is upgraded", who)
+    return [ServerInterceptor(Verifier(secret, window_ms, audiences=audiences, legacy_proofs=legacy_proofs),
+                              user_methods)]
 
 
 # -- the calling side ------------------------------------------------------------------------------------------
@@ -175,17 +358,24 @@ def _method_name(method: str | bytes) -> str:
     return method.decode() if isinstance(method, bytes) else method
 
 
-def _with_proof(secret: str, method: str, metadata) -> list[tuple[str, str]]:
-    return [*(metadata or ()), *proof(secret, method)]
+class Call(NamedTuple):
+    """What a signer may sign: the call's method, the server it goes to ("host:port" as dialed) and its request
+    (None for a call whose requests stream)."""
+    method: str
+    audience: str
+    request: object
 
 
-Signer = Callable[[str], tuple[tuple[str, str], ...]]  # method -> the metadata to add to its call (may be ())
+Signer = Callable[[Call], tuple[tuple[str, str], ...]]  # the metadata to add to a call (may be ())
 
 
-def cluster_signer(secret: str, every_call: bool) -> Signer:
-    """The proof of `secret` for every call, or (every_call False) for internal calls only."""
-    def sign(method: str) -> tuple[tuple[str, str], ...]:
-        return proof(secret, method) if every_call or is_internal(method) else ()
+def cluster_signer(secret: str, every_call: bool, legacy: bool = False) -> Signer:
+    """The proof of `secret` for every call, or (every_call False) for internal calls only; `legacy`: with the proof
+    of releases before 2026-11-27 too (proof)."""
+    def sign(call: Call) -> tuple[tuple[str, str], ...]:
+        if every_call or is_internal(call.method):
+            return proof(secret, call.method, call.audience, call.request, legacy=legacy)
+        return ()
 
     return sign
 
@@ -195,12 +385,13 @@ class _AioSigning:
     is an instance of (an if/elif chain in its channel), so one object of all four kinds intercepts unary-unary
     calls only: ReceiveMessage, PullMessage and Telemetry went out unsigned. One object per kind (_aio_signers)."""
 
-    def __init__(self, signers: list[Signer]):
+    def __init__(self, signers: list[Signer], audience: str):
         self.signers = signers
+        self.audience = audience
 
-    def _details(self, d: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
-        method = _method_name(d.method)
-        extra = [item for signer in self.signers for item in signer(method)]
+    def _details(self, d: grpc.aio.ClientCallDetails, request=None) -> grpc.aio.ClientCallDetails:
+        call = Call(_method_name(d.method), self.audience, request)
+        extra = [item for signer in self.signers for item in signer(call)]
         if not extra:
             return d
         metadata = grpc.aio.Metadata(*(d.metadata or ()), *extra)
@@ -209,12 +400,12 @@ class _AioSigning:
 
 class _AioUnaryUnarySigner(_AioSigning, grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(self, continuation, details, request):
-        return await continuation(self._details(details), request)
+        return await continuation(self._details(details, request), request)
 
 
 class _AioUnaryStreamSigner(_AioSigning, grpc.aio.UnaryStreamClientInterceptor):
     async def intercept_unary_stream(self, continuation, details, request):
-        return await continuation(self._details(details), request)
+        return await continuation(self._details(details, request), request)
 
 
 class _AioStreamUnarySigner(_AioSigning, grpc.aio.StreamUnaryClientInterceptor):
@@ -227,21 +418,23 @@ class _AioStreamStreamSigner(_AioSigning, grpc.aio.StreamStreamClientInterceptor
         return await continuation(self._details(details), request_iterator)
 
 
-def _aio_signers(signers: list[Signer]) -> list:
-    return [kind(signers) for kind in (_AioUnaryUnarySigner, _AioUnaryStreamSigner, _AioStreamUnarySigner,
-                                       _AioStreamStreamSigner)]
+def _aio_signers(signers: list[Signer], audience: str) -> list:
+    return [kind(signers, audience) for kind in (_AioUnaryUnarySigner, _AioUnaryStreamSigner, _AioStreamUnarySigner,
+                                                 _AioStreamStreamSigner)]
 
 
-def aio_interceptors(secret: str, every_call: bool = True) -> list | None:
-    """Interceptors for grpc.aio channels that sign calls with `secret` (None when there is none): every call (a
-    server's or an admin's: their client calls then pass ACL 2.0 as the cluster's own), or only internal ones
-    (producers and consumers, whose client calls are a user's business)."""
-    return _aio_signers([cluster_signer(secret, every_call)]) if secret else None
+def aio_interceptors(secret: str, every_call: bool = True, *, audience: str, legacy: bool = False) -> list | None:
+    """Interceptors for a grpc.aio channel to `audience` ("host:port" as dialed) that sign calls with `secret` (None
+    when there is none): every call (a server's or an admin's: their client calls then pass ACL 2.0 as the cluster's
+    own), or only internal ones (producers and consumers, whose client calls are a user's business). `legacy`: a
+    server with clusterAuthLegacyProofs adds the older proof for servers not upgraded yet."""
+    return _aio_signers([cluster_signer(secret, every_call, legacy)], audience) if secret else None
 
 
-def signing_interceptors(signers: list[Signer]) -> list | None:
-    """One interceptor for grpc.aio channels adding what each signer gives a call (None when there are none)."""
-    return _aio_signers(signers) if signers else None
+def signing_interceptors(signers: list[Signer], audience: str) -> list | None:
+    """Interceptors for a grpc.aio channel to `audience` adding what each signer gives a call (None when there are
+    none)."""
+    return _aio_signers(signers, audience) if signers else None
 
 
 class _SyncDetails(grpc.ClientCallDetails):
@@ -253,17 +446,18 @@ class _SyncDetails(grpc.ClientCallDetails):
 
 class _SyncSigner(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
                   grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
-    def __init__(self, secret: str):
-        self.secret = secret
+    def __init__(self, secret: str, audience: str):
+        self.secret, self.audience = secret, audience
 
-    def _details(self, d):
-        return _SyncDetails(d, _with_proof(self.secret, _method_name(d.method), d.metadata))
+    def _details(self, d, request=None):
+        method = _method_name(d.method)
+        return _SyncDetails(d, [*(d.metadata or ()), *proof(self.secret, method, self.audience, request)])
 
     def intercept_unary_unary(self, continuation, details, request):
-        return continuation(self._details(details), request)
+        return continuation(self._details(details, request), request)
 
     def intercept_unary_stream(self, continuation, details, request):
-        return continuation(self._details(details), request)
+        return continuation(self._details(details, request), request)
 
     def intercept_stream_unary(self, continuation, details, request_iterator):
         return continuation(self._details(details), request_iterator)
@@ -272,6 +466,7 @@ class _SyncSigner(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterc
         return continuation(self._details(details), request_iterator)
 
 
-def signed_channel(channel: grpc.Channel, secret: str) -> grpc.Channel:
-    """A blocking channel that signs every call with `secret` (the channel itself when there is none)."""
-    return grpc.intercept_channel(channel, _SyncSigner(secret)) if secret else channel
+def signed_channel(channel: grpc.Channel, secret: str, audience: str) -> grpc.Channel:
+    """A blocking channel to `audience` ("host:port" as dialed) that signs every call with `secret` (the channel
+    itself when there is none)."""
+    return grpc.intercept_channel(channel, _SyncSigner(secret, audience)) if secret else channel

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import grpc
 import pytest
@@ -78,13 +79,53 @@ def test_unsigned_delete_topic_is_refused_by_the_nameserver_and_by_brokeradmin_a
 def test_a_replayed_signed_call_is_refused(cluster):
     channel = unsigned(cluster.namesrv_address)
     method = "/rocketraft.internal.v1.NameServer/GetClusterInfo"
-    proof = auth_internal.proof(SECRET, method)
+    proof = auth_internal.proof(SECRET, method, cluster.namesrv_address, ipb.GetClusterInfoRequest())
     call = channel.unary_unary(method, request_serializer=ipb.GetClusterInfoRequest.SerializeToString,
                                response_deserializer=ipb.GetClusterInfoResponse.FromString)
     assert call(ipb.GetClusterInfoRequest(), metadata=proof, timeout=5).groups
     with pytest.raises(grpc.RpcError) as e:
         call(ipb.GetClusterInfoRequest(), metadata=proof, timeout=5)
     assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED and "replayed" in e.value.details()
+
+
+def test_an_observed_proof_is_good_for_no_other_request_and_no_other_server(cluster):
+    """Issue 30, item 1: a proof seen on the wire (an admin's CreateUser to the master, in plaintext) once made a
+    SUPER user when replayed with another body on a follower. It is bound to its request and to its server."""
+    from rocketraft.proto import auth_pb2 as apb
+    from rocketraft.proto import auth_pb2_grpc as apb_grpc
+
+    master = cluster.wait_master()
+    follower = next(r for r in cluster.ids if r != master)
+    method = "/rocketraft.auth.v1.BrokerAuth/CreateUser"
+    observed = apb.UserRequest(user=apb.User(username="observed", password="observed-password", type=apb.NORMAL))
+    seen = auth_internal.proof(SECRET, method, cluster.address_of[master], observed)
+
+    def create_user(replica: str, request: apb.UserRequest) -> apb.AuthChangeResponse:
+        return apb_grpc.BrokerAuthStub(unsigned(cluster.address_of[replica])).CreateUser(
+            request, metadata=seen, timeout=5)
+
+    assert create_user(master, observed).code == Code.OK  # the admin's own call
+    mallory = apb.UserRequest(user=apb.User(username="mallory", password="mallory-password", type=apb.SUPER))
+    for replica, request, refusal in ((follower, mallory, "does not match this call"),
+                                      (master, mallory, "does not match this call"),
+                                      (follower, observed, "not this server")):
+        with pytest.raises(grpc.RpcError) as e:
+            create_user(replica, request)
+        assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED and refusal in e.value.details(), e.value.details()
+    found = apb_grpc.BrokerAuthStub(cluster.channel(cluster.address_of[master])).GetUser(
+        apb.NameRequest(name="mallory"), timeout=5)
+    assert found.code != Code.OK and not found.user.username
+
+
+def test_a_proof_of_the_format_before_2026_11_27_is_refused_naming_the_upgrade_setting(cluster):
+    method = "/rocketraft.internal.v1.NameServer/GetClusterInfo"
+    time_ms, nonce = str(int(time.time() * 1000)), "cd" * 16
+    old = ((auth_internal.HEADER_TIME, time_ms), (auth_internal.HEADER_NONCE, nonce),
+           (auth_internal.LEGACY_HEADER_SIGNATURE, auth_internal.legacy_signature(SECRET, method, time_ms, nonce)))
+    with pytest.raises(grpc.RpcError) as e:
+        ipb_grpc.NameServerStub(unsigned(cluster.namesrv_address)).GetClusterInfo(
+            ipb.GetClusterInfoRequest(), metadata=old, timeout=5)
+    assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED and "--cluster-auth-legacy-proofs" in e.value.details()
 
 
 def test_with_the_secret_the_cluster_serves_the_official_sdk_and_the_admin_client(cluster):
