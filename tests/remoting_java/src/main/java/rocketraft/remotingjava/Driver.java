@@ -34,7 +34,8 @@
 //
 // Options of every command: --access-key/--secret-key (ACL 1.0: rocketmq-acl's AclClientRPCHook signs each
 // request), --tls (the client's TLS mode: -Dtls.enable=true and ClientConfig.useTLS), --poll-namesrv-ms M (how often
-// the client refreshes routes; the client's default is 30 s), --instance NAME.
+// the client refreshes routes; the client's default is 30 s), --instance NAME, --offset-store-dir D (where a
+// broadcasting consumer keeps its offsets; default: a new temporary directory, so no two runs share them).
 //
 // Messages: body "message-{i}" unless --body (padded with "x" or cut to --body-size bytes); {i} in --body, --tag,
 // --keys and property values is the message's index; every message carries the property seq=<index> (and orderKey
@@ -53,10 +54,14 @@ import com.google.gson.JsonElement;
 import com.google.gson.JsonObject;
 import com.google.gson.JsonParser;
 import java.io.BufferedReader;
+import java.io.IOException;
 import java.io.InputStream;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.Comparator;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -69,6 +74,7 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.stream.Stream;
 import org.apache.rocketmq.acl.common.AclClientRPCHook;
 import org.apache.rocketmq.acl.common.SessionCredentials;
 import org.apache.rocketmq.client.ClientConfig;
@@ -871,6 +877,21 @@ public final class Driver {
         emit("error", f);
     }
 
+    static String offsetStoreDir(Args a) throws IOException {
+        if (a.has("offset-store-dir")) {
+            return a.get("offset-store-dir", null);
+        }
+        Path dir = Files.createTempDirectory("rocketraft-driver-offsets");
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            try (Stream<Path> paths = Files.walk(dir)) {
+                paths.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
+            } catch (IOException ignored) {
+                // a leftover temporary directory is harmless
+            }
+        }));
+        return dir.toString();
+    }
+
     public static void main(String[] argv) {
         if (argv.length == 0) {
             System.err.println("usage: java -jar remoting-java-driver.jar <command> --namesrv host:port ... "
@@ -899,6 +920,9 @@ public final class Driver {
             if (a.has("tls")) {
                 System.setProperty("tls.enable", "true");
             }
+            // a broadcasting consumer's offsets live in files (LocalFileOffsetStore, read once when the class loads):
+            // in a directory of the run's own, never shared with another run through ~/.rocketmq_offsets
+            System.setProperty("rocketmq.client.localOffsetStoreDir", offsetStoreDir(a));
             switch (argv[0]) {
                 case "send": send(a); break;
                 case "transaction": transaction(a); break;
