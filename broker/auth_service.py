@@ -1,9 +1,11 @@
 """rocketraft.auth.v1.BrokerAuth on a broker replica: users and ACLs checked at the door, then committed through
 the group's Raft log (broker/auth_store.py applies them), and the lookup the broker's ACL guard uses.
 
-Every call here needs the cluster secret's proof (the server's interceptor refuses it otherwise). Answers of
-GetUser and ListUsers leave passwords out; GetSubject, which a NameServer uses to check a client's signature,
-carries it.
+Every call here needs the cluster secret's proof (the server's interceptor refuses it otherwise). On a broker
+without a secret nobody is authenticated, so a user made or changed there is stored `unconfirmed`: refused at
+authentication until an admin holding the secret confirms it (ConfirmUser) or deletes it, so users an outsider made
+before the cluster was hardened do not survive the hardening. Answers of GetUser and ListUsers leave passwords out;
+GetSubject, which a NameServer uses to check a client's signature, carries it.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ LIST_MAX = 10_000  # users or ACLs one List call answers at most
 
 
 class BrokerAuthService(apb_grpc.BrokerAuthServicer):
-    def __init__(self, broker: Broker, view: AuthView):
+    def __init__(self, broker: Broker, view: AuthView, authenticated: bool):
+        """`authenticated`: this broker has a cluster secret, so every call that reaches here was proven."""
         self.broker = broker
         self.view = view
+        self.authenticated = authenticated
 
     async def lookup(self, username: str, caller_ip: str = "") -> tuple[apb.User | None, auth_acl.Policy]:
         """The user and its ACL as this replica has applied them (the broker's ACL guard; local, so no caller is
@@ -37,13 +41,29 @@ class BrokerAuthService(apb_grpc.BrokerAuthServicer):
     async def _commit(self, change: spb.AuthCommand) -> None:
         await self.broker.commit(spb.Command(auth=change))
 
+    def _stored(self, user: apb.User, creating: bool) -> bytes:
+        out = auth_acl.check_user(user, creating)
+        out.unconfirmed = not self.authenticated
+        return out.SerializeToString()
+
     async def CreateUser(self, request, context):
         return await _change(lambda: self._commit(spb.AuthCommand(
-            kind=Kind.CREATE_USER, user=auth_acl.check_user(request.user, creating=True).SerializeToString())))
+            kind=Kind.CREATE_USER, user=self._stored(request.user, creating=True))))
 
     async def UpdateUser(self, request, context):
         return await _change(lambda: self._commit(spb.AuthCommand(
-            kind=Kind.UPDATE_USER, user=auth_acl.check_user(request.user, creating=False).SerializeToString())))
+            kind=Kind.UPDATE_USER, user=self._stored(request.user, creating=False))))
+
+    async def ConfirmUser(self, request, context):
+        def confirm():
+            auth_acl.check_username(request.name)
+            if not self.authenticated:
+                raise BadRequestError(f"confirmUser {request.name}: this broker has no cluster secret, so nobody's "
+                                      f"confirmation is authenticated; set the secret on every server first "
+                                      f"(docs/security.md)")
+            return self._commit(spb.AuthCommand(kind=Kind.CONFIRM_USER, name=request.name))
+
+        return await _change(confirm)
 
     async def DeleteUser(self, request, context):
         def delete():
@@ -105,7 +125,7 @@ def _counted(found: int, what: str) -> str:
 
 
 def _without_password(user: apb.User) -> apb.User:
-    return apb.User(username=user.username, type=user.type, status=user.status)
+    return apb.User(username=user.username, type=user.type, status=user.status, unconfirmed=user.unconfirmed)
 
 
 async def _change(operation) -> apb.AuthChangeResponse:

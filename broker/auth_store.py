@@ -42,6 +42,14 @@ def _apply(command: spb.AuthCommand, db: dict, txn, error_cls):
             user = _updated(apb.User.FromString(raw), user)
         txn.put(user.username.encode(), user.SerializeToString(), db=users)
         return None
+    if command.kind == Kind.CONFIRM_USER:
+        raw = txn.get(command.name.encode(), db=users)
+        if raw is None:
+            return error_cls(Code.NOT_FOUND, f"user {command.name} does not exist; nothing to confirm")
+        user = apb.User.FromString(raw)
+        user.unconfirmed = False
+        txn.put(command.name.encode(), user.SerializeToString(), db=users)
+        return None
     if command.kind == Kind.DELETE_USER:
         if not txn.delete(command.name.encode(), db=users):
             return error_cls(Code.NOT_FOUND, f"user {command.name} does not exist; nothing to delete")
@@ -63,6 +71,7 @@ def _updated(stored: apb.User, change: apb.User) -> apb.User:
         out.type = change.type
     if change.status:
         out.status = change.status
+    out.unconfirmed = stored.unconfirmed or change.unconfirmed  # a change nobody authenticated taints the user
     return out
 
 

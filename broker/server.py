@@ -228,7 +228,7 @@ class BrokerServer:
 
     async def start(self) -> None:
         cfg = self.config
-        auth = BrokerAuthService(self.broker, AuthView(self.broker))
+        auth = BrokerAuthService(self.broker, AuthView(self.broker), authenticated=bool(cfg.cluster_secret))
         guard = Guard(cfg.guard_config, auth.lookup, recheck=self._auth_catch_up) if cfg.guard_config.on else None
         admin_descriptor = ipb.DESCRIPTOR.services_by_name["BrokerAdmin"]
         audiences = Audiences(listening=[cfg.listenAddress], addresses=[

@@ -305,6 +305,24 @@ class DevCluster:
                                         os.path.join(self.base_dir, "logs", f"{self.group}-{replica_id}.log"))
         return f"{replica_id}-{self.raft_of[replica_id]}"
 
+    def reconfigure(self, *, cluster_secret: str | None = None, broker_settings: dict | None = None,
+                    namesrv_args: tuple[str, ...] | None = None) -> None:
+        """Change settings of a stopped cluster (as an operator edits its config files): the next start() runs every
+        process with them, on the same addresses and stores."""
+        if any(p.alive for p in [*self.brokers.values(), *self.namesrv_procs]):
+            raise RuntimeError("reconfigure a stopped cluster: call stop() first")
+        if cluster_secret is not None:
+            self.cluster_secret = cluster_secret
+        if broker_settings is not None:
+            self.broker_settings = {**self.broker_settings, **broker_settings}
+        if namesrv_args is not None:
+            self.namesrv_args = namesrv_args
+        for replica_id in self.ids:
+            self._write_config(replica_id)  # the file each replica's command names
+        if not self.external_namesrv:
+            self.namesrv_procs = [self._namesrv_proc(i, a) for i, a in enumerate(self.namesrv_addresses)]
+            self.namesrv = self.namesrv_procs[0]
+
     def kill_namesrv(self, i: int) -> None:
         """kill -9 this cluster's i-th NameServer (it forgets everything; brokers re-register on restart)."""
         self.namesrv_procs[i].kill()

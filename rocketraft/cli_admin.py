@@ -7,7 +7,7 @@
     rocketraft admin queryMsgByKey -t orders -k order-42 | queryMsgById -t orders -i <id>
     rocketraft admin consumerProgress -g billing -t orders
     rocketraft admin updateTopic -t orders --namespace tenant-a            (a namespace's topics and groups)
-    rocketraft admin createUser | updateUser | deleteUser | getUser | listUser       (ACL 2.0: rocketraft/cli_auth.py)
+    rocketraft admin createUser | updateUser | deleteUser | confirmUser | getUser | listUser  (ACL 2.0: cli_auth.py)
     rocketraft admin createAcl | updateAcl | deleteAcl | getAcl | listAcl
     rocketraft admin transferLeader --group broker-a [--to n1]
     rocketraft admin addReplica --group broker-a --replica n3-10.0.0.4:40911

@@ -3,6 +3,7 @@
     rocketraft admin createUser -u alice -p <secret key> [--user-type NORMAL|SUPER] [--user-status ENABLE|DISABLE]
     rocketraft admin updateUser -u alice [-p ...] [--user-type ...] [--user-status ...]
     rocketraft admin deleteUser -u alice | getUser -u alice | listUser [--filter al]
+    rocketraft admin confirmUser -u alice   (a user made while the cluster had no secret: docs/security.md)
     rocketraft admin createAcl -s User:alice --resources Topic:orders,Group:billing -a Pub,Sub [-d ALLOW|DENY]
                                [--source-ip 10.0.0.0/8,...]
     rocketraft admin updateAcl ... (the subject must have an ACL) | deleteAcl -s User:alice [--resources ...]
@@ -22,9 +23,10 @@ from rich.console import Console
 from .client.admin import Admin
 from .client.auth_admin import AuthAdmin
 
-VERBS = ("createUser", "updateUser", "deleteUser", "getUser", "listUser",
+VERBS = ("createUser", "updateUser", "deleteUser", "confirmUser", "getUser", "listUser",
          "createAcl", "updateAcl", "deleteAcl", "getAcl", "listAcl")
 _NEEDS = {"createUser": ("username", "password"), "updateUser": ("username",), "deleteUser": ("username",),
+          "confirmUser": ("username",),
           "getUser": ("username",), "createAcl": ("subject", "resources", "actions"),
           "updateAcl": ("subject", "resources", "actions"), "deleteAcl": ("subject",), "getAcl": ("subject",)}
 _FLAGS = {"username": "-u", "password": "-p (or --password-file)", "subject": "-s", "resources": "--resources",
@@ -76,6 +78,8 @@ async def call(admin: Admin, args: argparse.Namespace):
         return await auth.update_user(args.username, args.password or "", args.user_type, args.user_status)
     if verb == "deleteUser":
         return await auth.delete_user(args.username)
+    if verb == "confirmUser":
+        return await auth.confirm_user(args.username)
     if verb == "getUser":
         return _plain(await auth.get_user(args.username))
     if verb == "listUser":
@@ -95,7 +99,7 @@ def _plain(message) -> dict:
 
 
 def show(console: Console, verb: str, result) -> None:
-    if verb in ("createUser", "updateUser", "deleteUser", "createAcl", "updateAcl", "deleteAcl"):
+    if verb in ("createUser", "updateUser", "deleteUser", "confirmUser", "createAcl", "updateAcl", "deleteAcl"):
         console.print(f"{verb} done on broker groups: {', '.join(result)}", highlight=False)
         return
     for item in result if isinstance(result, list) else [result]:

@@ -109,6 +109,11 @@ class AuthAdmin:
         return await self._change(f"delete user {username}", lambda s: s.DeleteUser(
             apb.NameRequest(name=username), timeout=self._timeout()))
 
+    async def confirm_user(self, username: str) -> list[str]:
+        """Confirm a user made or changed while its group had no cluster secret (docs/security.md)."""
+        return await self._change(f"confirm user {username}", lambda s: s.ConfirmUser(
+            apb.NameRequest(name=username), timeout=self._timeout()))
+
     async def get_user(self, username: str) -> apb.User:
         return (await self._read(f"get user {username}", lambda s: s.GetUser(
             apb.NameRequest(name=username), timeout=self._timeout()))).user

@@ -50,6 +50,7 @@ PAGES = (
     PageSpec("/groups", "Consumer groups", pages.groups, pages.groups_forms),
     PageSpec("/messages", "Messages", pages.messages, pages.messages_forms, live=False),
     PageSpec("/dlq", "Dead letters", pages.dlq),
+    PageSpec("/users", "Users", pages.users),
 )
 
 

@@ -8,7 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from rocketraft.client.admin import Admin, ConsumerGroupInfo, GroupInfo, TopicInfo, plain
+from rocketraft.client.auth_admin import AuthAdmin
 from rocketraft.client.message import ReceivedMessage
+from rocketraft.proto import auth_pb2 as apb
 from rocketraft.protocol.errors import BadRequestError, BrokerUnreachableError, RocketraftError
 from rocketraft.protocol.limits import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX
 from rocketraft.protocol.names import check_topic_name, dlq_topic, name_in, namespace_of
@@ -330,3 +332,24 @@ async def _dead_count(admin: Admin, topic: str) -> str:
         return str(sum(q.broker_offset for q in await admin.consumer_progress(group, topic)))
     except RocketraftError:
         return "?"
+
+
+# -- users -------------------------------------------------------------------------------------------------------
+async def users(ctx: Context, q: Mapping[str, str]) -> Page:
+    found = await AuthAdmin(ctx.admin).list_users()
+    unconfirmed = [u.username for u in found if u.unconfirmed]
+    rows = [[esc(u.username), esc(apb.UserType.Name(u.type)), esc(apb.UserStatus.Name(u.status)),
+             badge("unconfirmed", "down") if u.unconfirmed else badge("confirmed", "leader")] for u in found]
+    warn = notice(
+        f"{len(unconfirmed)} unconfirmed user(s): {', '.join(unconfirmed)}. They were made or changed while the broker "
+        "groups had no cluster secret, when anyone who reached a broker could do it, and are refused at "
+        "authentication. Confirm yours (rocketraft admin confirmUser -u NAME, with the secret) and delete the others "
+        "(docs/security.md, \"Users made before hardening\").", "warn") if unconfirmed else ""
+    sections = {"users": "<h2>Users (ACL 2.0) <span class=sub>as the first broker group that answers keeps "
+                         "them</span></h2>" + warn + table(["user", "type", "status", "made"], rows,
+                                                          "no user: ACL 2.0 users are made with rocketraft admin "
+                                                          "createUser", table_id="user-table")}
+    data = {"users": [{"username": u.username, "type": apb.UserType.Name(u.type),
+                       "status": apb.UserStatus.Name(u.status), "unconfirmed": u.unconfirmed} for u in found],
+            "unconfirmed": unconfirmed}
+    return Page("Users", sections, data)

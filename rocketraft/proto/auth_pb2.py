@@ -24,47 +24,47 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1brocketraft/proto/auth.proto\x12\x12rocketraft.auth.v1\"\x86\x01\n\x04User\x12\x10\n\x08username\x18\x01 \x01(\t\x12\x10\n\x08password\x18\x02 \x01(\t\x12*\n\x04type\x18\x03 \x01(\x0e\x32\x1c.rocketraft.auth.v1.UserType\x12.\n\x06status\x18\x04 \x01(\x0e\x32\x1e.rocketraft.auth.v1.UserStatus\"t\n\x0bPolicyEntry\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x63tions\x18\x02 \x03(\t\x12\x12\n\nsource_ips\x18\x03 \x03(\t\x12.\n\x08\x64\x65\x63ision\x18\x04 \x01(\x0e\x32\x1c.rocketraft.auth.v1.Decision\"H\n\x03\x41\x63l\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\x30\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x1f.rocketraft.auth.v1.PolicyEntry\"5\n\x0bUserRequest\x12&\n\x04user\x18\x01 \x01(\x0b\x32\x18.rocketraft.auth.v1.User\"\x1b\n\x0bNameRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x1d\n\x0bListRequest\x12\x0e\n\x06\x66ilter\x18\x01 \x01(\t\"6\n\x10\x44\x65leteAclRequest\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\x11\n\tresources\x18\x02 \x03(\t\"2\n\nAclRequest\x12$\n\x03\x61\x63l\x18\x01 \x01(\x0b\x32\x17.rocketraft.auth.v1.Acl\"3\n\x12\x41uthChangeResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"X\n\x0fGetUserResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12&\n\x04user\x18\x03 \x01(\x0b\x32\x18.rocketraft.auth.v1.User\"[\n\x11ListUsersResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\'\n\x05users\x18\x03 \x03(\x0b\x32\x18.rocketraft.auth.v1.User\"U\n\x0eGetAclResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12$\n\x03\x61\x63l\x18\x03 \x01(\x0b\x32\x17.rocketraft.auth.v1.Acl\"X\n\x10ListAclsResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12%\n\x04\x61\x63ls\x18\x03 \x03(\x0b\x32\x17.rocketraft.auth.v1.Acl\"\x81\x01\n\x12GetSubjectResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12&\n\x04user\x18\x03 \x01(\x0b\x32\x18.rocketraft.auth.v1.User\x12$\n\x03\x61\x63l\x18\x04 \x01(\x0b\x32\x17.rocketraft.auth.v1.Acl*<\n\x08UserType\x12\x19\n\x15USER_TYPE_UNSPECIFIED\x10\x00\x12\n\n\x06NORMAL\x10\x01\x12\t\n\x05SUPER\x10\x02*B\n\nUserStatus\x12\x1b\n\x17USER_STATUS_UNSPECIFIED\x10\x00\x12\n\n\x06\x45NABLE\x10\x01\x12\x0b\n\x07\x44ISABLE\x10\x02*9\n\x08\x44\x65\x63ision\x12\x18\n\x14\x44\x45\x43ISION_UNSPECIFIED\x10\x00\x12\t\n\x05\x41LLOW\x10\x01\x12\x08\n\x04\x44\x45NY\x10\x02\x32\xb5\x07\n\nBrokerAuth\x12U\n\nCreateUser\x12\x1f.rocketraft.auth.v1.UserRequest\x1a&.rocketraft.auth.v1.AuthChangeResponse\x12U\n\nUpdateUser\x12\x1f.rocketraft.auth.v1.UserRequest\x1a&.rocketraft.auth.v1.AuthChangeResponse\x12U\n\nDeleteUser\x12\x1f.rocketraft.auth.v1.NameRequest\x1a&.rocketraft.auth.v1.AuthChangeResponse\x12O\n\x07GetUser\x12\x1f.rocketraft.auth.v1.NameRequest\x1a#.rocketraft.auth.v1.GetUserResponse\x12S\n\tListUsers\x12\x1f.rocketraft.auth.v1.ListRequest\x1a%.rocketraft.auth.v1.ListUsersResponse\x12S\n\tCreateAcl\x12\x1e.rocketraft.auth.v1.AclRequest\x1a&.rocketraft.auth.v1.AuthChangeResponse\x12S\n\tUpdateAcl\x12\x1e.rocketraft.auth.v1.AclRequest\x1a&.rocketraft.auth.v1.AuthChangeResponse\x12Y\n\tDeleteAcl\x12$.rocketraft.auth.v1.DeleteAclRequest\x1a&.rocketraft.auth.v1.AuthChangeResponse\x12M\n\x06GetAcl\x12\x1f.rocketraft.auth.v1.NameRequest\x1a\".rocketraft.auth.v1.GetAclResponse\x12Q\n\x08ListAcls\x12\x1f.rocketraft.auth.v1.ListRequest\x1a$.rocketraft.auth.v1.ListAclsResponse\x12U\n\nGetSubject\x12\x1f.rocketraft.auth.v1.NameRequest\x1a&.rocketraft.auth.v1.GetSubjectResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1brocketraft/proto/auth.proto\x12\x12rocketraft.auth.v1\"\x9b\x01\n\x04User\x12\x10\n\x08username\x18\x01 \x01(\t\x12\x10\n\x08password\x18\x02 \x01(\t\x12*\n\x04type\x18\x03 \x01(\x0e\x32\x1c.rocketraft.auth.v1.UserType\x12.\n\x06status\x18\x04 \x01(\x0e\x32\x1e.rocketraft.auth.v1.UserStatus\x12\x13\n\x0bunconfirmed\x18\x05 \x01(\x08\"t\n\x0bPolicyEntry\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x63tions\x18\x02 \x03(\t\x12\x12\n\nsource_ips\x18\x03 \x03(\t\x12.\n\x08\x64\x65\x63ision\x18\x04 \x01(\x0e\x32\x1c.rocketraft.auth.v1.Decision\"H\n\x03\x41\x63l\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\x30\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x1f.rocketraft.auth.v1.PolicyEntry\"5\n\x0bUserRequest\x12&\n\x04user\x18\x01 \x01(\x0b\x32\x18.rocketraft.auth.v1.User\"\x1b\n\x0bNameRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x1d\n\x0bListRequest\x12\x0e\n\x06\x66ilter\x18\x01 \x01(\t\"6\n\x10\x44\x65leteAclRequest\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\x11\n\tresources\x18\x02 \x03(\t\"2\n\nAclRequest\x12$\n\x03\x61\x63l\x18\x01 \x01(\x0b\x32\x17.rocketraft.auth.v1.Acl\"3\n\x12\x41uthChangeResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"X\n\x0fGetUserResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12&\n\x04user\x18\x03 \x01(\x0b\x32\x18.rocketraft.auth.v1.User\"[\n\x11ListUsersResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\'\n\x05users\x18\x03 \x03(\x0b\x32\x18.rocketraft.auth.v1.User\"U\n\x0eGetAclResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12$\n\x03\x61\x63l\x18\x03 \x01(\x0b\x32\x17.rocketraft.auth.v1.Acl\"X\n\x10ListAclsResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12%\n\x04\x61\x63ls\x18\x03 \x03(\x0b\x32\x17.rocketraft.auth.v1.Acl\"\x81\x01\n\x12GetSubjectResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12&\n\x04user\x18\x03 \x01(\x0b\x32\x18.rocketraft.auth.v1.User\x12$\n\x03\x61\x63l\x18\x04 \x01(\x0b\x32\x17.rocketraft.auth.v1.Acl*<\n\x08UserType\x12\x19\n\x15USER_TYPE_UNSPECIFIED\x10\x00\x12\n\n\x06NORMAL\x10\x01\x12\t\n\x05SUPER\x10\x02*B\n\nUserStatus\x12\x1b\n\x17USER_STATUS_UNSPECIFIED\x10\x00\x12\n\n\x06\x45NABLE\x10\x01\x12\x0b\n\x07\x44ISABLE\x10\x02*9\n\x08\x44\x65\x63ision\x12\x18\n\x14\x44\x45\x43ISION_UNSPECIFIED\x10\x00\x12\t\n\x05\x41LLOW\x10\x01\x12\x08\n\x04\x44\x45NY\x10\x02\x32\x8d\x08\n\nBrokerAuth\x12U\n\nCreateUser\x12\x1f.rocketraft.auth.v1.UserRequest\x1a&.rocketraft.auth.v1.AuthChangeResponse\x12U\n\nUpdateUser\x12\x1f.rocketraft.auth.v1.UserRequest\x1a&.rocketraft.auth.v1.AuthChangeResponse\x12U\n\nDeleteUser\x12\x1f.rocketraft.auth.v1.NameRequest\x1a&.rocketraft.auth.v1.AuthChangeResponse\x12V\n\x0b\x43onfirmUser\x12\x1f.rocketraft.auth.v1.NameRequest\x1a&.rocketraft.auth.v1.AuthChangeResponse\x12O\n\x07GetUser\x12\x1f.rocketraft.auth.v1.NameRequest\x1a#.rocketraft.auth.v1.GetUserResponse\x12S\n\tListUsers\x12\x1f.rocketraft.auth.v1.ListRequest\x1a%.rocketraft.auth.v1.ListUsersResponse\x12S\n\tCreateAcl\x12\x1e.rocketraft.auth.v1.AclRequest\x1a&.rocketraft.auth.v1.AuthChangeResponse\x12S\n\tUpdateAcl\x12\x1e.rocketraft.auth.v1.AclRequest\x1a&.rocketraft.auth.v1.AuthChangeResponse\x12Y\n\tDeleteAcl\x12$.rocketraft.auth.v1.DeleteAclRequest\x1a&.rocketraft.auth.v1.AuthChangeResponse\x12M\n\x06GetAcl\x12\x1f.rocketraft.auth.v1.NameRequest\x1a\".rocketraft.auth.v1.GetAclResponse\x12Q\n\x08ListAcls\x12\x1f.rocketraft.auth.v1.ListRequest\x1a$.rocketraft.auth.v1.ListAclsResponse\x12U\n\nGetSubject\x12\x1f.rocketraft.auth.v1.NameRequest\x1a&.rocketraft.auth.v1.GetSubjectResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rocketraft.proto.auth_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_USERTYPE']._serialized_start=1148
-  _globals['_USERTYPE']._serialized_end=1208
-  _globals['_USERSTATUS']._serialized_start=1210
-  _globals['_USERSTATUS']._serialized_end=1276
-  _globals['_DECISION']._serialized_start=1278
-  _globals['_DECISION']._serialized_end=1335
+  _globals['_USERTYPE']._serialized_start=1169
+  _globals['_USERTYPE']._serialized_end=1229
+  _globals['_USERSTATUS']._serialized_start=1231
+  _globals['_USERSTATUS']._serialized_end=1297
+  _globals['_DECISION']._serialized_start=1299
+  _globals['_DECISION']._serialized_end=1356
   _globals['_USER']._serialized_start=52
-  _globals['_USER']._serialized_end=186
-  _globals['_POLICYENTRY']._serialized_start=188
-  _globals['_POLICYENTRY']._serialized_end=304
-  _globals['_ACL']._serialized_start=306
-  _globals['_ACL']._serialized_end=378
-  _globals['_USERREQUEST']._serialized_start=380
-  _globals['_USERREQUEST']._serialized_end=433
-  _globals['_NAMEREQUEST']._serialized_start=435
-  _globals['_NAMEREQUEST']._serialized_end=462
-  _globals['_LISTREQUEST']._serialized_start=464
-  _globals['_LISTREQUEST']._serialized_end=493
-  _globals['_DELETEACLREQUEST']._serialized_start=495
-  _globals['_DELETEACLREQUEST']._serialized_end=549
-  _globals['_ACLREQUEST']._serialized_start=551
-  _globals['_ACLREQUEST']._serialized_end=601
-  _globals['_AUTHCHANGERESPONSE']._serialized_start=603
-  _globals['_AUTHCHANGERESPONSE']._serialized_end=654
-  _globals['_GETUSERRESPONSE']._serialized_start=656
-  _globals['_GETUSERRESPONSE']._serialized_end=744
-  _globals['_LISTUSERSRESPONSE']._serialized_start=746
-  _globals['_LISTUSERSRESPONSE']._serialized_end=837
-  _globals['_GETACLRESPONSE']._serialized_start=839
-  _globals['_GETACLRESPONSE']._serialized_end=924
-  _globals['_LISTACLSRESPONSE']._serialized_start=926
-  _globals['_LISTACLSRESPONSE']._serialized_end=1014
-  _globals['_GETSUBJECTRESPONSE']._serialized_start=1017
-  _globals['_GETSUBJECTRESPONSE']._serialized_end=1146
-  _globals['_BROKERAUTH']._serialized_start=1338
-  _globals['_BROKERAUTH']._serialized_end=2287
+  _globals['_USER']._serialized_end=207
+  _globals['_POLICYENTRY']._serialized_start=209
+  _globals['_POLICYENTRY']._serialized_end=325
+  _globals['_ACL']._serialized_start=327
+  _globals['_ACL']._serialized_end=399
+  _globals['_USERREQUEST']._serialized_start=401
+  _globals['_USERREQUEST']._serialized_end=454
+  _globals['_NAMEREQUEST']._serialized_start=456
+  _globals['_NAMEREQUEST']._serialized_end=483
+  _globals['_LISTREQUEST']._serialized_start=485
+  _globals['_LISTREQUEST']._serialized_end=514
+  _globals['_DELETEACLREQUEST']._serialized_start=516
+  _globals['_DELETEACLREQUEST']._serialized_end=570
+  _globals['_ACLREQUEST']._serialized_start=572
+  _globals['_ACLREQUEST']._serialized_end=622
+  _globals['_AUTHCHANGERESPONSE']._serialized_start=624
+  _globals['_AUTHCHANGERESPONSE']._serialized_end=675
+  _globals['_GETUSERRESPONSE']._serialized_start=677
+  _globals['_GETUSERRESPONSE']._serialized_end=765
+  _globals['_LISTUSERSRESPONSE']._serialized_start=767
+  _globals['_LISTUSERSRESPONSE']._serialized_end=858
+  _globals['_GETACLRESPONSE']._serialized_start=860
+  _globals['_GETACLRESPONSE']._serialized_end=945
+  _globals['_LISTACLSRESPONSE']._serialized_start=947
+  _globals['_LISTACLSRESPONSE']._serialized_end=1035
+  _globals['_GETSUBJECTRESPONSE']._serialized_start=1038
+  _globals['_GETSUBJECTRESPONSE']._serialized_end=1167
+  _globals['_BROKERAUTH']._serialized_start=1359
+  _globals['_BROKERAUTH']._serialized_end=2396
 # @@protoc_insertion_point(module_scope)

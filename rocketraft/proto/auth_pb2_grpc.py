@@ -50,6 +50,11 @@ class BrokerAuthStub:
                 request_serializer=rocketraft_dot_proto_dot_auth__pb2.NameRequest.SerializeToString,
                 response_deserializer=rocketraft_dot_proto_dot_auth__pb2.AuthChangeResponse.FromString,
                 _registered_method=True)
+        self.ConfirmUser = channel.unary_unary(
+                '/rocketraft.auth.v1.BrokerAuth/ConfirmUser',
+                request_serializer=rocketraft_dot_proto_dot_auth__pb2.NameRequest.SerializeToString,
+                response_deserializer=rocketraft_dot_proto_dot_auth__pb2.AuthChangeResponse.FromString,
+                _registered_method=True)
         self.GetUser = channel.unary_unary(
                 '/rocketraft.auth.v1.BrokerAuth/GetUser',
                 request_serializer=rocketraft_dot_proto_dot_auth__pb2.NameRequest.SerializeToString,
@@ -110,6 +115,13 @@ class BrokerAuthServicer:
 
     def DeleteUser(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ConfirmUser(self, request, context):
+        """needs the cluster secret on the broker
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -177,6 +189,11 @@ def add_BrokerAuthServicer_to_server(servicer, server):
             ),
             'DeleteUser': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteUser,
+                    request_deserializer=rocketraft_dot_proto_dot_auth__pb2.NameRequest.FromString,
+                    response_serializer=rocketraft_dot_proto_dot_auth__pb2.AuthChangeResponse.SerializeToString,
+            ),
+            'ConfirmUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConfirmUser,
                     request_deserializer=rocketraft_dot_proto_dot_auth__pb2.NameRequest.FromString,
                     response_serializer=rocketraft_dot_proto_dot_auth__pb2.AuthChangeResponse.SerializeToString,
             ),
@@ -301,6 +318,33 @@ class BrokerAuth:
             request,
             target,
             '/rocketraft.auth.v1.BrokerAuth/DeleteUser',
+            rocketraft_dot_proto_dot_auth__pb2.NameRequest.SerializeToString,
+            rocketraft_dot_proto_dot_auth__pb2.AuthChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConfirmUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketraft.auth.v1.BrokerAuth/ConfirmUser',
             rocketraft_dot_proto_dot_auth__pb2.NameRequest.SerializeToString,
             rocketraft_dot_proto_dot_auth__pb2.AuthChangeResponse.FromString,
             options,

@@ -179,12 +179,31 @@ def check_user(user: apb.User, creating: bool) -> apb.User:
         raise BadRequestError(f"user {user.username}: type {user.type} is not NORMAL (1) or SUPER (2)")
     if user.status not in apb.UserStatus.values():
         raise BadRequestError(f"user {user.username}: status {user.status} is not ENABLE (1) or DISABLE (2)")
+    if user.unconfirmed:
+        raise BadRequestError(f"user {user.username}: unconfirmed is set by the broker, not by a caller; confirm a "
+                              f"user with confirmUser")
     out = apb.User()
     out.CopyFrom(user)
     if creating:
         out.type = out.type or apb.NORMAL
         out.status = out.status or apb.ENABLE
     return out
+
+
+def unusable(username: str, user: apb.User | None) -> str | None:
+    """Why `user` (looked up as `username`) may not authenticate, or None: the one rule for every door (gRPC,
+    Remoting, open streams)."""
+    if user is None:
+        return (f"user {username!r} does not exist; create it with `rocketraft admin createUser` or give the client "
+                f"another access key")
+    if user.status == apb.DISABLE:
+        return f"user {username!r} is disabled"
+    if user.unconfirmed:
+        return (f"user {username!r} was created or changed while its broker group had no cluster secret, when anyone "
+                f"who reached the broker could have done it: an admin holding the secret must confirm it "
+                f"(`rocketraft admin confirmUser -u {username}`) or delete it (docs/security.md, \"Users made "
+                f"before hardening\")")
+    return None
 
 
 def check_acl(acl: apb.Acl) -> apb.Acl:
@@ -312,11 +331,9 @@ def _local_offset_s(now_s: float) -> int:
 def authenticate(cred: Credential, user: apb.User | None, now_s: float, window_ms: int,
                  any_timezone: bool = False) -> apb.User:
     """The user if the credential proves it (constant-time compare), else AuthenticationError."""
-    if user is None:
-        raise AuthenticationError(f"user {cred.username!r} does not exist; create it with `rocketraft admin "
-                                  f"createUser` or use another access key")
-    if user.status == apb.DISABLE:
-        raise AuthenticationError(f"user {cred.username!r} is disabled")
+    refused = unusable(cred.username, user)
+    if refused is not None:
+        raise AuthenticationError(refused)
     if not hmac.compare_digest(sign(user.password, cred.date_time), cred.signature):
         raise AuthenticationError(f"the signature of user {cred.username!r} does not match: check the secret key")
     check_time(cred.date_time, now_s, window_ms, any_timezone)

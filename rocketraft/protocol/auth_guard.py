@@ -256,8 +256,8 @@ _REVOKED = object()  # put on a stream's refusals after the refusal itself: the 
 
 
 def _revoked(user: apb.User | None) -> bool:
-    """An open stream's user that may no longer use it: deleted, or disabled."""
-    return user is None or user.status == apb.DISABLE
+    """An open stream's user that may no longer use it: deleted, disabled (or unconfirmed)."""
+    return auth_acl.unusable("", user) is not None
 
 
 async def _watch_revocation(guard: Guard, caller: Caller, name: str, response_cls, refusals: asyncio.Queue) -> None:

@@ -50,11 +50,9 @@ def sign(ext: dict[str, str], body: bytes, access_key: str, secret: str) -> dict
 def authenticate(request: Command, user: apb.User | None) -> apb.User:
     """The user if the request's signature proves it (constant-time compare), else AuthenticationError."""
     access_key = request.ext.get(ACCESS_KEY, "")
-    if user is None:
-        raise AuthenticationError(f"user {access_key!r} does not exist; create it with `rocketraft admin createUser` "
-                                  "or give the client another access key")
-    if user.status == apb.DISABLE:
-        raise AuthenticationError(f"user {access_key!r} is disabled")
+    refused = auth_acl.unusable(access_key, user)
+    if refused is not None:
+        raise AuthenticationError(refused)
     if not hmac.compare_digest(signature(request.ext, request.body, user.password), request.ext.get(SIGNATURE, "")):
         raise AuthenticationError(f"the signature of user {access_key!r} does not match: check the secret key")
     return user

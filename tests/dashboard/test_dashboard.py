@@ -114,6 +114,21 @@ def test_every_page_shows_live_data_of_the_cluster(cluster, read_only, browser):
     assert "no dead letter" in text_of(browser, "dlq")
 
 
+def test_the_users_page_flags_a_user_made_without_a_cluster_secret(cluster, read_only, browser):
+    """Issue 30, item 5: a user made where nobody is authenticated (this cluster has no secret) is shown unconfirmed,
+    with what to do."""
+    made = subprocess.run([sys.executable, "-m", "rocketraft.cli", "admin", "createUser", "-u", "walk-in", "-p",
+                           "walk-in-secret", "-n", cluster.namesrv_address], capture_output=True, text=True,
+                          timeout=30)
+    assert made.returncode == 0, made.stdout + made.stderr
+    browser.get(read_only + "/users")
+    rows = wait_for(lambda: rows_of(browser, "user-table"), "the users table")
+    assert ["walk-in", "NORMAL", "ENABLE", "unconfirmed"] in rows, rows
+    assert "confirmUser" in text_of(browser, "users")
+    with urllib.request.urlopen(read_only + "/api/users", timeout=10) as answer:
+        assert json.load(answer)["data"]["unconfirmed"] == ["walk-in"]
+
+
 def test_topics_and_groups_show_their_namespace_and_link_by_stored_name(cluster, read_only, browser):
     cluster.create_topic("tenant-a%ledger", 2)
     cluster.create_group("tenant-a%auditors")

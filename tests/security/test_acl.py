@@ -366,3 +366,44 @@ def test_a_follower_behind_on_a_new_acl_decides_again_once_it_applied_it_instead
         assert sent.status.code == Code.OK, sent.status
     finally:
         auth(cluster, lambda a: a.delete_user("late"))  # the module's other tests count the users
+
+
+def test_a_user_made_before_hardening_is_refused_until_an_admin_confirms_it(tmp_path):
+    """Issue 30, item 5: in the default configuration anyone who reaches a broker can create a user; one made there
+    (an outsider's SUPER user) once still sent and deleted topics after the cluster was hardened as the docs say."""
+    c = DevCluster(str(tmp_path / "harden"), metrics=False)
+    c.start()
+    try:
+        c.wait_master()
+        c.create_topic("orders")
+        auth(c, lambda a: a.create_user("mallory", "mallory-secret-key", "SUPER"), secret="")  # an outsider
+        auth(c, lambda a: a.create_user("ops", "ops-secret-key", "SUPER"), secret="")  # the operator, before
+        c.stop()
+        c.reconfigure(cluster_secret=SECRET, broker_settings=ACL_ON,  # hardened as docs/security.md says
+                      namesrv_args=("--authentication-enabled", "--authorization-enabled", "--auth-cache-ms", "0"))
+        c.start()
+        c.wait_master()
+        assert {u.username: u.unconfirmed for u in auth(c, lambda a: a.list_users())} == {"mallory": True,
+                                                                                         "ops": True}
+        for user in ("mallory", "ops"):
+            why = refused(c, "orders", user, f"{user}-secret-key")
+            assert f"user {user!r} was created or changed while its broker group had no cluster secret" in why, why
+            assert f"confirmUser -u {user}" in why
+        listed = admin_cli(c, "listUser", "--json")
+        assert listed.returncode == 0 and '"unconfirmed": true' in listed.stdout, listed
+        confirmed = admin_cli(c, "confirmUser", "-u", "ops")
+        assert confirmed.returncode == 0 and "confirmUser done on broker groups: broker-a" in confirmed.stdout, (
+            confirmed)
+        auth(c, lambda a: a.delete_user("mallory"))
+        assert send(c, "orders", "ops", "ops-secret-key")
+        assert "does not exist" in refused(c, "orders", "mallory", "mallory-secret-key")
+    finally:
+        c.stop()
+
+
+def test_confirm_user_is_refused_by_a_broker_without_a_cluster_secret(tmp_path):
+    with DevCluster(str(tmp_path / "plain"), metrics=False).start() as c:
+        c.wait_master()
+        auth(c, lambda a: a.create_user("bob", "bob-secret-key"), secret="")
+        with pytest.raises(RocketraftError, match="this broker has no cluster secret"):
+            auth(c, lambda a: a.confirm_user("bob"), secret="")
