@@ -14,8 +14,12 @@ During a change of dLegerPeers the replicas restarted with the new set are refus
 the old set has stopped heartbeating (heartbeatTimeoutMillis): restart every replica of the group.
 An online membership change (AddReplica / RemoveReplica) is different: the replicas share one Raft history and
 learn the new members one after the other, so a replica of the same history may name another peer set as long as
-every live replica names it among its members. A removed replica is named by none: its registrations are refused
-and its last one expires within heartbeatTimeoutMillis.
+every live replica names it among its members, the two sets differ by one member (Raft changes one at a time) and
+name every member they share at the same Raft address. A removed replica is named by none: its registrations are
+refused and its last one expires within heartbeatTimeoutMillis.
+
+A replica id registered live at one address is refused from another until that registration expires: a second
+process cannot take over a live replica's routes (a replica that moved waits heartbeatTimeoutMillis).
 """
 
 from __future__ import annotations
@@ -42,6 +46,12 @@ def check_identity(reg: ipb.BrokerRegistration, others: Iterable[ipb.BrokerRegis
                                   f"check dLegerSelfId and dLegerPeers")
     for other in others:
         if other.replica_id == reg.replica_id and other.cluster == reg.cluster:
+            if other.address != reg.address:
+                raise ForeignReplicaError(
+                    f"{who}: replica {reg.replica_id!r} is registered live at {other.address}; a second process "
+                    f"claiming it is refused until that registration expires (heartbeatTimeoutMillis "
+                    f"{other.heartbeat_timeout_ms} ms): stop the other process, or wait that long if the replica "
+                    f"moved")
             continue
         if reg.history_id and other.history_id and reg.history_id != other.history_id:
             raise ForeignReplicaError(
@@ -52,7 +62,7 @@ def check_identity(reg: ipb.BrokerRegistration, others: Iterable[ipb.BrokerRegis
         if theirs == peers:
             continue
         same_life = bool(reg.history_id) and reg.history_id == other.history_id
-        if same_life and _named_in(reg.replica_id, theirs):
+        if same_life and _named_in(reg.replica_id, theirs) and _one_change_apart(peers, theirs):
             continue  # a membership change in flight: replicas learn it one after the other (or `other` was removed)
         if same_life:
             raise ForeignReplicaError(
@@ -68,3 +78,13 @@ def check_identity(reg: ipb.BrokerRegistration, others: Iterable[ipb.BrokerRegis
 
 def _named_in(replica_id: str, peers: list[str]) -> bool:
     return any(p.partition("-")[0] == replica_id for p in peers)
+
+
+def _one_change_apart(mine: list[str], theirs: list[str]) -> bool:
+    """Two peer sets ("id-host:port") one membership change apart: one member added or removed, and every member
+    both name at the same Raft address."""
+    a = {p.partition("-")[0]: p.partition("-")[2] for p in mine}
+    b = {p.partition("-")[0]: p.partition("-")[2] for p in theirs}
+    if any(a[i] != b[i] for i in a.keys() & b.keys()):
+        return False
+    return len(a.keys() ^ b.keys()) <= 1

@@ -202,8 +202,8 @@ def test_cluster_info_shows_each_groups_replicas_and_master(namesrv):
 
 def test_recall_is_forwarded_to_the_master_of_the_group_named_in_the_handle(namesrv, fake_master):
     master, address = fake_master()
-    namesrv.register(*group_of_three("broker-a", leader="n1", address=None),
-                     reg("broker-a", "n1", "LEADER", 3, address=address))
+    namesrv.register(reg("broker-a", "n1", "LEADER", 3, address=address),
+                     *group_of_three("broker-a", leader="n1", address=None)[1:])
     request = svc.RecallMessageRequest(topic=pb.Resource(name="T"), recall_handle="broker-a:opaque:42")
     response = namesrv.client.RecallMessage(request, timeout=RPC_TIMEOUT_S)
     assert (response.status.code, response.message_id) == (Code.OK, "01ABC")

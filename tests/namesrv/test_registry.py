@@ -178,9 +178,9 @@ def test_register_reports_new_replicas_and_route_relevant_changes_but_not_plain_
     assert first is not None and first.previous is None
     assert r.register(reg("n1", "FOLLOWER", 1, applied_index=50), 100) is None
     assert r.register(reg("n1", "LEADER", 2), 200).fields == ("role", "term")
-    assert r.register(reg("n1", "LEADER", 2, address="127.0.0.99:1"), 300).fields == ("address",)
-    assert r.register(reg("n1", "LEADER", 2, address="127.0.0.99:1", topics=[topic(queue_nums=4)]),
-                      400).fields == ("topics",)
+    assert r.register(reg("n1", "LEADER", 2, topics=[topic(queue_nums=4)]), 400).fields == ("topics",)
+    with pytest.raises(ForeignReplicaError, match="registered live"):  # another address while it lives: refused
+        r.register(reg("n1", "LEADER", 2, address="127.0.0.99:1"), 500)
 
 
 def test_registration_expires_after_its_heartbeat_timeout_and_reports_how_long_it_was_silent():
@@ -438,3 +438,26 @@ def test_no_follower_entry_is_writable_and_every_broker_id_0_entry_is_the_highes
             ids = {q.id for q in queues if q.broker.name == group}
             masters = [q for q in queues if q.broker.name == group and q.broker.id == 0]
             assert len(masters) == (len(ids) if group in groups_with_master else 0), "one master entry per queue"
+
+
+def test_a_member_id_of_the_groups_history_with_a_made_up_peer_set_is_refused():
+    """Issue 30, item 8: with the group's history and a real member id, any peer set was accepted (the allowance for
+    a membership change in flight). A change moves one member at a time, and shared members keep their address."""
+    r = RouteRegistry()
+    three_replicas(r, raft_peers=PEERS, history_id="h1")
+    for made_up in (["n2-10.6.6.6:1"],                                                  # a set of its own
+                    [p if not p.startswith("n1-") else "n1-10.6.6.6:1" for p in PEERS],  # n1 moved to evil
+                    [*PEERS, "n4-10.6.6.6:1", "n5-10.6.6.6:2"]):                        # two members at once
+        with pytest.raises(ForeignReplicaError, match="names the Raft peers"):
+            r.register(reg("n2", raft_peers=made_up, history_id="h1"), 0)
+    r.register(reg("n2", "FOLLOWER", 3, raft_peers=PEERS, history_id="h1"), 0)  # the real one's heartbeat
+
+
+def test_a_second_process_claiming_a_live_replica_from_another_address_is_refused_until_it_expires():
+    r = RouteRegistry()
+    three_replicas(r, raft_peers=PEERS, history_id="h1")
+    with pytest.raises(ForeignReplicaError, match="registered live at 127.0.0.12:8081"):
+        r.register(reg("n2", raft_peers=PEERS, history_id="h1", address="10.6.6.6:8081"), 0)
+    assert [q for q in r.route("T") if "10.6.6.6" in address_of(q.broker.endpoints)] == []
+    r.expire(5000)  # the real n2 stopped: a replica that moved registers once its old registration expired
+    assert r.register(reg("n2", raft_peers=PEERS, history_id="h1", address="10.0.0.2:8081"), 5000) is not None
