@@ -217,18 +217,20 @@ class RouteRegistry:
         entry = self._master_entry(self._group_entries(group, now_ms))
         return entry.reg if entry is not None else None
 
-    def route(self, topic: str, now_ms: int | None = None, scheme_in_host: bool = False) -> list[pb.MessageQueue]:
+    def route(self, topic: str, now_ms: int | None = None, scheme_in_host: bool = False,
+              list_only: bool = False) -> list[pb.MessageQueue]:
         """Every queue of topic (its stored name: a namespaced topic's is <namespace>%<name>, which the v2 door,
         rocketraft.protocol.namespaced, gives the client back as name and namespace) on every group that has it:
         master (brokerId 0) first, then every replica's READ entry by brokerId (followers, and the master under its
         own follower_broker_id).
 
         The master's entries list every live replica, master first; scheme_in_host writes that list for the
-        SDKs that join it without a scheme (rocketraft.protocol.routing.needs_scheme_in_host).
+        SDKs that join it without a scheme (rocketraft.protocol.routing.needs_scheme_in_host); list_only leaves out
+        the replicas' READ entries wherever the master's list names every replica (routing.wants_list_only).
         """
         queues: list[pb.MessageQueue] = []
         for group in self.groups(now_ms):
-            queues.extend(self._group_route(group, topic, now_ms, scheme_in_host))
+            queues.extend(self._group_route(group, topic, now_ms, scheme_in_host, list_only))
         if not queues:
             known = ", ".join(self.groups(now_ms)) or "none"
             # RocketMQ's own text first: SDKs and applications match it (its FAQ code 17)
@@ -360,7 +362,7 @@ class RouteRegistry:
         return max(leaders, key=lambda e: (e.reg.term, e.last_seen_ms, e.reg.replica_id), default=None)
 
     def _group_route(self, group: str, topic: str, now_ms: int | None,
-                     scheme_in_host: bool = False) -> list[pb.MessageQueue]:
+                     scheme_in_host: bool = False, list_only: bool = False) -> list[pb.MessageQueue]:
         entries = self._group_entries(group, now_ms)
         master = self._master_entry(entries)
         config = _topic_config(entries, master, topic)
@@ -377,8 +379,9 @@ class RouteRegistry:
             if len(master_endpoints.addresses) > 1:
                 # The list's channel may settle on a follower (the Python and Go SDKs sort it), so the master
                 # gets a READ entry of its own too: SDKs stream Telemetry to every Endpoints of a route, and
-                # transaction check-backs leave from the master's streams.
-                readers = entries
+                # transaction check-backs leave from the master's streams. A client that streams to every
+                # address of a list and writes to any entry (routing.wants_list_only) gets the list alone.
+                readers = [] if list_only else entries
         queues = []
         for queue_id in range(min(config.queue_nums, QUEUE_NUMS_MAX)):
             if master is not None:

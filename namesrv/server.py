@@ -36,7 +36,7 @@ from rocketraft.protocol.errors import (
 from rocketraft.protocol.names import check_topic_name
 from rocketraft.protocol.namespaced import namespaced
 from rocketraft.protocol.refusals import RefusalLog
-from rocketraft.protocol.routing import PERM_READ_WRITE, language_of, needs_scheme_in_host
+from rocketraft.protocol.routing import PERM_READ_WRITE, language_of, needs_scheme_in_host, wants_list_only
 from rocketraft.protocol.serving import add_service, new_server
 from rocketraft.protocol.wire import (
     ALL_MESSAGE_TYPES,
@@ -295,10 +295,12 @@ class NameServer:
 
     # -- client requests -------------------------------------------------------------------------------------
 
-    async def query_route(self, topic: str, scheme_in_host: bool = False) -> list[pb.MessageQueue]:
+    async def query_route(self, topic: str, scheme_in_host: bool = False,
+                          list_only: bool = False) -> list[pb.MessageQueue]:
         """The route of `topic` (its stored name: a namespaced topic's is <namespace>%<name>)."""
         try:
-            return self.registry.route(topic, now_ms=self.clock_ms(), scheme_in_host=scheme_in_host)
+            return self.registry.route(topic, now_ms=self.clock_ms(), scheme_in_host=scheme_in_host,
+                                       list_only=list_only)
         except TopicNotFoundError:
             # A name that can never exist is a different mistake from a topic nobody created.
             check_topic_name(topic)
@@ -307,7 +309,8 @@ class NameServer:
                 raise
         results = await self._auto_create(topic, queue_nums)
         try:
-            return self.registry.route(topic, now_ms=self.clock_ms(), scheme_in_host=scheme_in_host)
+            return self.registry.route(topic, now_ms=self.clock_ms(), scheme_in_host=scheme_in_host,
+                                       list_only=list_only)
         except TopicNotFoundError:
             causes = "; ".join(r.message for r in results if not r.ok) or "no group allows auto-creation"
             raise TopicNotFoundError(f"topic {topic!r} did not exist and auto-creating it failed: {causes}") from None
@@ -558,7 +561,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
     async def QueryRoute(self, request: svc.QueryRouteRequest, context) -> svc.QueryRouteResponse:
         try:
             language = language_of(context.invocation_metadata())
-            queues = await self._ns.query_route(request.topic.name, scheme_in_host=needs_scheme_in_host(language))
+            queues = await self._ns.query_route(request.topic.name, scheme_in_host=needs_scheme_in_host(language),
+                                                list_only=wants_list_only(language))
         except Exception as e:
             return svc.QueryRouteResponse(status=_error_status("QueryRoute", e))
         log.debug("QueryRoute %s: %d queues", request.topic.name, len(queues))

@@ -37,6 +37,21 @@ def permission_of(perm_bits: int) -> int:
 SCHEMELESS_TARGET_LANGUAGES = frozenset({"HTTP"})
 
 
+# x-mq-language of the SDKs that write to every entry of a route, whatever its permission or brokerId, and open a
+# Telemetry stream and heartbeat to every address of every Endpoints: rocketmq-clients/golang/v5 v5.1.2 sends "GO"
+# (its publishing load balancer takes any queue of the route; each attempt picks a random address of the entry's
+# Endpoints and re-dials a dropped one with a blocking 5 s dial). A replica's READ entry of its own single address
+# gives such a client nothing (the master's list already names every replica) and costs it, once that replica
+# dies, sends whose every attempt goes to the dead address: these clients get the master's list alone.
+LIST_ONLY_LANGUAGES = frozenset({"GO"})
+
+
+def wants_list_only(language: str) -> bool:
+    """Whether a client that sent this x-mq-language gets a group's master entries (the list of every replica)
+    without the replicas' single-address READ entries."""
+    return language.upper() in LIST_ONLY_LANGUAGES
+
+
 LANGUAGE_HEADER = "x-mq-language"
 
 

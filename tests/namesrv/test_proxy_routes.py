@@ -11,7 +11,7 @@ from test_registry import reg, three_replicas
 from namesrv.registry import RouteRegistry
 from namesrv.server import NameServer
 from rocketraft.client.routes import route_of
-from rocketraft.protocol.routing import WRITABLE, needs_scheme_in_host
+from rocketraft.protocol.routing import WRITABLE, needs_scheme_in_host, wants_list_only
 from rocketraft.protocol.wire import addresses_of, endpoints, pb, svc, svc_grpc
 
 AddressScheme = pb.AddressScheme
@@ -66,6 +66,27 @@ def test_only_the_nodejs_sdk_gets_the_scheme_in_a_host():
     assert not any(needs_scheme_in_host(lang) for lang in ("PYTHON", "JAVA", "GOLANG", "CPP", "DOTNET", ""))
 
 
+def test_for_the_go_sdk_the_masters_list_comes_alone_without_the_replicas_own_entries():
+    """rocketmq-clients/golang/v5 (x-mq-language GO) writes to every entry of a route whatever its permission, and
+    retries a send on the same entry: a dead replica's own entry made every attempt of a send fail (issue 33). It
+    streams Telemetry and heartbeats to every address of the list, so the master keeps its streams without one."""
+    r = RouteRegistry()
+    three_replicas(r, leader="n2")
+    route = r.route("T", list_only=True)
+    assert [(q.id, q.broker.id, tuple(addresses_of(q.broker.endpoints))) for q in route] == [
+        (0, 0, ("127.0.0.12:8081", "127.0.0.11:8081", "127.0.0.13:8081")),
+        (1, 0, ("127.0.0.12:8081", "127.0.0.11:8081", "127.0.0.13:8081"))]
+    assert wants_list_only("GO") and not any(wants_list_only(lang) for lang in ("PYTHON", "JAVA", "HTTP", ""))
+    # With no list to carry them (no master, or a domain name keeping the master alone) the entries stay.
+    r.register(reg("n2", "LEADER_PENDING", 4), 0)
+    assert {q.broker.id for q in r.route("T", list_only=True)} == {1, 2, 3}
+    named = RouteRegistry()
+    for rid in ("n1", "n2", "n3"):  # a domain name keeps the master alone as brokerId 0
+        named.register(reg(rid, "LEADER" if rid == "n1" else "FOLLOWER", 3,
+                           address="broker-1:8081" if rid == "n1" else None), 0)
+    assert {q.broker.id for q in named.route("T", list_only=True)} == {0, 2, 3}
+
+
 def test_our_client_reads_the_master_as_the_first_address_and_every_listed_address_as_a_replica():
     r = RouteRegistry()
     three_replicas(r, leader="n2")
@@ -84,19 +105,23 @@ def test_query_route_over_grpc_answers_by_the_clients_language():
         try:
             for rid in ("n1", "n2", "n3"):
                 ns.register(reg(rid, "LEADER" if rid == "n1" else "FOLLOWER", 3))
-            seen = {}
+            seen, entries = {}, {}
             async with grpc.aio.insecure_channel(ns.address) as channel:
                 stub = svc_grpc.MessagingServiceStub(channel)
-                for language in ("PYTHON", "HTTP", None):
+                for language in ("PYTHON", "HTTP", "GO", None):
                     metadata = (("x-mq-language", language),) if language else ()
                     reply = await stub.QueryRoute(svc.QueryRouteRequest(topic=pb.Resource(name="T")),
                                                   metadata=metadata, timeout=5)
                     master = next(q for q in reply.message_queues if q.broker.id == 0)
                     seen[language] = [f"{a.host}:{a.port}" for a in master.broker.endpoints.addresses]
-            return seen
+                    entries[language] = len(reply.message_queues)
+            return seen, entries
         finally:
             await ns.stop()
 
-    seen = asyncio.run(scenario())
+    seen, entries = asyncio.run(scenario())
     everyone = ["127.0.0.11:8081", "127.0.0.12:8081", "127.0.0.13:8081"]
-    assert seen == {"PYTHON": everyone, "HTTP": ["ipv4:127.0.0.11:8081"] + everyone[1:], None: everyone}
+    assert seen == {"PYTHON": everyone, "HTTP": ["ipv4:127.0.0.11:8081"] + everyone[1:], "GO": everyone,
+                    None: everyone}
+    queues = len(entries) and entries["PYTHON"] // 4  # per queue: the master's entry and 3 replicas' own
+    assert entries == {"PYTHON": 4 * queues, "HTTP": 4 * queues, "GO": queues, None: 4 * queues}
