@@ -127,6 +127,10 @@ def subscription(group: str, topic: str, expr: pb.FilterExpression) -> None:
 
 def settings(theirs: pb.Settings) -> None:
     """A client's Telemetry settings: every group, topic and filter in them, before anything is recorded."""
+    named = len(theirs.publishing.topics) + len(theirs.subscription.subscriptions)
+    if named > limits.SETTINGS_TOPICS_MAX:
+        raise BadRequestError(f"settings name {named} topics: at most {limits.SETTINGS_TOPICS_MAX} (publishing topics "
+                              f"plus subscriptions) in one client's settings; split the work over several clients")
     if theirs.HasField("publishing"):
         for topic in theirs.publishing.topics:
             topic_name(topic.name)

@@ -110,6 +110,10 @@ HANDSHAKE_TIMEOUT_MS = 10_000
 # transaction check-backs. Unbounded, 50 streams whose clients sent settings frames and never read grew a master by
 # 60 MB/s (issue 18).
 TELEMETRY_PENDING_MAX = 64
+# Topics one Telemetry settings frame may name (a producer's publishing topics, a consumer's subscriptions): the
+# broker answers settings with the topics echoed, so 64 pending answers to settings naming ~300k topics each held
+# about 1 GB per stream that never read (issue 30, item 8). A client declares a few; one more is refused by name.
+SETTINGS_TOPICS_MAX = 1024
 
 # -- RocketMQ's Remoting protocol (4.x clients: docs/client.md, "RocketMQ 4.x clients") --------------------------
 # A frame (its length field excluded) is at most this long: RocketMQ's default (com.rocketmq.remoting.frameMaxLength)

@@ -170,6 +170,25 @@ def test_connections_beyond_connectionsMax_are_closed_before_their_handshake_and
     wait_until(fresh_call_works, 5, "a new connection accepted once the idle sockets closed")
 
 
+def test_settings_naming_more_topics_than_settings_topics_max_are_refused_by_name(cluster):
+    """Issue 30, item 8: settings are answered with their topics echoed, so settings naming ~300k topics made each of
+    a stream's pending answers as large (50 streams that never read held 1.58 GB)."""
+    from rocketraft.protocol.wire import svc_grpc
+
+    def first_answer(topics: int) -> pb.Status:
+        settings = pb.Settings(client_type=pb.ClientType.PRODUCER)
+        settings.publishing.topics.extend(pb.Resource(name=f"t{i}") for i in range(topics))
+        with grpc.insecure_channel(cluster.address_of[cluster.wait_master()]) as channel:
+            call = svc_grpc.MessagingServiceStub(channel).Telemetry(
+                iter([svc.TelemetryCommand(settings=settings)]), metadata=client_metadata(f"settings-{topics}"),
+                timeout=10)
+            return next(call).status
+
+    assert first_answer(limits.SETTINGS_TOPICS_MAX).code == Code.OK
+    refused = first_answer(limits.SETTINGS_TOPICS_MAX + 1)
+    assert refused.code == Code.BAD_REQUEST and f"at most {limits.SETTINGS_TOPICS_MAX}" in refused.message, refused
+
+
 def test_a_telemetry_stream_whose_client_reads_nothing_stops_being_read_instead_of_growing_the_broker(make_cluster):
     """A client that sends Telemetry frames and never reads the replies: the broker holds at most
     TELEMETRY_PENDING_MAX replies for it, then stops reading its frames (gRPC flow control holds the client), instead

@@ -139,3 +139,29 @@ def wait_for(predicate, timeout_s: float = 10.0):
             return True
         time.sleep(0.05)
     return False
+
+
+def test_a_telemetry_stream_the_client_cancels_leaves_no_error_in_the_brokers_log(cluster):
+    """Issue 30, item 8: each cancelled stream once logged an ERROR with a traceback (a client's failure is not the
+    server's): cancelled at once, after its first answer, and in the middle of a frame."""
+    master = cluster.wait_master()
+    log_path = f"{cluster.base_dir}/logs/{cluster.group}-{master}.log"
+    with open(log_path, "rb") as f:
+        start = len(f.read())
+    channel = grpc.insecure_channel(cluster.address_of[master])
+    for i, read_first in enumerate((False, True, True)):
+        def frames():
+            yield producer_settings("orders")
+            time.sleep(30)
+
+        call = svc_grpc.MessagingServiceStub(channel).Telemetry(frames(), metadata=as_user("alice", f"cancel-{i}"),
+                                                               timeout=30)
+        if read_first:
+            assert next(call).status.code == Code.OK
+        call.cancel()
+    assert stub(cluster).Heartbeat(svc.HeartbeatRequest(client_type=pb.ClientType.PRODUCER),
+                                   metadata=as_user("alice", "cancel-after"), timeout=5).status.code == Code.OK
+    time.sleep(1)
+    with open(log_path, "rb") as f:
+        added = f.read()[start:].decode(errors="replace")
+    assert " ERROR " not in added and "Traceback" not in added, added[-3000:]
