@@ -62,46 +62,58 @@ def test_java_batch_sends(cluster, java4):
     assert {e["msgId"] for e in got} == {e["msgId"] for e in sent}
 
 
-def test_java_sql92_filter(cluster, java4):
-    sends(java4, namesrv(cluster), "j4-sql", 10, property={"n": "{i}"})
-    got = consumed(java4, namesrv(cluster), "push", "j4-sql", "j4-sql-readers", 3, sql="n > 6", linger_s=1)
+@pytest.fixture(params=["java4", "go4"])
+def client4(request):
+    """A scenario with the Java 4.x client, then with the Go one (each its own topics and groups)."""
+    client = request.getfixturevalue(request.param)
+    client.prefix = {"java4": "j4", "go4": "g4"}[request.param]
+    return client
+
+
+def test_sql92_filter(cluster, client4):
+    p = client4.prefix
+    sends(client4, namesrv(cluster), f"{p}-sql", 10, property={"n": "{i}"})
+    got = consumed(client4, namesrv(cluster), "push", f"{p}-sql", f"{p}-sql-readers", 3, sql="n > 6", linger_s=1)
     assert sorted(int(e["properties"]["n"]) for e in got) == [7, 8, 9]
 
 
-def test_java_orderly_sends_and_orderly_consumption(cluster, java4):
-    orderly_round_trip(java4, namesrv(cluster), "j4")
+def test_orderly_sends_and_orderly_consumption(cluster, client4):
+    orderly_round_trip(client4, namesrv(cluster), client4.prefix)
 
 
-def test_java_delay_level_1(cluster, java4):
-    sent = sends(java4, namesrv(cluster), "j4-delay", 2, delay_level=1)
-    got = consumed(java4, namesrv(cluster), "push", "j4-delay", "j4-delay-readers", 2)
+def test_delay_level_1(cluster, client4):
+    p = client4.prefix
+    sent = sends(client4, namesrv(cluster), f"{p}-delay", 2, delay_level=1)
+    got = consumed(client4, namesrv(cluster), "push", f"{p}-delay", f"{p}-delay-readers", 2)
     assert {e["msgId"] for e in got} == {e["msgId"] for e in sent}
     for e in got:  # level 1 is RocketMQ's 1 s: the consumer gets it no sooner
         assert e["receivedAt"] - e["bornTimestamp"] >= 900, e
 
 
-def test_java_transactions_commit_rollback_and_check_back(cluster, java4):
-    events = java4("transaction", namesrv(cluster), topic="j4-tx", count=3, resolve="unknown-then-commit",
-                   timeout_s=TIMEOUT_S)
+def test_transactions_commit_rollback_and_check_back(cluster, client4):
+    p = client4.prefix
+    events = client4("transaction", namesrv(cluster), topic=f"{p}-tx", count=3, resolve="unknown-then-commit",
+                     timeout_s=TIMEOUT_S)
     sent, checked = of(events, "sent"), of(events, "checked")
     assert {e["msgId"] for e in checked} == {e["msgId"] for e in sent} and summary(events)["checked"] == 3, checked
-    rolled = of(java4("transaction", namesrv(cluster), topic="j4-tx", count=2, resolve="rollback"), "sent")
-    got = consumed(java4, namesrv(cluster), "push", "j4-tx", "j4-tx-readers", 3, linger_s=2)
+    rolled = of(client4("transaction", namesrv(cluster), topic=f"{p}-tx", count=2, resolve="rollback"), "sent")
+    got = consumed(client4, namesrv(cluster), "push", f"{p}-tx", f"{p}-tx-readers", 3, linger_s=2)
     assert {e["msgId"] for e in got} == {e["msgId"] for e in sent}
     assert not {e["msgId"] for e in got} & {e["msgId"] for e in rolled}
 
 
-def test_java_retry_then_dead_letter(cluster, java4):
-    sent = sends(java4, namesrv(cluster), "j4-retry", 1)
-    events = java4("push", namesrv(cluster), topic="j4-retry", group="j4-retry-g", expect=1, timeout_s=TIMEOUT_S,
-                   fail_first=1, retry_delay_level=1)
+def test_retry_then_dead_letter(cluster, client4):
+    p = client4.prefix
+    sent = sends(client4, namesrv(cluster), f"{p}-retry", 1)
+    events = client4("push", namesrv(cluster), topic=f"{p}-retry", group=f"{p}-retry-g", expect=1,
+                     timeout_s=TIMEOUT_S, fail_first=1, retry_delay_level=1)
     deliveries = of(events, "received")
     assert [e["reconsumeTimes"] for e in deliveries] == [0, 1], deliveries
-    assert {e["msgId"] for e in deliveries} == {sent[0]["msgId"]} and deliveries[1]["topic"] == "j4-retry"
-    dead = sends(java4, namesrv(cluster), "j4-dead", 1)
-    java4("push", namesrv(cluster), topic="j4-dead", group="j4-dead-g", expect=1, timeout_s=8, fail_first=99,
-          retry_delay_level=1, max_reconsume_times=1)
-    got = consumed(java4, namesrv(cluster), "pull", "%DLQ%j4-dead-g", "j4-dlq-reader", 1)
+    assert {e["msgId"] for e in deliveries} == {sent[0]["msgId"]} and deliveries[1]["topic"] == f"{p}-retry"
+    dead = sends(client4, namesrv(cluster), f"{p}-dead", 1)
+    client4("push", namesrv(cluster), topic=f"{p}-dead", group=f"{p}-dead-g", expect=1, timeout_s=8, fail_first=99,
+            retry_delay_level=1, max_reconsume_times=1)
+    got = consumed(client4, namesrv(cluster), "pull", f"%DLQ%{p}-dead-g", f"{p}-dlq-reader", 1)
     assert got[0]["properties"]["ORIGIN_MESSAGE_ID"] == dead[0]["msgId"], got
 
 
@@ -116,12 +128,13 @@ def test_java_broadcast_consumers_each_get_every_message(cluster, java4):
         assert {e["msgId"] for e in of(events, "received")} == {e["msgId"] for e in sent}
 
 
-def test_java_offsets_survive_a_consumer_restart(cluster, java4):
-    first = sends(java4, namesrv(cluster), "j4-offsets", 5)
-    got = consumed(java4, namesrv(cluster), "push", "j4-offsets", "j4-offsets-g", 5)
+def test_offsets_survive_a_consumer_restart(cluster, client4):
+    p = client4.prefix
+    first = sends(client4, namesrv(cluster), f"{p}-offsets", 5)
+    got = consumed(client4, namesrv(cluster), "push", f"{p}-offsets", f"{p}-offsets-g", 5)
     assert {e["msgId"] for e in got} == {e["msgId"] for e in first}
-    second = sends(java4, namesrv(cluster), "j4-offsets", 5)
-    again = consumed(java4, namesrv(cluster), "push", "j4-offsets", "j4-offsets-g", 5, linger_s=1)
+    second = sends(client4, namesrv(cluster), f"{p}-offsets", 5)
+    again = consumed(client4, namesrv(cluster), "push", f"{p}-offsets", f"{p}-offsets-g", 5, linger_s=1)
     assert {e["msgId"] for e in again} == {e["msgId"] for e in second}  # resumes where the group left off
 
 
