@@ -51,6 +51,7 @@ from . import config as config_mod
 from . import metrics
 from .auth_service import BrokerAuthService
 from .auth_store import AuthView
+from .checkbacks import CheckBackRelay, check_back, push
 from .clients import ClientRegistry
 from .consume import Consume
 from .core import Broker
@@ -128,6 +129,11 @@ class NameServers:
     async def replica_addresses(self, cluster: str, group: str) -> dict[str, str]:
         """replica id -> client (gRPC) address of every replica of `group`, from the first NameServer that
         answers ({} if none does)."""
+        return {r.replica_id: r.address for r in await self.replicas(cluster, group)}
+
+    async def replicas(self, cluster: str, group: str) -> list[ipb.BrokerRegistration]:
+        """The live registrations of every replica of `group`, from the first NameServer that answers ([] if none
+        does)."""
         for address in self.addresses:
             stub = ipb_grpc.NameServerStub(self._channels[address])
             try:
@@ -136,9 +142,9 @@ class NameServers:
                 continue
             for info_group in info.groups:
                 if info_group.cluster == cluster and info_group.group == group:
-                    return {r.replica_id: r.address for r in info_group.replicas}
-            return {}
-        return {}
+                    return list(info_group.replicas)
+            return []
+        return []
 
     async def masters(self, cluster: str, group: str) -> dict[str, str]:
         """NameServer address -> the master replica id it routes `group` to ("" = none; unreachable ones left out)."""
@@ -180,6 +186,9 @@ class BrokerServer:
                                     config.clusterAuthLegacyProofs)
         self.broker.replica_addresses = lambda: self.namesrvs.replica_addresses(config.brokerClusterName,
                                                                                 config.brokerName)
+        self.checkbacks = CheckBackRelay(lambda: self.namesrvs.replicas(config.brokerClusterName, config.brokerName),
+                                         config.dLegerSelfId, config.brokerName, config.cluster_secret,
+                                         config.server_tls.caller(), config.clusterAuthLegacyProofs)
         self._register_now = asyncio.Event()
         self._stopping = asyncio.Event()
         self._server: grpc.aio.Server | None = None
@@ -250,7 +259,7 @@ class BrokerServer:
                     fast_descriptor)
         add_service(server, auth, apb.DESCRIPTOR.services_by_name["BrokerAuth"])
         admin = BrokerAdminService(self.topics, self.queries, self.registration, self.clients,
-                                   self.broker.transfer_leader, self._change_membership)
+                                   self.broker.transfer_leader, self._change_membership, group=cfg.brokerName)
         add_service(server, guarded_admin(admin, admin_descriptor, guard, cfg.brokerClusterName), admin_descriptor)
         try:  # bind before the replica starts: a broker that cannot serve must not join its Raft group
             self._bound = tls.bind(server, self.config.listenAddress, cfg.server_tls)
@@ -333,6 +342,7 @@ class BrokerServer:
         if self._metrics is not None:
             await asyncio.to_thread(self._metrics.close)
         await self.broker.stop()
+        await self.checkbacks.close()
         await self.namesrvs.close()
 
     # -- NameServer registration ---------------------------------------------------------------------------
@@ -410,36 +420,23 @@ class BrokerServer:
                 await self.writes.end_transaction(message.topic.name, message_id, message_id, commit=False)
                 self._check_counts.pop(message_id, None)
                 continue
-            outboxes = self.clients.producer_outboxes(message.topic.name, send.producer_client_id,
-                                                      message.user_properties.get(PRODUCER_GROUP_PROPERTY, ""))
+            producer_group = message.user_properties.get(PRODUCER_GROUP_PROPERTY, "")
+            outboxes = self.clients.producer_outboxes(message.topic.name, send.producer_client_id, producer_group)
             self._check_counts[message_id] = (count + 1, now)
-            if not outboxes:
-                log.info("transaction of message %s: no producer of topic %s connected to ask (check %d)",
-                         message_id, message.topic.name, count + 1)
-                continue
             # as RocketMQ's check-back: the transaction id and how many times it has been asked, among the properties
             message.user_properties[TRANSACTION_ID_PROPERTY] = message_id
             message.user_properties[TRANSACTION_CHECK_TIMES_PROPERTY] = str(count + 1)
-            check = svc.TelemetryCommand(recover_orphaned_transaction_command=svc.RecoverOrphanedTransactionCommand(
-                message=message, transaction_id=message_id))
-            if not _push(outboxes, check):
+            if not outboxes:  # its producers' streams may all be on other replicas (broker/checkbacks.py)
+                if await self.checkbacks.relay(message, message_id, send.producer_client_id, producer_group) is None:
+                    log.info("transaction of message %s: no producer of topic %s connected to any replica to ask "
+                             "(check %d)", message_id, message.topic.name, count + 1)
+                continue
+            if not push(outboxes, check_back(message, message_id)):
                 log.info("transaction of message %s: every producer of topic %s connected here has %d replies unread; "
                          "asked again at the next check (check %d)", message_id, message.topic.name,
                          TELEMETRY_PENDING_MAX, count + 1)
         for message_id in set(self._check_counts) - still_half:  # resolved since: forget its count
             del self._check_counts[message_id]
-
-
-def _push(outboxes: list[asyncio.Queue], command: svc.TelemetryCommand) -> bool:
-    """Put a command on the first of these Telemetry streams with room (a client that reads nothing fills its own:
-    TELEMETRY_PENDING_MAX); False if none had room."""
-    for outbox in outboxes:
-        try:
-            outbox.put_nowait(command)
-            return True
-        except asyncio.QueueFull:
-            continue
-    return False
 
 
 async def serve(config: config_mod.BrokerConfig) -> None:

@@ -36,7 +36,7 @@ from rocketraft.protocol.serving import Undecodable
 from rocketraft.protocol.wire import Code, cpb, cpb_grpc, ipb, ipb_grpc, pb, svc, svc_grpc
 from rocketraft.protocol.wire import ok as ok_status
 
-from . import validation
+from . import checkbacks, validation
 from .clients import ClientRegistry
 from .config import BrokerConfig
 from .consume import Consume
@@ -415,8 +415,9 @@ class FastConsumeService(cpb_grpc.FastConsumeServicer):
 class BrokerAdminService(ipb_grpc.BrokerAdminServicer):
     def __init__(self, topics: Topics, queries: Queries, registration: Callable[[], ipb.BrokerRegistration],
                  clients: ClientRegistry, transfer_leader: Callable[[str, float | None], Awaitable[str]],
-                 membership: Callable[[str, str, float | None], Awaitable[int]] | None = None):
+                 membership: Callable[[str, str, float | None], Awaitable[int]] | None = None, group: str = ""):
         self.topics = topics
+        self.group = group  # brokerName: a relayed check-back of another group is refused
         self._transfer_leader = transfer_leader
         self._membership = membership  # (kind "add"/"remove", replica, timeout_s) -> committed index
         self.queries = queries
@@ -461,6 +462,9 @@ class BrokerAdminService(ipb_grpc.BrokerAdminServicer):
         members = [ipb.GroupMember(client_id=s.client_id, group=s.group, client_type=s.client_type,
                                    subscriptions=s.subscriptions) for s in self.clients.consumer_sessions()]
         return ipb.ListGroupsResponse(code=Code.OK, message="OK", groups=groups, members=members)
+
+    async def RelayCheckBack(self, request, context):
+        return checkbacks.deliver(request, self.clients, self.group)
 
     async def TransferLeader(self, request, context):
         old = self._registration().replica_id

@@ -371,6 +371,11 @@ class BrokerAdminStub:
                 request_serializer=rocketraft_dot_proto_dot_internal__pb2.RemoveReplicaRequest.SerializeToString,
                 response_deserializer=rocketraft_dot_proto_dot_internal__pb2.MembershipChangeResponse.FromString,
                 _registered_method=True)
+        self.RelayCheckBack = channel.unary_unary(
+                '/rocketraft.internal.v1.BrokerAdmin/RelayCheckBack',
+                request_serializer=rocketraft_dot_proto_dot_internal__pb2.RelayCheckBackRequest.SerializeToString,
+                response_deserializer=rocketraft_dot_proto_dot_internal__pb2.RelayCheckBackResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerAdminServicer:
@@ -436,6 +441,12 @@ class BrokerAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RelayCheckBack(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -488,6 +499,11 @@ def add_BrokerAdminServicer_to_server(servicer, server):
                     servicer.RemoveReplica,
                     request_deserializer=rocketraft_dot_proto_dot_internal__pb2.RemoveReplicaRequest.FromString,
                     response_serializer=rocketraft_dot_proto_dot_internal__pb2.MembershipChangeResponse.SerializeToString,
+            ),
+            'RelayCheckBack': grpc.unary_unary_rpc_method_handler(
+                    servicer.RelayCheckBack,
+                    request_deserializer=rocketraft_dot_proto_dot_internal__pb2.RelayCheckBackRequest.FromString,
+                    response_serializer=rocketraft_dot_proto_dot_internal__pb2.RelayCheckBackResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -760,6 +776,33 @@ class BrokerAdmin:
             '/rocketraft.internal.v1.BrokerAdmin/RemoveReplica',
             rocketraft_dot_proto_dot_internal__pb2.RemoveReplicaRequest.SerializeToString,
             rocketraft_dot_proto_dot_internal__pb2.MembershipChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RelayCheckBack(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocketraft.internal.v1.BrokerAdmin/RelayCheckBack',
+            rocketraft_dot_proto_dot_internal__pb2.RelayCheckBackRequest.SerializeToString,
+            rocketraft_dot_proto_dot_internal__pb2.RelayCheckBackResponse.FromString,
             options,
             channel_credentials,
             insecure,
