@@ -37,12 +37,13 @@ def permission_of(perm_bits: int) -> int:
 SCHEMELESS_TARGET_LANGUAGES = frozenset({"HTTP"})
 
 
-# x-mq-language of the SDKs that write to every entry of a route, whatever its permission or brokerId, and open a
-# Telemetry stream and heartbeat to every address of every Endpoints: rocketmq-clients/golang/v5 v5.1.2 sends "GO"
-# (its publishing load balancer takes any queue of the route; each attempt picks a random address of the entry's
-# Endpoints and re-dials a dropped one with a blocking 5 s dial). A replica's READ entry of its own single address
-# gives such a client nothing (the master's list already names every replica) and costs it, once that replica
-# dies, sends whose every attempt goes to the dead address: these clients get the master's list alone.
+# x-mq-language of the SDKs that write to every entry of a route, whatever its permission or brokerId:
+# rocketmq-clients/golang/v5 sends "GO" (its publishing load balancer takes any queue of the route). v5.1.2 picked a
+# random address of the entry's Endpoints for each attempt and re-dialed a dropped one with a blocking 5 s dial; v5.1.4
+# opens one connection per Endpoints over its addresses (shuffled, pick_first) and its one Telemetry stream on it. A
+# replica's READ entry of its own single address gives such a client nothing (the master's list already names every
+# replica) and costs it, once that replica dies, sends whose every attempt goes to the dead address: these clients get
+# the master's list alone (and a master without a stream of theirs relays check-backs: broker/checkbacks.py).
 LIST_ONLY_LANGUAGES = frozenset({"GO"})
 
 

@@ -10,8 +10,9 @@
 // A message of `send`: {body (text) or body_bytes (that many "x"), tag?, keys?, properties?, message_group?, delay_s?, transaction?}; transaction
 // "commit" or "rollback" ends it at once, "check" leaves it to the checker, which answers with the message's property
 // "answer" (COMMIT or ROLLBACK). `redeliver`: a message's first delivery is not acknowledged but made visible again
-// after 1 s (ChangeInvisibleDuration); later deliveries are acknowledged. The SDK (v5.1.2) has no push consumer.
-// Environment: SDK_ACCESS_KEY and SDK_SECRET_KEY (ACL 2.0), SDK_NAMESPACE. The SDK always connects with TLS.
+// after 1 s (ChangeInvisibleDuration); later deliveries are acknowledged. The SDK (v5.1.4) has a push consumer too,
+// not driven here. Environment: SDK_ACCESS_KEY and SDK_SECRET_KEY (ACL 2.0), SDK_NAMESPACE. The SDK connects with TLS
+// unless the environment variable rocketmq.client.enableSsl is "false".
 package main
 
 import (
@@ -216,8 +217,8 @@ func sendLoop(endpoints, topic string) error {
 }
 
 func simple(endpoints, group, topic string, count int, mode string) error {
-	consumer, err := rmq.NewSimpleConsumer(config(endpoints, group), rmq.WithAwaitDuration(2*time.Second),
-		rmq.WithSubscriptionExpressions(map[string]*rmq.FilterExpression{topic: rmq.SUB_ALL}))
+	consumer, err := rmq.NewSimpleConsumer(config(endpoints, group), rmq.WithSimpleAwaitDuration(2*time.Second),
+		rmq.WithSimpleSubscriptionExpressions(map[string]*rmq.FilterExpression{topic: rmq.SUB_ALL}))
 	if err != nil {
 		return err
 	}
