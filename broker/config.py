@@ -80,6 +80,10 @@ class BrokerConfig:
     storeMapSizeBytes: int = dledger.ReplicaConfig.map_size_bytes
     # a slave (follower) forwards writes to the master through Raft; false: it refuses them, naming the master
     slaveForwardEnable: bool = True
+    # RocketMQ's key: 4.x consumers pull from followers. The master's pull answers suggest a follower
+    # (suggestWhichBrokerId, one per group and queue), which then keeps the consumer; a follower never answers past
+    # what it has applied, and sends a consumer that is ahead of it back to the master (docs/client.md)
+    slaveReadEnable: bool = False
     # limits
     maxMessageSize: int = limits.BODY_BYTES_MAX
     messagePropertiesBytesMax: int = limits.PROPERTIES_BYTES_MAX

@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 import time
+import zlib
 from dataclasses import dataclass
 
 from rocketraft.protocol.auth_acl import pub
@@ -26,7 +27,7 @@ from rocketraft.protocol.limits import (
     TELEMETRY_PENDING_MAX,
 )
 from rocketraft.protocol.names import dlq_topic, retry_topic
-from rocketraft.protocol.routing import PERM_READ_WRITE
+from rocketraft.protocol.routing import MASTER_BROKER_ID, PERM_READ_WRITE
 from rocketraft.protocol.tls import TLS_OFF, ServerTls
 from rocketraft.protocol.wire import as_delivered, ipb, pb, svc
 from rocketraft.remoting import records
@@ -406,21 +407,38 @@ class BrokerRemoting:
         polling_ms = min(_int(ext, "suspendTimeoutMillis", 0, lo=0), self.config.longPollingTimeoutMillisMax) \
             if sys_flag & PULL_SUSPEND else 0
         low, high = await self._queue_range(topic, queue, offset)
+        suggest = self._suggested_broker_id(group, topic, queue)
         if offset > high and self.broker.is_master:  # past the end (a reset, a stale offset): OFFSET_OVERFLOW_BADLY
             return self._pull_answer(request, Response.PULL_OFFSET_MOVED, high, low, high,
-                                     "offset past the queue's end")
-        if offset > high:  # a follower behind the consumer: never move it back to what this replica has applied
+                                     "offset past the queue's end", suggest=suggest)
+        if offset > high:  # a follower behind the consumer: never move it back, and send it to the master
             return self._pull_answer(request, Response.PULL_NOT_FOUND, offset, low, high,
                                      "this replica has not applied that offset yet")
         try:
             messages, next_offset = await self.consume.pull(topic, queue, offset, batch, expression, polling_ms, group)
         except OffsetMovedError as exc:
-            return self._pull_answer(request, Response.PULL_OFFSET_MOVED, exc.next_offset, low, high, exc.message)
+            return self._pull_answer(request, Response.PULL_OFFSET_MOVED, exc.next_offset, low, high, exc.message,
+                                     suggest=suggest)
         low, high = self.broker.read(lambda txn: reads.queue_range(self.broker.sm, txn, topic, queue))
         if not messages:
-            return self._pull_answer(request, Response.PULL_NOT_FOUND, next_offset, low, high, "no new message")
+            return self._pull_answer(request, Response.PULL_NOT_FOUND, next_offset, low, high, "no new message",
+                                     suggest=suggest)
         body = b"".join(self._record(m) for m in messages)
-        return self._pull_answer(request, Response.SUCCESS, next_offset, low, high, "FOUND", body)
+        return self._pull_answer(request, Response.SUCCESS, next_offset, low, high, "FOUND", body, suggest=suggest)
+
+    def _suggested_broker_id(self, group: str, topic: str, queue: int) -> int:
+        """Where a 4.x consumer should pull this queue next (suggestWhichBrokerId): the master (0), or with
+        slaveReadEnable a follower: the master names one per (group, topic, queue), spread over its peers' broker ids
+        (their ranks in dLegerPeers, as each registers), and a follower keeps the consumers it serves."""
+        if not self.config.slaveReadEnable:
+            return MASTER_BROKER_ID
+        if not self.broker.is_master:
+            return self.config.follower_broker_id
+        ranked = sorted(self.config.peers)
+        followers = [ranked.index(p) + 1 for p in ranked if p != self.config.dLegerSelfId]
+        if not followers:
+            return MASTER_BROKER_ID
+        return followers[zlib.crc32(f"{group}\0{topic}\0{queue}".encode()) % len(followers)]
 
     async def _queue_range(self, topic: str, queue: int, offset: int) -> tuple[int, int]:
         """(min, max offset) of a queue here; a follower behind `offset` first waits for its log a moment
@@ -449,9 +467,9 @@ class BrokerRemoting:
 
     @staticmethod
     def _pull_answer(request: Command, code: int, next_offset: int, low: int, high: int, remark: str,
-                     body: bytes = b"") -> Command:
+                     body: bytes = b"", suggest: int = MASTER_BROKER_ID) -> Command:
         ext = {"nextBeginOffset": str(next_offset), "minOffset": str(low), "maxOffset": str(high),
-               "suggestWhichBrokerId": "0"}
+               "suggestWhichBrokerId": str(suggest)}
         return request.response(code, remark, ext, body)
 
     def _commit_in_background(self, group: str, topic: str, queue: int, offset: int) -> None:

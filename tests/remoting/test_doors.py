@@ -102,6 +102,48 @@ def test_a_suspended_pull_waits_for_a_message_and_answers_when_it_comes(cluster)
     assert 0.4 < time.monotonic() - started < 4.5
 
 
+def test_without_slave_read_enable_every_pull_answer_suggests_the_master(cluster):
+    addrs = brokers(route(cluster, "Doors"))["broker-a"]
+    deadline = time.monotonic() + 5
+    for address in addrs.values():
+        while (answer := pull(address, "Doors", 0, 0)).code == Response.TOPIC_NOT_EXIST and time.monotonic() < deadline:
+            time.sleep(0.05)  # a follower applies the topic a moment after the master
+        assert answer.ext.get("suggestWhichBrokerId") == "0", (answer.code, answer.remark, answer.ext)
+
+
+def test_with_slave_read_enable_a_consumer_is_sent_to_a_follower_which_keeps_it_and_never_reads_past_applied(
+        tmp_path):
+    from devkit.devcluster import DevCluster
+
+    with DevCluster(str(tmp_path / "slave-read"), broker_settings={"slaveReadEnable": True}, metrics=False) as c:
+        c.start()
+        c.wait_master()
+        c.create_topic("Reads", queue_nums=2)
+        addrs = brokers(route(c, "Reads"))["broker-a"]
+        master = addrs["0"]
+        for i in range(3):
+            assert send(master, "Reads", 1, f"m{i}".encode(), {"UNIQ_KEY": f"READS-{i}"}).code == Response.SUCCESS
+        first = pull(master, "Reads", 1, 0)
+        suggested = first.ext["suggestWhichBrokerId"]
+        assert first.code == Response.SUCCESS and suggested != "0" and suggested in addrs, (first.ext, addrs)
+        follower = addrs[suggested]
+        deadline = time.monotonic() + 5
+        while not all(f"READS-{i}".encode() in (there := pull(follower, "Reads", 1, 0)).body for i in range(3)) \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)  # the follower applies the sends a few milliseconds after the master
+        assert all(f"READS-{i}".encode() in there.body for i in range(3)), there.body  # the same messages
+        assert there.ext["suggestWhichBrokerId"] == suggested  # and the follower keeps the consumer
+        ahead = pull(follower, "Reads", 1, 10)  # past what this replica applied: not moved back, sent to the master
+        assert (ahead.code, ahead.ext["nextBeginOffset"], ahead.ext["suggestWhichBrokerId"]) == (
+            Response.PULL_NOT_FOUND, "10", "0"), ahead.ext
+        # a long poll held by the follower answers once the follower applies the new message
+        threading.Timer(0.5, lambda: send(master, "Reads", 1, b"late", {"UNIQ_KEY": "READS-LATE"})).start()
+        started = time.monotonic()
+        late = pull(follower, "Reads", 1, 3, sysFlag="2", suspendTimeoutMillis="5000")
+        assert late.code == Response.SUCCESS and b"late" in late.body, late.ext
+        assert 0.4 < time.monotonic() - started < 4.5
+
+
 def test_an_empty_queue_answers_pull_not_found_and_an_offset_past_the_end_offset_moved(cluster):
     master = brokers(route(cluster, "Doors"))["broker-a"]["0"]
     end = int(pull(master, "Doors", 2, 0).ext["maxOffset"])

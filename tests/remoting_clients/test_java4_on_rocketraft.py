@@ -178,6 +178,19 @@ def test_go_send_push_pull(cluster, go4):
     assert_same_messages(sent, consumed(go4, namesrv(cluster), "pull", "g4-basic", "g4-basic-pull", 20))
 
 
+def test_with_slave_read_enable_java_consumers_read_from_followers_and_get_every_message(tmp_path, java4):
+    """slaveReadEnable: the master's pull answers send each queue's consumer to a follower (suggestWhichBrokerId,
+    shown frame by frame in tests/remoting/test_doors.py); the 4.x client follows, and nothing is missed."""
+    from devkit.devcluster import DevCluster
+
+    with DevCluster(str(tmp_path / "reads"), broker_settings={"slaveReadEnable": True}, metrics=False).start() as c:
+        c.wait_master()
+        c.create_topic("j4-reads", queue_nums=4)
+        sent = sends(java4, namesrv(c), "j4-reads", 20, **MESSAGE)
+        assert_same_messages(sent, consumed(java4, namesrv(c), "push", "j4-reads", "j4-reads-push", 20, linger_s=1))
+        assert_same_messages(sent, consumed(java4, namesrv(c), "pull", "j4-reads", "j4-reads-pull", 20))
+
+
 def committed_offsets(address: str, group: str, topic: str, queues: int) -> list[int | None]:
     """The group's committed offset of each queue as one replica answers QUERY_CONSUMER_OFFSET (None: none)."""
     answers = [remoting_call(address, Request.QUERY_CONSUMER_OFFSET,
