@@ -6,6 +6,7 @@ official RocketMQ 5 SDK on the gRPC side). The same scenarios against Apache Roc
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
 from remotingkit import MESSAGE, TIMEOUT_S, assert_same_messages, consumed, orderly_round_trip, sends
@@ -117,12 +118,15 @@ def test_retry_then_dead_letter(cluster, client4):
     assert got[0]["properties"]["ORIGIN_MESSAGE_ID"] == dead[0]["msgId"], got
 
 
-def test_java_broadcast_consumers_each_get_every_message(cluster, java4):
-    runs = [java4.start("push", namesrv(cluster), topic="j4-bcast", group="j4-bcast-g", expect=5, broadcast=True,
-                        timeout_s=TIMEOUT_S, instance=f"b{i}", **{"from": "first"}) for i in range(2)]
+def test_broadcast_consumers_each_get_every_message(cluster, client4):
+    p = client4.prefix
+    run_id = uuid.uuid4().hex[:8]  # a broadcasting client keeps its offsets in local files, named by its instance
+    runs = [client4.start("push", namesrv(cluster), topic=f"{p}-bcast", group=f"{p}-bcast-g", expect=5,
+                          broadcast=True, timeout_s=TIMEOUT_S, instance=f"b{i}-{run_id}", **{"from": "first"})
+            for i in range(2)]
     for run in runs:
         run.wait_for("started", 1, 30)
-    sent = sends(java4, namesrv(cluster), "j4-bcast", 5)
+    sent = sends(client4, namesrv(cluster), f"{p}-bcast", 5)
     for run in runs:
         events = run.finish(60)
         assert {e["msgId"] for e in of(events, "received")} == {e["msgId"] for e in sent}
