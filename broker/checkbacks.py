@@ -24,6 +24,7 @@ from rocketraft.protocol import auth_internal, tls
 from rocketraft.protocol.wire import GRPC_OPTIONS, Code, ipb, ipb_grpc, pb, svc
 
 from .clients import ClientRegistry
+from .outboxes import Outbox
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +33,9 @@ ADDRESSES_TTL_S = 10.0  # the group's replica addresses (asked of the NameServer
 UNREACHABLE_SKIP_S = 10.0  # a replica a relay could not reach is skipped this long (a dead one costs one timeout)
 
 
-def push(outboxes: list[asyncio.Queue], command: svc.TelemetryCommand) -> bool:
-    """Put a command on the first of these Telemetry streams with room (a client that reads nothing fills its own:
-    TELEMETRY_PENDING_MAX); False if none had room."""
+def push(outboxes: list[Outbox], command: svc.TelemetryCommand) -> bool:
+    """Put a command on the first of these Telemetry streams with room (a client that reads nothing fills its own, or
+    its caller's share: broker/outboxes.py); False if none had room."""
     for outbox in outboxes:
         try:
             outbox.put_nowait(command)

@@ -9,7 +9,6 @@ it within one heartbeat period. It is what lets the broker
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
@@ -19,6 +18,8 @@ from rocketraft.protocol.auth_guard import caller_name
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.refusals import RefusalLog
 from rocketraft.protocol.wire import Code, pb
+
+from .outboxes import Budget, Outbox
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ class ClientSession:
     producer_group: str = ""  # a 4.x producer's group (its heartbeat or sends): check-backs go by group there
     subscriptions: dict[str, str] = field(default_factory=dict)  # topic -> normalized expression
     last_seen: float = 0.0
-    outbox: asyncio.Queue | None = None  # commands to push on its Telemetry stream
+    outbox: Outbox | None = None  # commands to push on its Telemetry stream (or its 4.x connection)
     owner: str | None = None  # the ACL 2.0 user that registered it (None: authentication off, or a server's call)
 
 
@@ -57,6 +58,7 @@ class ClientRegistry:
         self._next_sweep = 0.0
         # both are refused on every request of a client that keeps retrying: logged once per interval with a count
         self._clients_refused = RefusalLog("new client beyond clientsMax", log)
+        self.outbox_budget = Budget()  # what every stream of this replica holds unread, by caller (broker/outboxes.py)
         self._subscriptions_refused = RefusalLog("subscription differing from its group's", log)
 
     def session(self, client_id: str) -> ClientSession:
@@ -120,7 +122,11 @@ class ClientRegistry:
         if client_type:
             session.client_type = client_type
 
-    def outbox_of(self, client_id: str) -> asyncio.Queue | None:
+    def new_outbox(self, caller: str) -> Outbox:
+        """A stream's outbox, its bytes counted against `caller` (an ACL 2.0 user, else an address) and the total."""
+        return Outbox(self.outbox_budget, caller)
+
+    def outbox_of(self, client_id: str) -> Outbox | None:
         session = self._sessions.get(client_id)
         return session.outbox if session is not None else None
 
@@ -175,7 +181,7 @@ class ClientRegistry:
             session.group = group
         return session
 
-    def producer_outboxes(self, topic: str, preferred_client_id: str, producer_group: str = "") -> list[asyncio.Queue]:
+    def producer_outboxes(self, topic: str, preferred_client_id: str, producer_group: str = "") -> list[Outbox]:
         """Streams (Telemetry, or a 4.x client's connection) that can answer a transaction check-back for `topic`,
         best first: the producer that sent it, then producers of the topic, then (only while no ACL user owns the
         sessions) producers of its producer group, as RocketMQ asks any producer of the group. A check-back carries

@@ -134,6 +134,9 @@ class BrokerCollector:
                             "clientExpiryMillis", m.CONSUMER_GROUP)
         f.gauge("rocketraft_clients_known", "client sessions this replica holds, expired ones not yet forgotten "
                 "included (new clients are refused at clientsMax)")(self.clients.known())
+        f.gauge("rocketraft_telemetry_pending_bytes", "bytes of replies and check-backs this replica holds for client "
+                "streams (Telemetry, 4.x connections) that their clients have not read yet (bounded per caller and in "
+                "total: broker/outboxes.py)")(self.clients.outbox_budget.total)
         f.gauge("rocketraft_topic_waits", "topics that requests on this replica are waiting on right now (a long "
                 "poll, a follower waiting for a new topic to arrive)")(broker.topics_waited_on())
         by_type = self.clients.live_by_group_and_type()

@@ -24,7 +24,6 @@ from rocketraft.protocol.limits import (
     REMOTING_HEARTBEAT_GROUPS_MAX,
     REMOTING_HEARTBEAT_SUBSCRIPTIONS_MAX,
     RETRY_TOPIC_PREFIX,
-    TELEMETRY_PENDING_MAX,
 )
 from rocketraft.protocol.names import dlq_topic, retry_topic
 from rocketraft.protocol.routing import MASTER_BROKER_ID, PERM_READ_WRITE
@@ -41,6 +40,7 @@ from . import tables as t
 from .clients import ClientRegistry
 from .config import BrokerConfig
 from .consume import Consume
+from .outboxes import Outbox
 from .queries import QUERY_MESSAGES_MAX, Queries
 from .statemachine import send_fields
 from .topics import FOLLOWER_CATCH_UP_S, Topics
@@ -98,7 +98,7 @@ class BrokerRemoting:
         self._locks: dict[tuple[str, str, int], _Lock] = {}
         self._committing: set[tuple[str, str, int]] = set()
         self._outbox_tasks: dict[Connection, asyncio.Task] = {}
-        self._outboxes: dict[Connection, asyncio.Queue] = {}
+        self._outboxes: dict[Connection, Outbox] = {}
         self.server: RemotingServer | None = None
         self._keepalive_task: asyncio.Task | None = None
         self._background: set[asyncio.Task] = set()
@@ -201,7 +201,8 @@ class BrokerRemoting:
         session = self.clients.session(client_id)  # first: refuses an id another user's call registered
         outbox = self._outboxes.get(conn)
         if outbox is None:
-            outbox = self._outboxes[conn] = asyncio.Queue(maxsize=TELEMETRY_PENDING_MAX)
+            caller = conn.user.username if conn.user is not None else conn.peer_host
+            outbox = self._outboxes[conn] = self.clients.new_outbox(caller)
             self._outbox_tasks[conn] = asyncio.get_running_loop().create_task(self._drain(conn, outbox))
         session.outbox = outbox  # every time: a session made again (expired, or unregistered) gets it back
         conn.client_id = client_id
@@ -238,6 +239,8 @@ class BrokerRemoting:
         outbox = self._outboxes.pop(conn, None)
         if task is not None:
             task.cancel()
+        if outbox is not None:
+            outbox.close()
         if conn.client_id and self.clients.outbox_of(conn.client_id) is outbox is not None:
             self.clients.remove(conn.client_id)  # only the session this connection holds, not a newer one's
         for group, members in list(self._group_connections.items()):
@@ -356,7 +359,7 @@ class BrokerRemoting:
                                 Response.QUERY_NOT_FOUND)
         return send
 
-    async def _drain(self, conn: Connection, outbox: asyncio.Queue) -> None:
+    async def _drain(self, conn: Connection, outbox: Outbox) -> None:
         """Pushes meant for this client's stream: transaction check-backs, as CHECK_TRANSACTION_STATE."""
         while True:
             command: svc.TelemetryCommand = await outbox.get()

@@ -432,9 +432,9 @@ class BrokerServer:
                              "(check %d)", message_id, message.topic.name, count + 1)
                 continue
             if not push(outboxes, check_back(message, message_id)):
-                log.info("transaction of message %s: every producer of topic %s connected here has %d replies unread; "
-                         "asked again at the next check (check %d)", message_id, message.topic.name,
-                         TELEMETRY_PENDING_MAX, count + 1)
+                log.info("transaction of message %s: every producer of topic %s connected here has as many replies "
+                         "unread as it may hold (TELEMETRY_PENDING_MAX %d, or its caller's bytes); asked again at the "
+                         "next check (check %d)", message_id, message.topic.name, TELEMETRY_PENDING_MAX, count + 1)
         for message_id in set(self._check_counts) - still_half:  # resolved since: forget its count
             del self._check_counts[message_id]
 

@@ -13,6 +13,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from rocketraft.protocol.auth_acl import peer_ip
+from rocketraft.protocol.auth_guard import caller_name
 from rocketraft.protocol.errors import OffsetMovedError, RocketraftError, UnsupportedError
 from rocketraft.protocol.limits import (
     PRODUCER_BACKOFF_INITIAL_MS,
@@ -23,7 +25,6 @@ from rocketraft.protocol.limits import (
     PUSH_RECEIVE_BATCH_SIZE,
     RETRY_BACKOFF_MULTIPLIER,
     RETRY_BACKOFF_S,
-    TELEMETRY_PENDING_MAX,
 )
 from rocketraft.protocol.routing import (
     allocate_averagely,
@@ -32,7 +33,7 @@ from rocketraft.protocol.routing import (
     readable_master_queues,
 )
 from rocketraft.protocol.rules import recall_answer
-from rocketraft.protocol.serving import Undecodable
+from rocketraft.protocol.serving import Undecodable, client_peer
 from rocketraft.protocol.wire import Code, cpb, cpb_grpc, ipb, ipb_grpc, pb, svc, svc_grpc
 from rocketraft.protocol.wire import ok as ok_status
 
@@ -148,7 +149,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
 
     async def Telemetry(self, request_iterator, context):
         client_id = client_id_of(context)
-        outbox: asyncio.Queue = asyncio.Queue(TELEMETRY_PENDING_MAX)  # full: frames are not read until it drains
+        # full (TELEMETRY_PENDING_MAX, or its caller's or the replica's bytes): frames are not read until it drains
+        outbox = self.clients.new_outbox(caller_name() or peer_ip(client_peer(context)))
         try:
             session = self.clients.session(client_id)
         except RocketraftError as exc:  # another user's client id, or clientsMax: answered, and the stream ends
@@ -173,6 +175,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                 yield reply
         finally:
             reader.cancel()
+            outbox.close()
             if session.outbox is outbox:
                 session.outbox = None
 

@@ -110,6 +110,11 @@ HANDSHAKE_TIMEOUT_MS = 10_000
 # transaction check-backs. Unbounded, 50 streams whose clients sent settings frames and never read grew a master by
 # 60 MB/s (issue 18).
 TELEMETRY_PENDING_MAX = 64
+# ... and their bytes (broker/outboxes.py): per caller (its ACL 2.0 user, else its address) and in total. A stream with
+# nothing pending always takes one (a check-back carries a whole message). 50 streams of one caller that never read
+# held 1.58 GB (issue 30, item 8).
+TELEMETRY_PENDING_BYTES_PER_CALLER_MAX = 32 * 1024 * 1024
+TELEMETRY_PENDING_BYTES_MAX = 256 * 1024 * 1024
 # Topics one Telemetry settings frame may name (a producer's publishing topics, a consumer's subscriptions): the
 # broker answers settings with the topics echoed, so 64 pending answers to settings naming ~300k topics each held
 # about 1 GB per stream that never read (issue 30, item 8). A client declares a few; one more is refused by name.

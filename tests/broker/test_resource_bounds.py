@@ -189,6 +189,59 @@ def test_settings_naming_more_topics_than_settings_topics_max_are_refused_by_nam
     assert refused.code == Code.BAD_REQUEST and f"at most {limits.SETTINGS_TOPICS_MAX}" in refused.message, refused
 
 
+def test_the_replies_one_callers_unread_streams_hold_are_bounded_by_its_share_and_a_new_stream_still_gets_one(
+        make_cluster):
+    """Issue 30, item 8: 50 Telemetry streams that never read held 1.58 GB. Each stream still holds at most
+    TELEMETRY_PENDING_MAX replies, and all of one caller's streams together at most its share of bytes
+    (TELEMETRY_PENDING_BYTES_PER_CALLER_MAX, plus the one reply a stream with nothing pending always takes)."""
+    import time
+
+    from rocketraft.protocol.wire import svc_grpc
+
+    cluster = make_cluster()
+    cluster.create_topic(TOPIC, queue_nums=1)
+    master = cluster.wait_master()
+    settings = pb.Settings(client_type=pb.ClientType.PRODUCER)
+    settings.publishing.topics.extend(pb.Resource(name=f"t{i:04d}" + "x" * 120) for i in range(
+        limits.SETTINGS_TOPICS_MAX))
+    frame = svc.TelemetryCommand(settings=settings)
+    reply_bytes = frame.ByteSize()  # the answer echoes the topics
+    streams, sent = 8, [0] * 8
+    assert streams * limits.TELEMETRY_PENDING_MAX * reply_bytes > 2 * limits.TELEMETRY_PENDING_BYTES_PER_CALLER_MAX
+
+    def frames(i: int):
+        while sent[i] < 1000:
+            sent[i] += 1
+            yield frame
+
+    channel = grpc.insecure_channel(cluster.address_of[master])
+    calls = [svc_grpc.MessagingServiceStub(channel).Telemetry(frames(i), metadata=client_metadata(f"silent-{i}"))
+             for i in range(streams)]
+    try:
+        last, still_since = -1, time.monotonic()
+        while time.monotonic() - still_since < 2:  # until every stream's sending stalls for 2 s
+            time.sleep(0.2)
+            if sum(sent) != last:
+                last, still_since = sum(sent), time.monotonic()
+        held = gauge(cluster, master, "rocketraft_telemetry_pending_bytes")
+        print(f"held {held:.0f} bytes; frames sent per stream {sent}; one reply {reply_bytes} bytes")
+        assert held <= limits.TELEMETRY_PENDING_BYTES_PER_CALLER_MAX + streams * reply_bytes, (held, sent)
+        assert held >= limits.TELEMETRY_PENDING_BYTES_PER_CALLER_MAX - reply_bytes, (held, sent)  # it did fill up
+        fresh = svc_grpc.MessagingServiceStub(channel).Telemetry(
+            iter([svc.TelemetryCommand(settings=pb.Settings(client_type=pb.ClientType.PRODUCER))]),
+            metadata=client_metadata("fresh"), timeout=10)
+        assert next(fresh).status.code == Code.OK  # a stream with nothing pending always takes its answer
+        stub = messaging_stub(cluster, cluster.address_of[master])
+        ok = stub.SendMessage(svc.SendMessageRequest(messages=[raw_message(TOPIC, b"x")]), timeout=10)
+        assert ok.status.code == Code.OK, ok.status
+    finally:
+        for call in calls:
+            call.cancel()
+        channel.close()
+    wait_until(lambda: gauge(cluster, master, "rocketraft_telemetry_pending_bytes") == 0, 10,
+               "the cancelled streams' replies given back")
+
+
 def test_a_telemetry_stream_whose_client_reads_nothing_stops_being_read_instead_of_growing_the_broker(make_cluster):
     """A client that sends Telemetry frames and never reads the replies: the broker holds at most
     TELEMETRY_PENDING_MAX replies for it, then stops reading its frames (gRPC flow control holds the client), instead
