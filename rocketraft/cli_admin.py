@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from rocketraft.protocol import tls
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.wire import MessageType
 
@@ -88,6 +89,11 @@ def run(args: argparse.Namespace) -> int:
         if check:
             console.print(f"[red]error:[/red] {check}")
             return 2
+        if args.verb in ("createUser", "updateUser") and args.password and not (args.tls or args.ca_file):
+            print(f"warning: {args.verb} sends the user's password in plaintext (no --tls): anyone on the network "
+                  f"path can read it. Where the servers speak TLS (tlsMode permissive or enforcing), add --tls "
+                  f"--ca-file CA.pem or set {tls.CA_FILE_ENV} (docs/security.md, \"The cluster secret\")",
+                  file=sys.stderr)
         result = asyncio.run(_call(args))
     except RocketraftError as exc:
         console.print(f"[red]error ({exc.code}):[/red] {escape(exc.message)}", highlight=False)

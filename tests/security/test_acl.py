@@ -207,6 +207,7 @@ def test_the_admin_cli_manages_users_and_acls_and_without_the_secret_names_the_k
     key.write_text("carol-secret-key\n")
     created = admin_cli(cluster, "createUser", "-u", "carol", "--password-file", str(key))
     assert created.returncode == 0 and "createUser done on broker groups: broker-a" in created.stdout, created
+    assert "sends the user's password in plaintext (no --tls)" in created.stderr  # this cluster has no TLS
     auth(cluster, lambda a: a.create_acl("carol", ["Topic:orders"], ["pub"], source_ips=["127.0.0.0/8"]))
     got = json.loads(admin_cli(cluster, "getAcl", "-s", "User:carol", "--json").stdout)
     assert got["entries"] == [{"resource": "Topic:orders", "actions": ["Pub"], "source_ips": ["127.0.0.0/8"],
