@@ -49,6 +49,7 @@ from .workdir import scratch_dir
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
 TOPIC = "bench-client"
+RECEIVE_TOPIC = "bench-receive"  # receive_latency's (its group starts where the topic ends)
 PRODUCER_WAIT_S = 600  # for each producer process's result
 
 
@@ -147,6 +148,33 @@ async def latency(namesrv: str, messages: int, config: ClientConfig | None = Non
     return {"messages": messages, "p50_ms": round(percentile(samples, 0.5), 3),
             "p99_ms": round(percentile(samples, 0.99), 3), "max_ms": round(max(samples), 3),
             "samples_ms": [round(x, 3) for x in samples]}
+
+
+async def receive_latency(namesrv: str, messages: int, config: ClientConfig | None = None) -> dict:
+    """One SimpleConsumer.receive of one ready message at a time (the ReceiveMessage round trip; issue 30, item 7:
+    43-46 ms through a permissive port's splice before its sockets had TCP_NODELAY): `messages` sent first, each
+    receive timed until it returned its message (the ack is not timed)."""
+    from rocketraft.client.simple_consumer import SimpleConsumer
+
+    body = b"x" * 1024
+    async with SimpleConsumer(namesrv, group="bench-receive", subscriptions={RECEIVE_TOPIC: "*"}, await_duration_s=2,
+                              config=config) as consumer:
+        async with Producer(namesrv, topics=[RECEIVE_TOPIC], config=config) as producer:
+            for _ in range(messages + 50):
+                await producer.send(Message(RECEIVE_TOPIC, body))
+        samples = []
+        for i in range(messages + 50):
+            began = time.perf_counter()
+            got = await consumer.receive(1)
+            took = (time.perf_counter() - began) * 1000
+            if not got:
+                raise RuntimeError(f"receive {i} of {messages + 50} got nothing within 2 s")
+            if i >= 50:  # the first 50 warm the connections up
+                samples.append(took)
+            for m in got:
+                await consumer.ack(m)
+    return {"messages": messages, "p50_ms": round(percentile(samples, 0.5), 3),
+            "p99_ms": round(percentile(samples, 0.99), 3), "max_ms": round(max(samples), 3)}
 
 
 async def rpc(cluster: DevCluster, calls: int) -> dict:

@@ -1,10 +1,11 @@
 """What TLS costs the publish path, and what permissive mode's splice adds (docs/security.md, "TLS").
 
-    python -m bench tls --messages 50000 --latency 1000 --rounds 2      (also: python -m bench.tls_cost ...)
+    python -m bench tls --messages 50000 --latency 1000 --receives 500 --rounds 2   (also: python -m bench.tls_cost)
 
 Each round starts four clusters in turn (a NameServer + a 3-replica group, DevCluster, ASYNC_FLUSH unless --flush)
 and runs, against each, bench.client's publish (one producer process, send_batch of --batch 1 KiB messages,
---window calls in flight) and latency (--latency sync sends one at a time):
+--window calls in flight), latency (--latency sync sends one at a time) and receive latency (--receives
+SimpleConsumer.receive calls of one ready message each, the ReceiveMessage round trip):
     raft-no-password  tlsMode disabled and no Raft password: what a TLS cluster may not be (its Raft port must
                       authenticate: Fernet with dLegerPassword or one derived from the cluster secret)
     disabled          tlsMode disabled, plaintext client, Raft password set (the baseline of the TLS sides)
@@ -49,8 +50,9 @@ def one_side(cluster: DevCluster, client: str, args) -> dict:
                               tls_ca_file=cluster.certs.ca_file)
     published = cb.publish(cluster, args.size, 1, args.messages, args.batch, args.window, env=env)
     latency = asyncio.run(cb.latency(cluster.namesrv_address, args.latency, config))
+    received = asyncio.run(cb.receive_latency(cluster.namesrv_address, args.receives, config))
     return {"msgs_per_s": published["msgs_per_s"], "failed": published["failed"], "p50_ms": latency["p50_ms"],
-            "p99_ms": latency["p99_ms"]}
+            "p99_ms": latency["p99_ms"], "receive_p50_ms": received["p50_ms"], "receive_p99_ms": received["p99_ms"]}
 
 
 def one_cluster(base: str, name: str, args) -> list[dict]:
@@ -62,6 +64,7 @@ def one_cluster(base: str, name: str, args) -> list[dict]:
     try:
         cluster.wait_master()
         cluster.create_topic(cb.TOPIC)
+        cluster.create_topic(cb.RECEIVE_TOPIC)
         results = [{"side": f"{name}-{client}" if mode else name, **one_side(cluster, client, args)}
                    for client in clients]
         if any(r["failed"] for r in results):
@@ -87,7 +90,9 @@ def run(args) -> dict:
     for side in medians.values():
         side["msgs_over_disabled"] = _ratio(side["msgs_per_s"], base_side["msgs_per_s"])
         side["p50_over_disabled"] = _ratio(side["p50_ms"], base_side["p50_ms"])
-    return {"messages": args.messages, "latency_sends": args.latency, "size": args.size, "batch": args.batch,
+        side["receive_p50_over_disabled"] = _ratio(side["receive_p50_ms"], base_side["receive_p50_ms"])
+    return {"messages": args.messages, "latency_sends": args.latency, "receives": args.receives, "size": args.size,
+            "batch": args.batch,
             "window": args.window, "rounds": args.rounds, "flush": args.flush, "medians": medians, "runs": runs}
 
 
@@ -97,6 +102,8 @@ def side_medians(runs: list[dict]) -> dict:
     return {"msgs_per_s": round(statistics.median(clean), 3) if clean else None,
             "p50_ms": round(statistics.median(r["p50_ms"] for r in runs), 3),
             "p99_ms": round(statistics.median(r["p99_ms"] for r in runs), 3),
+            "receive_p50_ms": round(statistics.median(r["receive_p50_ms"] for r in runs), 3),
+            "receive_p99_ms": round(statistics.median(r["receive_p99_ms"] for r in runs), 3),
             "runs_with_failed_sends": sum(1 for r in runs if r["failed"]),
             "failed_sends": sum(r["failed"] for r in runs)}
 
@@ -110,6 +117,7 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--messages", type=int, default=50_000, help="messages per publish run")
     p.add_argument("--latency", type=int, default=1000, help="sync sends per latency run")
+    p.add_argument("--receives", type=int, default=500, help="receives of one ready message per receive run")
     p.add_argument("--rounds", type=int, default=2, help="rounds of the three clusters")
     p.add_argument("--size", type=int, default=1024, help="body bytes")
     p.add_argument("--batch", type=int, default=256, help="messages per send_batch call")
@@ -124,7 +132,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.quick:
-        args.rounds, args.messages, args.latency = 1, 3_000, 100
+        args.rounds, args.messages, args.latency, args.receives = 1, 3_000, 100, 50
     result = run(args)
     out = os.path.join(args.out, f"tls-{time.strftime('%Y%m%d-%H%M%S')}")
     os.makedirs(out, exist_ok=True)
@@ -135,8 +143,9 @@ def main(argv: list[str] | None = None) -> int:
                 if m["msgs_per_s"] is not None else "no msgs/s: sends failed in every publish")
         failed = (f"  FAILED: {m['failed_sends']} sends in {m['runs_with_failed_sends']} publishes (left out)"
                   if m["runs_with_failed_sends"] else "")
-        print(f"{side:18} {rate}, send p50 {m['p50_ms']} ms ({m['p50_over_disabled']:.3f}), p99 {m['p99_ms']} ms"
-              f"{failed}")
+        print(f"{side:18} {rate}, send p50 {m['p50_ms']} ms ({m['p50_over_disabled']:.3f}), p99 {m['p99_ms']} ms, "
+              f"receive p50 {m['receive_p50_ms']} ms ({m['receive_p50_over_disabled']:.3f}), p99 "
+              f"{m['receive_p99_ms']} ms{failed}")
     print(f"results: {out}/result.json")
     return 0
 

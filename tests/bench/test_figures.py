@@ -40,11 +40,12 @@ def test_metrics_has_no_figure_when_every_send_of_a_side_failed():
 
 
 def test_tls_leaves_a_publish_with_failed_sends_out_of_its_sides_median_and_counts_it():
-    runs = [{"msgs_per_s": 50, "failed": 3, "p50_ms": 1.0, "p99_ms": 2.0},
-            {"msgs_per_s": 100, "failed": 0, "p50_ms": 1.2, "p99_ms": 2.2}]
+    receive = {"receive_p50_ms": 1.5, "receive_p99_ms": 3.0}
+    runs = [{"msgs_per_s": 50, "failed": 3, "p50_ms": 1.0, "p99_ms": 2.0, **receive},
+            {"msgs_per_s": 100, "failed": 0, "p50_ms": 1.2, "p99_ms": 2.2, **receive}]
     side = tls_cost.side_medians(runs)
     assert side["msgs_per_s"] == 100 and side["runs_with_failed_sends"] == 1 and side["failed_sends"] == 3
-    refused = tls_cost.side_medians([{"msgs_per_s": 0, "failed": 9, "p50_ms": 1.0, "p99_ms": 2.0}])
+    refused = tls_cost.side_medians([{"msgs_per_s": 0, "failed": 9, "p50_ms": 1.0, "p99_ms": 2.0, **receive}])
     assert refused["msgs_per_s"] is None and tls_cost._ratio(refused["msgs_per_s"], 100) is None
 
 
