@@ -1,19 +1,25 @@
-"""`python -m bench compare`: rocketraft beside NATS JetStream R3 and RabbitMQ quorum queues, in one run, on this
-machine, with ratios (issue 16). An absolute figure drifts with the machine's load; a ratio taken in one run,
-with the systems measured in turn, does much less.
+"""`python -m bench compare`: rocketraft beside NATS JetStream R3, RabbitMQ quorum queues and Apache RocketMQ
+(DLedger, 3 replicas), in one run, on this machine, with ratios (issues 16 and 33). An absolute figure drifts with
+the machine's load; a ratio taken in one run, with the systems measured in turn, does much less.
 
     python -m bench compare                               # every figure, 3 rounds, every peer found
     python -m bench compare --rounds 1 --only publish,latency
     python -m bench compare --peers nats --only drain
+    python -m bench compare --peers rocketmq --rounds 1
 
 Each round measures every system in turn (the order rotates between rounds), each on its own fresh 3-node cluster
 on 127.0.0.1 that is stopped before the next system starts, so no two systems share the machine's two cores. The
 peers are measured by their own scripts (the Python clients nats-py and pika) in ../shared/peers (`--peers-dir`):
 install them with `apt-get install -y nats-server rabbitmq-server` and a virtualenv holding
 `nats-py pika hdrhistogram` (`--peers-python`, default $VENV/bin/python). rocketraft is measured by the same
-shape of client: one client process of our library, 1 KiB bodies.
+shape of client: one client process of our library, 1 KiB bodies. Apache RocketMQ (peer `rocketmq`) is the reference
+cluster of devkit/reference.py driven by the official Java SDK through its proxy (bench/rocketmq_peer.py: what it
+measures per figure, and what it does not); it is skipped, with the reason printed, when the reference's jars or the
+Java SDK's driver are not installed (scripts/setup.sh --tests installs both). Its client is a JVM, the others' are
+Python: a caveat on every ratio to it.
 
-Figures (rocketraft / NATS JetStream with nats-py / RabbitMQ quorum queue with pika):
+Figures (rocketraft / NATS JetStream with nats-py / RabbitMQ quorum queue with pika; RocketMQ's: in
+bench/rocketmq_peer.py):
 - publish: Producer.send_async with 256 single messages in flight / publish_async with 256 pending / confirms
   with 256 unconfirmed; one client process each.
 - batch: Producer.send_batch, 256 messages x 8 calls in flight, one process / the peers' publish.
@@ -47,7 +53,8 @@ from . import client as cb
 from .workdir import keep, scratch_dir
 
 FIGURES = ("publish", "batch", "latency", "drain", "failover")
-PEERS = ("nats", "rabbitmq")
+PEERS = ("nats", "rabbitmq", "rocketmq")
+SCRIPTED_PEERS = ("nats", "rabbitmq")  # measured by ../shared/peers scripts with --peers-python
 TOPIC = cb.TOPIC  # bench.client's latency scenario is this one's
 BODY_BYTES = 1024
 DRAIN_S_MAX = 120  # a drain that has not received every stored message by then ends, and gives no figure
@@ -416,7 +423,8 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=3, help="rounds; medians are reported")
     p.add_argument("--only", default=",".join(FIGURES), help=f"comma-separated figures of {', '.join(FIGURES)}")
-    p.add_argument("--peers", default=",".join(PEERS), help="comma-separated peers (nats, rabbitmq), or none")
+    p.add_argument("--peers", default=",".join(PEERS), help="comma-separated peers (nats, rabbitmq, rocketmq), or "
+                                                            "none")
     p.add_argument("--peers-dir", default=DEFAULT_PEERS_DIR, help="the peers' scripts (default ../shared/peers)")
     p.add_argument("--peers-python", default=os.path.join(os.environ.get("VENV", "/work/peers-venv"), "bin", "python"),
                    help="a Python with nats-py, pika and hdrhistogram (default $VENV/bin/python)")
@@ -438,15 +446,20 @@ def main(argv: list[str]) -> int:
     if unknown:
         print(f"unknown figures {sorted(unknown)}: use {', '.join(FIGURES)}", file=sys.stderr)
         return 2
+    from .rocketmq_peer import measure_rocketmq, missing
+
     peer_names = [p for p in opts.peers.split(",") if p and p != "none"]
     for peer in peer_names:
         if peer not in PEERS:
             print(f"unknown peer {peer!r}: use {', '.join(PEERS)}", file=sys.stderr)
             return 2
-        if not os.path.isdir(os.path.join(opts.peers_dir, peer)):
+        if peer in SCRIPTED_PEERS and not os.path.isdir(os.path.join(opts.peers_dir, peer)):
             print(f"no {peer} scripts in {opts.peers_dir} (--peers-dir); use --peers to leave it out", file=sys.stderr)
             return 2
-    if peer_names and not os.access(opts.peers_python, os.X_OK):
+    if "rocketmq" in peer_names and missing():
+        print(f"rocketmq skipped: {missing()}", file=sys.stderr)
+        peer_names.remove("rocketmq")
+    if set(peer_names) & set(SCRIPTED_PEERS) and not os.access(opts.peers_python, os.X_OK):
         print(f"{opts.peers_python} is not a Python with nats-py, pika and hdrhistogram (--peers-python or $VENV)",
               file=sys.stderr)
         return 2
@@ -455,7 +468,8 @@ def main(argv: list[str]) -> int:
     systems = ["rocketraft", *peer_names]
     measure = {"rocketraft": lambda r: measure_rocketraft(opts, ours, base, r),
                "nats": lambda r: measure_nats(opts, peers["nats"]),
-               "rabbitmq": lambda r: measure_rabbitmq(opts, peers["rabbitmq"])}
+               "rabbitmq": lambda r: measure_rabbitmq(opts, peers["rabbitmq"]),
+               "rocketmq": lambda r: measure_rocketmq(opts, peers["rocketmq"], base, r)}
     for round_no in range(opts.rounds):
         order = systems[round_no % len(systems):] + systems[:round_no % len(systems)]
         for system in order:
