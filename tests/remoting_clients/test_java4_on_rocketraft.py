@@ -135,7 +135,10 @@ def test_broadcast_consumers_each_get_every_message(cluster, client4):
 def test_offsets_survive_a_consumer_restart(cluster, client4):
     p = client4.prefix
     first = sends(client4, namesrv(cluster), f"{p}-offsets", 5)
-    got = consumed(client4, namesrv(cluster), "push", f"{p}-offsets", f"{p}-offsets-g", 5)
+    # past the client's 5 s offset persistence: a 4.x client also commits (oneway) as it shuts down, but a consumer
+    # stopped right after its last message may not have recorded that message's offset yet, and sees it again (at
+    # least once, as with RocketMQ: seen once with the Go client)
+    got = consumed(client4, namesrv(cluster), "push", f"{p}-offsets", f"{p}-offsets-g", 5, linger_s=6)
     assert {e["msgId"] for e in got} == {e["msgId"] for e in first}
     second = sends(client4, namesrv(cluster), f"{p}-offsets", 5)
     again = consumed(client4, namesrv(cluster), "push", f"{p}-offsets", f"{p}-offsets-g", 5, linger_s=1)
