@@ -5,6 +5,7 @@ the producer gives there (EndTransaction on the follower, forwarded through Raft
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
 
@@ -12,7 +13,7 @@ import grpc
 import pytest
 from brokerkit import client_metadata, messaging_stub, raw_message, wait_until
 
-from broker.checkbacks import deliver
+from broker.checkbacks import CheckBackRelay, deliver
 from broker.clients import ClientRegistry
 from rocketraft.protocol.limits import TELEMETRY_PENDING_MAX
 from rocketraft.protocol.wire import Code, ipb, ipb_grpc, pb, svc
@@ -113,3 +114,33 @@ def test_a_relayed_check_back_goes_on_a_producer_stream_here_and_no_further():
         assert (full.code, full.delivered) == (Code.OK, False) and "full" in full.message
 
     asyncio.run(scenario())
+
+
+def test_a_relay_to_a_replica_that_cannot_be_reached_is_logged_at_info_and_skipped_for_a_while(caplog):
+    """The check is made again at the next interval, as without a relay; a dead replica costs one try, not one per
+    half message."""
+    from devkit.devcluster import free_port
+
+    dead = f"127.0.0.1:{free_port()}"
+    asked = []
+
+    async def replicas():
+        asked.append(1)
+        return [ipb.BrokerRegistration(replica_id="n0", address="127.0.0.1:1"),  # this replica: never asked
+                ipb.BrokerRegistration(replica_id="n1", address=dead)]
+
+    async def scenario():
+        relay = CheckBackRelay(replicas, "n0", "broker-a")
+        try:
+            first = await relay.relay(raw_message("t", b"half"), "x1", "p1", "")
+            second = await relay.relay(raw_message("t", b"half"), "x2", "p1", "")
+        finally:
+            await relay.close()
+        return first, second
+
+    with caplog.at_level(logging.INFO, logger="broker.checkbacks"):
+        assert asyncio.run(scenario()) == (None, None)
+    failures = [r for r in caplog.records if "cannot relay" in r.getMessage()]
+    assert [(r.levelno, r.exc_info) for r in failures] == [(logging.INFO, None)], caplog.text
+    assert dead in failures[0].getMessage() and "replica n1" in failures[0].getMessage()
+    assert len(asked) == 2  # the addresses are asked again after a failure (the replica may have moved)
