@@ -51,7 +51,7 @@ from .workdir import describe, scratch_dir
 
 HOLD_S_DEFAULT = 3.0
 SDK_PACKAGES = {"python": "rocketmq-python-client", "node": "rocketmq-client-nodejs",
-                "java": "rocketmq-client-java 5.2.0", "go": "rocketmq-clients/golang/v5 v5.1.2"}
+                "java": "rocketmq-client-java 5.2.0", "go": "rocketmq-clients/golang/v5 v5.1.4"}
 
 
 def first_ack_after(log: SendLog, t: float, worker: threading.Thread, limit_s: float) -> tuple | None:

@@ -231,7 +231,7 @@ def _check_delivered_size(msg: pb.Message, body_bytes: int, frame_max: int) -> N
         raise BodyTooLargeError(
             f"message of {body_bytes} body bytes would reach consumers as up to {delivered_max} bytes (with its "
             f"properties and delivery fields, {headers} bytes), more than deliveryFrameBytesMax={frame_max} bytes, "
-            f"the gRPC receive limit of the official Go, Node.js and Python SDKs; send at most "
+            f"the gRPC receive limit of the official Node.js and Python SDKs (and Go SDKs before 5.1.3); send at most "
             f"{max(0, frame_max - headers)} body bytes with these properties")
 
 

@@ -31,8 +31,8 @@ PROPERTY_KEY_CHARS_MAX = 64
 PROPERTIES_BYTES_MAX = 16 * 1024      # messagePropertiesBytesMax default: keys + values of user properties
 # deliveryFrameBytesMax default: a message is refused at send if, as a consumer receives it (body, properties and the
 # broker's delivery fields), it would not fit in a gRPC message of this size: grpc's default receive limit, which the
-# official Go, Node.js and Python SDKs keep (they could never receive it: docs/client.md, "The official RocketMQ 5
-# SDKs")
+# official Node.js and Python SDKs keep, and the Go SDK before 5.1.3 (they could never receive it: docs/client.md,
+# "The official RocketMQ 5 SDKs")
 DELIVERY_FRAME_BYTES_MAX = 4 * 1024 * 1024
 # what the broker adds to a stored message when it delivers it, at most: receipt handle, queue id and offset, store
 # time, delivery attempt, invisible duration, a dead letter's origin, __SHARDINGKEY and __transactionId__, the
