@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import shutil
 import sys
 import tempfile
@@ -17,7 +18,12 @@ import time
 
 from devkit.devcluster import DevCluster
 
+from .access import Credentials, make_users
 from .run import Fuzzer, report_lines
+
+# docs/security.md: ACL 2.0 on brokers and NameServers, with the cluster secret it needs
+ACL_ON = {"authenticationEnabled": True, "authorizationEnabled": True}
+NAMESRV_ACL_ON = ("--authentication-enabled", "--authorization-enabled")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--send-known", action="store_true",
                         help="also send the requests of known findings (devkit/fuzz/calls.py KNOWN_FINDINGS), which "
                              "are otherwise counted and not sent")
+    parser.add_argument("--hardened", action="store_true",
+                        help="a hardened cluster (a cluster secret, ACL 2.0 authentication and authorization, TLS "
+                             "permissive) with three users; every request goes with credentials of a kind drawn at "
+                             "random, and a success answered to one without the right is a defect")
     parser.add_argument("--concurrency", type=int, default=16, help="requests in flight (default 16)")
     parser.add_argument("--dir", default="", help="where the cluster's data and logs go (default: a temp dir, "
                                                   "kept when there is a defect or the run fails)")
@@ -48,11 +58,13 @@ def main(argv: list[str] | None = None) -> int:
     defects = None  # a run that raised has its logs to look into, as one with defects does
     try:
         started = time.monotonic()
-        with DevCluster(base) as cluster:
+        credentials = Credentials(secrets.token_hex(32), make_users()) if args.hardened else None
+        with cluster_of(base, credentials) as cluster:
             cluster.start().wait_master()
             fuzzer = Fuzzer(cluster, requests=args.requests, seed=args.seed, concurrency=args.concurrency,
                             only=set(filter(None, args.only.split(","))), progress=sys.stderr, doors=doors,
-                            send_known=args.send_known, remoting_requests=args.remoting_requests or args.requests)
+                            send_known=args.send_known, remoting_requests=args.remoting_requests or args.requests,
+                            credentials=credentials)
             results = fuzzer.run()
         for line in report_lines(results, time.monotonic() - started):
             print(line)
@@ -66,6 +78,15 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(base, ignore_errors=True)
         elif defects != 0:
             print(f"cluster data and logs kept in {base}", flush=True)
+
+
+def cluster_of(base: str, credentials: Credentials | None) -> DevCluster:
+    """A plain cluster, or (--hardened) one as docs/security.md hardens it, with TLS permissive: the fuzzer's gRPC
+    calls go over TLS, its Remoting frames in plaintext, which a permissive port accepts too."""
+    if credentials is None:
+        return DevCluster(base)
+    return DevCluster(base, cluster_secret=credentials.secret, broker_settings=ACL_ON, namesrv_args=NAMESRV_ACL_ON,
+                      tls_mode="permissive")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 from google.protobuf.descriptor import MethodDescriptor
@@ -39,6 +39,8 @@ GRPC_DEFECTS = (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL, grpc.StatusCo
 class Verdict:
     kind: str  # "ok", "refused", "defect"
     detail: str  # the code's name; for a defect, what went wrong
+    answered: bool = True  # an "ok" that carried an answer (not a stream that said nothing, not a oneway request)
+    succeeded: frozenset[int] = frozenset()  # Remoting: the opaques of the requests answered SUCCESS
 
 
 OK = Verdict("ok", "OK")
@@ -54,7 +56,7 @@ def call(channel: grpc.Channel, service: str, method: MethodDescriptor, payload:
             return _stream_stream(channel.stream_stream(path), payload, metadata, response_cls)
         if method.server_streaming:
             responses = channel.unary_stream(path)(payload, timeout=STREAM_DEADLINE_S, metadata=metadata)
-            return _worst(judge_bytes(r, response_cls) for r in responses)
+            return _worst([judge_bytes(r, response_cls) for r in responses])
         return judge_bytes(channel.unary_unary(path)(payload, timeout=UNARY_DEADLINE_S, metadata=metadata),
                            response_cls)
     except grpc.RpcError as exc:
@@ -76,8 +78,9 @@ def _stream_stream(stub, payload: bytes, metadata, response_cls) -> Verdict:
     return _worst(verdicts)
 
 
-def _worst(verdicts) -> Verdict:
-    worst = OK
+def _worst(verdicts: list[Verdict]) -> Verdict:
+    """The worst verdict; an "ok" without any answer (a stream that sent nothing) is not `answered`."""
+    worst = OK if verdicts else Verdict("ok", "OK", answered=False)
     for verdict in verdicts:
         if verdict.kind == "defect":
             return verdict
@@ -144,13 +147,23 @@ class Plan:
     problem: str = ""  # what the decoder found
     deadline_s: float = UNARY_DEADLINE_S
     unexpected: str = ""  # the decoder raised something other than a FrameError (the server's loop does not catch it)
+    requests: list = field(default_factory=list)  # the requests the server reads (frame.Command), answered or not
 
 
-def plan_of(data: bytes) -> Plan:
+TLS_HANDSHAKE_FIRST_BYTE = 0x16  # a permissive port reads a connection that starts with it as TLS (server.py)
+
+
+def plan_of(data: bytes, tls_permissive: bool = False) -> Plan:
+    """What the server must do with these bytes, written first on a connection when they must close it;
+    `tls_permissive`: the port takes a connection whose first byte is a TLS handshake's for TLS, and closes it when
+    the handshake fails, with an INFO line and not a frame's WARNING."""
     plan = Plan(answers=[])
     at = 0
     if not data:
         plan.closes = True  # we end the connection at a frame boundary: closed without a word
+        return plan
+    if tls_permissive and data[0] == TLS_HANDSHAKE_FIRST_BYTE:
+        plan.closes, plan.problem = True, "the first byte is a TLS handshake's: read as TLS (tlsMode permissive)"
         return plan
     while at < len(data):
         if len(data) - at < 4:
@@ -170,6 +183,8 @@ def plan_of(data: bytes) -> Plan:
             plan = _malformed(plan, f"{type(exc).__name__}: {str(exc)[:100]}")
             plan.unexpected = type(exc).__name__
             return plan
+        if not command.is_response:
+            plan.requests.append(command)
         if not command.is_response and not command.is_oneway:
             plan.answers.append((command.opaque, command.serialize))
             if command.code == Request.PULL_MESSAGE:
@@ -286,6 +301,7 @@ def _answered(sock: socket.socket, data: bytes, plan: Plan) -> Verdict:
     deadline = time.monotonic() + plan.deadline_s
     reader = FrameReader(sock)
     verdicts = []
+    succeeded = set()
     while waiting:
         command = reader.next(deadline)
         if not command.is_response:
@@ -306,7 +322,11 @@ def _answered(sock: socket.socket, data: bytes, plan: Plan) -> Verdict:
             verdicts.append(Verdict("defect", f"answered in serialize type {command.serialize} to a request in "
                                               f"{sorted(serializes[command.opaque])}"))
         verdicts.append(judge_command(command))
-    return _worst(verdicts)
+        if command.code == Response.SUCCESS:
+            succeeded.add(command.opaque)
+    worst = _worst(verdicts)
+    return Verdict(worst.kind, worst.detail, answered=bool(succeeded), succeeded=frozenset(succeeded)) \
+        if worst.kind == "ok" else worst
 
 
 class FrameReader:
@@ -369,7 +389,9 @@ def _must_close(address: str, data: bytes, plan: Plan) -> Verdict:
         sock.close()
     if plan.unexpected:
         return Verdict("defect", f"the frame decoder raised {plan.unexpected} (not a FrameError)")
-    return Verdict("refused", "CLOSED (malformed frame)" if plan.warns else "CLOSED (no frame)")
+    if plan.warns:
+        return Verdict("refused", "CLOSED (malformed frame)")
+    return Verdict("refused", "CLOSED (not TLS)" if plan.problem else "CLOSED (no frame)")
 
 
 def judge_command(command) -> Verdict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Callable
 
 from hypothesis import strategies as st
 
@@ -146,13 +147,20 @@ def bodies(body: bytes, strings) -> st.SearchStrategy[bytes]:
     return st.one_of(*options)
 
 
-def malformed(code: int, ext: dict[str, str], body: bytes) -> st.SearchStrategy[bytes]:
+def unsigned(ext: dict[str, str], body: bytes) -> dict[str, str]:
+    return ext
+
+
+Signer = Callable[[dict[str, str], bytes], dict[str, str]]  # header fields and body -> the header fields sent
+
+
+def malformed(code: int, ext: dict[str, str], body: bytes, sign: Signer = unsigned) -> st.SearchStrategy[bytes]:
     """Frames broken on purpose, each in a way a decoder must name: the length field (too short, negative, over the
     limit, a byte more or less than sent), cut short, a header length past the frame, unknown serialize types, JSON
     headers that are not objects or hold objects where strings belong, too many extFields, binary field lengths that
     lie, two frames in one write, a valid frame and garbage after it."""
-    json_frame = request(code, ext, body, SERIALIZE_JSON, 1)
-    binary_frame = request(code, ext, body, SERIALIZE_ROCKETMQ, 1)
+    json_frame = request(code, sign(ext, body), body, SERIALIZE_JSON, 1)
+    binary_frame = request(code, sign(ext, body), body, SERIALIZE_ROCKETMQ, 1)
     valid = st.sampled_from((json_frame, binary_frame))
 
     def set_length(data: bytes, value: int) -> bytes:
@@ -205,27 +213,32 @@ def malformed(code: int, ext: dict[str, str], body: bytes) -> st.SearchStrategy[
 
 
 def requests(code: int, ext: dict[str, str], body: bytes, strings: tuple[str, ...],
-             unknown: tuple[int, ...] = ()) -> st.SearchStrategy[tuple[str, bytes]]:
-    """(kind, bytes written to the connection) of one request for a code (a negative code: one of `unknown`)."""
+             unknown: tuple[int, ...] = (), sign: Signer = unsigned) -> st.SearchStrategy[tuple[str, bytes]]:
+    """(kind, bytes written to the connection) of one request for a code (a negative code: one of `unknown`).
+    `sign`: what the header fields become for a given body (ACL 1.0's AccessKey and Signature added, --hardened),
+    applied to every request built from header fields, after its hostile value is in."""
+    signed = sign(ext, body)
+
     def valid(c):
         code_, serialize, opaque = c
-        return request(code_, ext, body, serialize, opaque)
+        return request(code_, signed, body, serialize, opaque)
 
     replaced = st.tuples(_common(code, unknown), _replaced(ext, strings), st.booleans()).map(
-        lambda t: request(t[0][0], t[1], body, t[0][1], t[0][2], ascii_only=t[2]))
+        lambda t: request(t[0][0], sign(t[1], body), body, t[0][1], t[0][2], ascii_only=t[2]))
     header_value = st.one_of(json_values(strings), st.sampled_from(INT32_EDGES + (2**32, 2**63, -2**63)))
     json_fixed = st.tuples(_code(code, unknown), st.sampled_from(
         ("code", "language", "version", "opaque", "flag", "remark", "extFields", "serializeTypeCurrentRPC")),
-        header_value).map(lambda t: frame_bytes(SERIALIZE_JSON, json_header(t[0], 1, 0, ext, **{t[1]: t[2]}), body))
+        header_value).map(lambda t: frame_bytes(SERIALIZE_JSON, json_header(t[0], 1, 0, signed, **{t[1]: t[2]}),
+                                                body))
     binary_fixed = st.tuples(_code(code, unknown), st.integers(0, 255), st.integers(-2**15, 2**15 - 1),
                              st.sampled_from(INT32_EDGES), hostile_text(strings)).map(
-        lambda t: frame_bytes(SERIALIZE_ROCKETMQ, binary_header(t[0], 1, t[3], ext, remark=t[4], language=t[1],
+        lambda t: frame_bytes(SERIALIZE_ROCKETMQ, binary_header(t[0], 1, t[3], signed, remark=t[4], language=t[1],
                                                                 version=t[2]), body))
     flags = st.tuples(_common(code, unknown), st.one_of(st.sampled_from((FLAG_ONEWAY, FLAG_RESPONSE, 3)),
                                                         st.sampled_from(INT32_EDGES))).map(
-        lambda t: request(t[0][0], ext, body, t[0][1], t[0][2], flag=t[1]))
+        lambda t: request(t[0][0], signed, body, t[0][1], t[0][2], flag=t[1]))
     new_body = st.tuples(_common(code, unknown), bodies(body, strings)).map(
-        lambda t: request(t[0][0], ext, t[1], t[0][1], t[0][2]))
+        lambda t: request(t[0][0], sign(ext, t[1]), t[1], t[0][1], t[0][2]))
     mutated = st.tuples(_common(code, unknown)).flatmap(lambda t: mutated_bytes(valid(t[0])))
     kinds = {
         "valid": _common(code, unknown).map(valid),
@@ -234,7 +247,7 @@ def requests(code: int, ext: dict[str, str], body: bytes, strings: tuple[str, ..
         "flags": flags,
         "body": new_body,
         "mutated": mutated,
-        "malformed": malformed(code if code >= 0 else 999, ext, body),
+        "malformed": malformed(code if code >= 0 else 999, ext, body, sign),
         "garbage": st.binary(max_size=BYTES_MAX),
     }
     # each kind as likely as the others (st.one_of favours the branches hypothesis finds simplest)

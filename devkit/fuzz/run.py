@@ -3,6 +3,7 @@ the calls in flight, the servers' health after each RPC (alive, no traceback in 
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import os
 import re
@@ -14,18 +15,24 @@ from typing import TextIO
 
 from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
 from google.protobuf.message import Message
+from google.protobuf.message_factory import GetMessageClass
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 import rocketraft
 from devkit.devcluster import DevCluster
 from devkit.waiting import wait_until
+from rocketraft.client.admin import Admin
+from rocketraft.client.auth_admin import AuthAdmin
+from rocketraft.client.config import ClientConfig
 from rocketraft.proto import auth_pb2 as apb
-from rocketraft.protocol.wire import cpb, ipb, svc
+from rocketraft.protocol.wire import GRPC_OPTIONS, cpb, ipb, svc
+from rocketraft.remoting import acl as remoting_acl
 from rocketraft.remoting import records
 from rocketraft.remoting.codes import Request
 
-from . import frames, templates
+from . import access, frames, templates
+from .access import Credentials, Who
 from .calls import (
     KNOWN_FINDINGS,
     FrameReader,
@@ -65,6 +72,10 @@ METADATA = st.sampled_from((
     (("x-mq-client-id", "x" * 4000), ("x-mq-namespace", "ns")),
     (("x-mq-client-id", "fuzz-client-1"), ("authorization", "MQv2-HMAC-SHA1 Credential=a, Signature=b")),
 ))
+# A refusal that names an authentication or authorization problem (v2 status, gRPC status, Remoting code)
+AUTH_REFUSALS = ("UNAUTHORIZED", "FORBIDDEN", "gRPC UNAUTHENTICATED", "gRPC PERMISSION_DENIED", "NO_PERMISSION")
+OUTCOMES = ("ok", "no answer", "auth refused", "refused", "defect")  # "no answer": oneway, or a stream said nothing
+USERS_SETTLE_S = 2.5  # the NameServer keeps a user it looked up for --auth-cache-ms (2000 ms by default)
 
 
 @dataclass
@@ -77,14 +88,22 @@ class RpcResult:
     defect_kinds: collections.Counter = field(default_factory=collections.Counter)
     examples: list[str] = field(default_factory=list)
     known: collections.Counter = field(default_factory=collections.Counter)  # requests of known findings, not sent
+    # --hardened: (credential kind, outcome) -> requests
+    by_credential: collections.Counter = field(default_factory=collections.Counter)
 
     @property
     def defects(self) -> int:
         return sum(self.defect_kinds.values())
 
-    def record(self, verdict: Verdict, kind: str, describe: Callable[[], str]) -> None:
-        """One request's verdict; describe() names the request (called for a defect only)."""
+    def record(self, verdict: Verdict, kind: str, describe: Callable[[], str], credential: str = "") -> None:
+        """One request's verdict; describe() names the request (called for a defect only); `credential`: the kind
+        of credentials it went with (--hardened)."""
         self.requests += 1
+        if credential:
+            outcome = "auth refused" if verdict.kind == "refused" and verdict.detail in AUTH_REFUSALS \
+                else "no answer" if verdict.kind == "ok" and not verdict.answered else verdict.kind
+            self.by_credential[(credential, outcome)] += 1
+            kind = f"{kind} ({credential})"
         if verdict.kind == "ok":
             self.ok += 1
         elif verdict.kind == "refused":
@@ -100,7 +119,8 @@ class RpcResult:
     def as_json(self) -> dict:
         return {"server": self.server, "rpc": self.rpc, "requests": self.requests, "ok": self.ok,
                 "refused": dict(self.refused), "defects": dict(self.defect_kinds), "examples": self.examples,
-                "known": dict(self.known)}
+                "known": dict(self.known),
+                "credentials": {f"{c} {o}": n for (c, o), n in sorted(self.by_credential.items())}}
 
 
 def _describe(payload: bytes, request_cls) -> str:
@@ -116,6 +136,11 @@ class Server:
     label: str  # "namesrv", "master n0", "follower n1"
     address: str
     services: tuple[tuple[ServiceDescriptor, dict[str, Message]], ...]
+    other_address: str = ""  # another server's: where a proof made for it is refused here
+
+    @property
+    def namesrv(self) -> bool:
+        return self.label == "namesrv"
 
 
 @dataclass(frozen=True)
@@ -150,8 +175,12 @@ def broker_remoting_codes() -> tuple[int, ...]:
 class Fuzzer:
     def __init__(self, cluster: DevCluster, requests: int, seed: int, concurrency: int, only: set[str],
                  progress: TextIO | None = None, doors: tuple[str, ...] = DOORS, send_known: bool = False,
-                 remoting_requests: int | None = None):
+                 remoting_requests: int | None = None, credentials: Credentials | None = None):
+        """`credentials`: the hardened run's users and secret (None: a cluster without ACL or secret, and requests
+        without credentials but the bogus ones of METADATA)."""
         self.cluster, self.requests, self.seed, self.concurrency = cluster, requests, seed, concurrency
+        self.credentials = credentials
+        self._channels: dict[str, object] = {}
         self.only, self.progress, self.doors, self.send_known = only, progress, doors, send_known
         self.remoting_requests = remoting_requests or requests
         self.connections = RemotingConnections()
@@ -167,9 +196,17 @@ class Fuzzer:
         v2, admin, ns = templates.v2(self.names), templates.broker_admin(self.names), templates.name_server(self.names)
         fast = templates.fast_consume(self.names)
         broker = ((V2, v2), (BROKER_ADMIN, admin), (BROKER_AUTH, {}), (FAST_CONSUME, fast))
-        return [Server("namesrv", self.cluster.namesrv_address, ((V2, v2), (NAME_SERVER, ns))),
-                Server(f"master {master}", self.cluster.address_of[master], broker),
-                Server(f"follower {follower}", self.cluster.address_of[follower], broker)]
+        master_address, follower_address = self.cluster.address_of[master], self.cluster.address_of[follower]
+        return [Server("namesrv", self.cluster.namesrv_address, ((V2, v2), (NAME_SERVER, ns)), master_address),
+                Server(f"master {master}", master_address, broker, follower_address),
+                Server(f"follower {follower}", follower_address, broker, master_address)]
+
+    def channel(self, address: str):
+        """A channel that adds nothing to the fuzzer's calls (the cluster's own channels sign every call with the
+        cluster secret); over TLS where the cluster has it."""
+        if address not in self._channels:
+            self._channels[address] = self.cluster.client_tls.channel(address, GRPC_OPTIONS)
+        return self._channels[address]
 
     def remoting_doors(self) -> list[RemotingDoor]:
         master = self.cluster.wait_master()
@@ -184,6 +221,9 @@ class Fuzzer:
 
     def run(self) -> list[RpcResult]:
         self._logs_since_last_look()
+        if self.credentials is not None:
+            self._prepare(self.names.topic, self.names.group)
+            self._make_users()
         results = []
         with ThreadPoolExecutor(self.concurrency) as pool:
             if "grpc" in self.doors:
@@ -193,6 +233,8 @@ class Fuzzer:
                             if self.only and method.name not in self.only:
                                 continue
                             results.append(self._fuzz_rpc(pool, server, service, method, service_templates))
+                            if self.credentials is not None and service is BROKER_AUTH:
+                                self._make_users(after_fuzzing=True)
             if "remoting" in self.doors:
                 selected = self.remoting_doors()
                 codes = {c for door in selected for c in door.codes if self._remoting_selected(c)}
@@ -216,6 +258,10 @@ class Fuzzer:
         ext = {"a": "fuzz-producer", "b": self.names.topic, "e": "1", "f": "0", "g": "1764000000000", "h": "0",
                "i": records.format_properties({"UNIQ_KEY": message_id, "KEYS": "k1"}), "j": "0"}
         found: list[int] = []
+
+        if self.credentials is not None:
+            root = self.credentials.root
+            ext = remoting_acl.sign(ext, b"stored", root.name, root.password)
 
         def sent() -> bool:
             plan = plan_of(data := frames.request(Request.SEND_MESSAGE_V2, ext, b"stored", 0, 1))
@@ -241,25 +287,40 @@ class Fuzzer:
         key = f"remoting.{code}"
         if key not in self._generated:
             self._generated[key] = generate_frames(code, ext, body, self.strings, self.remoting_requests,
-                                                    self.seed)
+                                                    self.seed, self.credentials)
         requests = self._generated[key]
-        plans = [plan_of(data) for _kind, data in requests]
-        known = ["" if self.send_known else known_finding(data, plan) for (_kind, data), plan in
+        tls_permissive = self.cluster.tls_mode == "permissive"
+        plans = [plan_of(data, tls_permissive) for _kind, data, _credential in requests]
+        known = ["" if self.send_known else known_finding(data, plan) for (_kind, data, _), plan in
                  zip(requests, plans, strict=True)]
         calls = [None if skip else pool.submit(call_remoting, self.connections, door.address, data, plan)
-                 for (_kind, data), plan, skip in zip(requests, plans, known, strict=True)]
-        for (kind, data), plan, skip, future in zip(requests, plans, known, calls, strict=True):
+                 for (_kind, data, _), plan, skip in zip(requests, plans, known, strict=True)]
+        for (kind, data, credential), plan, skip, future in zip(requests, plans, known, calls, strict=True):
             if skip:
                 result.requests += 1
                 result.known[skip] += 1
                 continue
-            result.record(future.result(), kind, lambda d=data, p=plan: self._describe_frames(d, p))
+            verdict = self._judge_remoting(future.result(), plan)
+            result.record(verdict, kind, lambda d=data, p=plan: self._describe_frames(d, p), credential)
         warned = sum(plan.warns for plan, skip in zip(plans, known, strict=True) if not skip)
         self._check_health(result, warnings={door.log_path: warned})
         if self.progress:
             print(f"{door.label:14} {result.rpc:58} {result.requests:6} requests, {result.defects} defects",
                   file=self.progress, flush=True)
         return result
+
+    def _judge_remoting(self, verdict: Verdict, plan) -> Verdict:
+        """--hardened: a request answered SUCCESS must have been signed by a user it was allowed for."""
+        if self.credentials is None or verdict.kind != "ok" or not verdict.succeeded:
+            return verdict
+        for request in plan.requests:
+            if request.opaque not in verdict.succeeded:
+                continue
+            who = self.credentials.remoting_who(request.ext, request.body)
+            rule = access.remoting_rule(request.code, request.ext, request.body)
+            if access.may(who, rule, self.names) is False:
+                return unauthorized(who, rule)
+        return verdict
 
     def _describe_frames(self, data: bytes, plan) -> str:
         """The frame(s) decoded as the server reads them, and the exact bytes, kept in a file of the run's dir."""
@@ -292,12 +353,12 @@ class Fuzzer:
         # every RPC after it would meet only TOPIC_NOT_FOUND (the 10,000-per-RPC run of 2026-11-26 saw it)
         self._prepare(self.names.topic, self.names.group)
         requests = self._requests_for(service, method, templates.template_for(method, service_templates))
-        channel = self.cluster.channel(server.address)
+        channel = self.channel(server.address)
         request_cls = type(templates.template_for(method, service_templates))
-        calls = [pool.submit(call, channel, service.full_name, method, payload, metadata)
-                 for _kind, payload, metadata in requests]
-        for (kind, payload, _), future in zip(requests, calls, strict=True):
-            result.record(future.result(), kind, lambda p=payload: _describe(p, request_cls))
+        calls = [pool.submit(self._send, channel, server, service, method, payload, metadata, credential, variant)
+                 for _kind, payload, metadata, credential, variant in requests]
+        for (kind, payload, _, credential, _), future in zip(requests, calls, strict=True):
+            result.record(future.result(), kind, lambda p=payload: _describe(p, request_cls), credential)
         self._check_health(result)
         if self.progress:
             print(f"{server.label:14} {result.rpc:58} {result.requests:6} requests, {result.defects} defects",
@@ -305,11 +366,70 @@ class Fuzzer:
         return result
 
     def _requests_for(self, service: ServiceDescriptor, method: MethodDescriptor, template: Message) -> list:
-        """self.requests (kind, bytes, metadata) for this RPC; the same ones for every server that serves it."""
+        """self.requests (kind, bytes, metadata, credential kind, its variant) for this RPC; the same ones for every
+        server that serves it."""
         key = f"{service.full_name}.{method.name}"
         if key not in self._generated:
-            self._generated[key] = generate(method, template, self.strings, self.requests, self.seed)
+            self._generated[key] = generate(method, template, self.strings, self.requests, self.seed,
+                                            self.credentials is not None)
         return self._generated[key]
+
+    def _send(self, channel, server: Server, service: ServiceDescriptor, method: MethodDescriptor, payload: bytes,
+              metadata: tuple, credential: str, variant: int) -> Verdict:
+        """One call (runs on the pool). --hardened: with the credentials of its kind, made now (they carry the
+        time), and judged by who they prove the caller is; a replayed proof is sent a second time after its first
+        answer, and that second answer is judged as one without credentials."""
+        if not credential:
+            return call(channel, service.full_name, method, payload, metadata)
+        path = f"/{service.full_name}/{method.name}"
+        extra = self.credentials.grpc_metadata(credential, variant, path, server.address, server.other_address,
+                                               None if method.client_streaming else payload)
+        sent = _client_headers(metadata, self.credentials.user_of(credential)) + extra
+        verdict = self._judge_grpc(call(channel, service.full_name, method, payload, sent),
+                                   self.credentials.who(credential), server, service, method, payload, sent)
+        if credential == "proof-replayed" and verdict.kind != "defect":
+            verdict = self._judge_grpc(call(channel, service.full_name, method, payload, sent), Who.NOBODY, server,
+                                       service, method, payload, sent)
+        return verdict
+
+    def _judge_grpc(self, verdict: Verdict, who: Who, server: Server, service: ServiceDescriptor,
+                    method: MethodDescriptor, payload: bytes, metadata: tuple) -> Verdict:
+        if verdict.kind != "ok" or not verdict.answered:
+            return verdict
+        if access.grpc_may(who, server.namesrv, service.name, method, payload, metadata, self.names) is False:
+            request = GetMessageClass(method.input_type).FromString(payload)
+            return unauthorized(who, access.grpc_rule(server.namesrv, service.name, method.name, request))
+        return verdict
+
+    def _make_users(self, after_fuzzing: bool = False) -> None:
+        """Creates this run's users and the tenant's ACL (again), through the admin client with the cluster secret.
+        After a BrokerAuth RPC was fuzzed (its requests with a valid proof may have changed any user), they are
+        made again, and when a type, status or ACL had changed the NameServer's cache of users is waited out."""
+        creds, names = self.credentials, self.names
+        tenant_acl = {(f"Topic:{names.topic}", ("Pub", "Sub")), (f"Group:{names.group}", ("Pub", "Sub"))}
+
+        async def make() -> bool:
+            config = ClientConfig(namesrv=(self.cluster.namesrv_address,), cluster_secret=creds.secret,
+                                  access_key="", secret_key="", tls=self.cluster.certs is not None,
+                                  tls_ca_file=self.cluster.certs.ca_file if self.cluster.certs else "")
+            async with Admin(config=config) as admin:
+                auth = AuthAdmin(admin)
+                users = {u.username: (u.type, u.status) for u in await auth.list_users()}
+                acls = {a.subject: {(e.resource, tuple(e.actions)) for e in a.entries if e.decision == apb.ALLOW}
+                        for a in await auth.list_acls()}
+                changed = any(users.get(u.name) != (apb.UserType.Value(u.type), apb.ENABLE) for u in creds.users) \
+                    or acls.get(f"User:{creds.tenant.name}") != tenant_acl \
+                    or any(f"User:{u.name}" in acls for u in (creds.root, creds.stranger))
+                for user in creds.users:
+                    if user.name in users:
+                        await auth.delete_user(user.name)  # and its ACL
+                    await auth.create_user(user.name, user.password, user.type)
+                await auth.create_acl(f"User:{creds.tenant.name}", [r for r, _ in sorted(tenant_acl)], ["Pub", "Sub"])
+                return changed
+
+        changed = asyncio.run(make())
+        if after_fuzzing and changed:
+            time.sleep(USERS_SETTLE_S)
 
     def _check_health(self, result: RpcResult, warnings: dict[str, int] | None = None) -> None:
         """Every process alive, no traceback in a log; `warnings`: log path -> the malformed frames sent to its
@@ -344,10 +464,11 @@ class Fuzzer:
         topic, group = "fuzz-after", "fuzz-after-group"
         try:
             self._prepare(topic, group)
-            with rocketraft.Producer(self.cluster.namesrv_address) as producer:
+            config = self._client_config()
+            with rocketraft.Producer(self.cluster.namesrv_address, config=config) as producer:
                 producer.send(rocketraft.Message(topic, b"after the fuzz"))
             with rocketraft.SimpleConsumer(self.cluster.namesrv_address, group=group, subscriptions={topic: "*"},
-                                           await_duration_s=2) as consumer:
+                                           await_duration_s=2, config=config) as consumer:
                 got = [m.body for _ in range(10) for m in consumer.receive(max_messages=16)]
             result.requests = 1
             if b"after the fuzz" in got:
@@ -361,6 +482,35 @@ class Fuzzer:
         return result
 
 
+    def _client_config(self) -> ClientConfig | None:
+        """A producer's and consumer's config: --hardened, the SUPER user's credentials over TLS."""
+        if self.credentials is None:
+            return None
+        root, certs = self.credentials.root, self.cluster.certs
+        return ClientConfig(namesrv=(self.cluster.namesrv_address,), cluster_secret="", access_key=root.name,
+                            secret_key=root.password, tls=certs is not None, tls_ca_file=certs.ca_file if certs else "")
+
+
+def unauthorized(who: Who, rule: access.Rule) -> Verdict:
+    needs = "the cluster secret" if rule.secret else "an admin's right" if rule.admin else \
+        ", ".join(f"{'/'.join(sorted(n.actions))} on {n.kind}:{n.name[:80]}" for n in rule.needs) or "nothing"
+    return Verdict("defect", f"answered without authorization: {who.value}, a call that needs {needs}"
+                             f"{' and a right on the stored message' if rule.stored else ''}")
+
+
+def _client_headers(metadata: tuple, user) -> tuple:
+    """The client headers of a hardened call: METADATA's without its bogus authorization (the credential kinds
+    make those), and a user's client id its own (a client id belongs to the first user that used it)."""
+    out = []
+    for key, value in metadata:
+        if key == "authorization":
+            continue
+        if key == "x-mq-client-id" and user is not None and value.startswith("fuzz-client-"):
+            value = f"{value}-{user.name}"
+        out.append((key, value))
+    return tuple(out)
+
+
 def _succeeds(action) -> bool:
     try:
         action()
@@ -370,10 +520,13 @@ def _succeeds(action) -> bool:
 
 
 def generate(method: MethodDescriptor, template: Message, strings: tuple[str, ...], count: int,
-             seed_value: int) -> list[tuple[str, bytes, tuple]]:
-    """`count` requests for one RPC, drawn by hypothesis (generation only: no shrinking, no database)."""
+             seed_value: int, hardened: bool = False) -> list[tuple[str, bytes, tuple, str, int]]:
+    """`count` requests (kind, bytes, metadata, credential kind, its variant) for one RPC, drawn by hypothesis
+    (generation only: no shrinking, no database); the credential kind is "" unless `hardened`."""
     collected: list = []
-    strategy = st.tuples(request_bytes(method.input_type, template, strings), METADATA)
+    credentials = st.tuples(st.sampled_from(access.GRPC_CREDENTIALS), st.integers(0, access.GARBAGE_VARIANTS - 1)) \
+        if hardened else st.just(("", 0))
+    strategy = st.tuples(request_bytes(method.input_type, template, strings), METADATA, credentials)
     attempt = 0
     while len(collected) < count:
         @seed(seed_value * 1_000 + attempt)
@@ -381,8 +534,8 @@ def generate(method: MethodDescriptor, template: Message, strings: tuple[str, ..
                   suppress_health_check=list(HealthCheck))
         @given(strategy)
         def draw(item):
-            (kind, payload), metadata = item
-            collected.append((kind, payload, metadata))
+            (kind, payload), metadata, (credential, variant) = item
+            collected.append((kind, payload, metadata, credential, variant))
 
         draw()
         attempt += 1
@@ -390,11 +543,17 @@ def generate(method: MethodDescriptor, template: Message, strings: tuple[str, ..
 
 
 def generate_frames(code: int, ext: dict[str, str], body: bytes, strings: tuple[str, ...], count: int,
-                    seed_value: int) -> list[tuple[str, bytes]]:
-    """`count` (kind, bytes) for one Remoting request code, drawn by hypothesis (generation only)."""
+                    seed_value: int, credentials: Credentials | None = None) -> list[tuple[str, bytes, str]]:
+    """`count` (kind, bytes, credential kind) for one Remoting request code, drawn by hypothesis (generation only);
+    with `credentials` (--hardened) each request is signed as one kind of access.REMOTING_CREDENTIALS says."""
     collected: list = []
     unknown = templates.UNKNOWN_CODES if code == templates.UNKNOWN_CODE else ()
-    strategy = frames.requests(code, ext, body, strings, unknown)
+    if credentials is None:
+        strategy = frames.requests(code, ext, body, strings, unknown).map(lambda kd: (*kd, ""))
+    else:
+        signed = {kind: frames.requests(code, ext, body, strings, unknown, credentials.remoting_signer(kind))
+                  .map(lambda kd, kind=kind: (*kd, kind)) for kind in access.REMOTING_CREDENTIALS}
+        strategy = st.sampled_from(access.REMOTING_CREDENTIALS).flatmap(signed.__getitem__)
     attempt = 0
     while len(collected) < count:
         @seed(seed_value * 1_000 + attempt + (code & 0xFFFF) * 7)
@@ -459,7 +618,26 @@ def report_lines(results: list[RpcResult], elapsed_s: float) -> list[str]:
         if known[known_finding_.name]:
             lines.append(f"KNOWN FINDING {known_finding_.name}: {known[known_finding_.name]} requests not sent "
                          f"(--send-known sends them): {known_finding_.reason}")
+    lines.extend(credential_lines(results))
     for r in defects:
         lines.append(f"DEFECTS in {r.server} {r.rpc}: {dict(r.defect_kinds)}")
         lines.extend(f"  e.g. {example}" for example in r.examples)
+    return lines
+
+
+def credential_lines(results: list[RpcResult]) -> list[str]:
+    """--hardened: requests by the credentials they went with and their outcome (none without credentials)."""
+    lines = []
+    for door, kinds in (("gRPC", access.GRPC_CREDENTIALS), ("Remoting", access.REMOTING_CREDENTIALS)):
+        counts = collections.Counter()
+        for r in results:
+            if r.rpc.startswith("Remoting.") == (door == "Remoting"):
+                counts.update(r.by_credential)
+        if not counts:
+            continue
+        lines.append(f"{door + ' credentials':28} {'requests':>8} " + " ".join(f"{o:>12}" for o in OUTCOMES))
+        for credential in kinds:
+            row = [counts[(credential, o)] for o in OUTCOMES]
+            if sum(row):
+                lines.append(f"{credential:28} {sum(row):8} " + " ".join(f"{n:12}" for n in row))
     return lines
