@@ -15,6 +15,7 @@ import zlib
 from dataclasses import dataclass
 
 from rocketraft.protocol.auth_acl import pub
+from rocketraft.protocol.auth_guard import caller_name
 from rocketraft.protocol.errors import BadRequestError, OffsetMovedError, RocketraftError
 from rocketraft.protocol.limits import (
     DELAY_LEVEL_COUNT,
@@ -201,7 +202,7 @@ class BrokerRemoting:
         session = self.clients.session(client_id)  # first: refuses an id another user's call registered
         outbox = self._outboxes.get(conn)
         if outbox is None:
-            caller = conn.user.username if conn.user is not None else conn.peer_host
+            caller = caller_name() or conn.peer_host  # its ACL 2.0 user (this request's signer), else its address
             outbox = self._outboxes[conn] = self.clients.new_outbox(caller)
             self._outbox_tasks[conn] = asyncio.get_running_loop().create_task(self._drain(conn, outbox))
         session.outbox = outbox  # every time: a session made again (expired, or unregistered) gets it back

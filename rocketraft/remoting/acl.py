@@ -11,6 +11,7 @@ deduplicated by its message id). TLS keeps requests from being captured.
 from __future__ import annotations
 
 import base64
+import contextvars
 import hashlib
 import hmac
 import json
@@ -120,6 +121,13 @@ def needs_of(request: Command) -> list[Need]:
     return []
 
 
+# The user and policy of the request being handled: one per request (each runs in a task of its own), never per
+# connection. A connection carries requests of any user that signs them, several in flight at once: a handler that
+# checks after an await must see its own request's signer, not the latest one's.
+_REQUEST_CALLER: contextvars.ContextVar[tuple[apb.User, object] | None] = contextvars.ContextVar(
+    "rocketraft_remoting_caller", default=None)
+
+
 class RemotingGuard:
     """The Authorizer of a Remoting port (rocketraft.remoting.server) under ACL 2.0: every request must be signed by
     a user (authenticationEnabled) and, with authorizationEnabled, allowed by its ACL. A refusal is answered
@@ -136,19 +144,24 @@ class RemotingGuard:
                 raise AuthenticationError("this server requires ACL credentials (authenticationEnabled): give the 4.x "
                                           "client an AclClientRPCHook with a user's access key and secret key")
             user, policy = await self.lookup(request.ext[ACCESS_KEY], conn.peer_host)
-            conn.user, conn.policy = authenticate(request, user), policy
-            auth_guard.bind_caller(conn.user.username)
+            user = authenticate(request, user)
+            _REQUEST_CALLER.set((user, policy))
+            auth_guard.bind_caller(user.username)
             self.require(conn, needs_of(request))
         except auth_acl.AuthenticationError as exc:
             self._log.note(f"code {request.code} from {conn.peer}: {exc.message}")
             raise
 
     def require(self, conn, needs: list[Need]) -> None:
-        """AuthorizationError unless the connection's user may do `needs` (nothing with authorization off)."""
+        """AuthorizationError unless the user who signed the request being handled may do `needs` (nothing with
+        authorization off)."""
         if not self.config.authorization or not needs:
             return
+        caller = _REQUEST_CALLER.get()
         try:
-            auth_acl.decide(conn.user, conn.policy, needs, conn.peer_host)
+            if caller is None:
+                raise auth_acl.AuthorizationError(f"a request from {conn.peer} reached a check without a signer")
+            auth_acl.decide(caller[0], caller[1], needs, conn.peer_host)
         except auth_acl.AuthorizationError as exc:
             self._log.note(f"from {conn.peer}: {exc.message}")
             raise

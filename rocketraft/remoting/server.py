@@ -49,8 +49,6 @@ class Connection:
         self.peer_host = str(peer[0])
         self.client_id = ""  # the client's id once it sent a heartbeat
         self.tls = False
-        self.user = None  # the ACL 2.0 user its requests are signed by, and its policy (ACL on)
-        self.policy = None
         self.closed = asyncio.Event()
         self._in_flight = 0
         self._tasks: set[asyncio.Task] = set()
