@@ -15,6 +15,7 @@ import itertools
 import logging
 import socket
 import ssl
+import struct
 from collections.abc import Awaitable, Callable
 
 from rocketraft.protocol.errors import RocketraftError
@@ -89,7 +90,18 @@ class Connection:
             for task in self._tasks:
                 if getattr(task, "long_poll", False):
                     task.cancel()
-            self._writer.close()
+            self.close()
+
+    def close(self) -> None:
+        """Close the connection as a server that goes on: what is written still reaches the client (a FIN, not the
+        reset the process's death sends: _reset_on_death)."""
+        sock = self._writer.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, LINGER_OFF)
+            except OSError:
+                pass  # already closed
+        self._writer.close()
 
     async def _read_frame(self) -> frame.Command | None:
         idle_s = REMOTING_IDLE_MS / 1000
@@ -228,6 +240,7 @@ class RemotingServer:
                                 "set the client's tls.enable=true)", _peer_text(peer))
                     sock.close()
                     return
+            _reset_on_death(sock)
             reader = asyncio.StreamReader(limit=READ_BUFFER_BYTES)
             protocol = asyncio.StreamReaderProtocol(reader)
             handshake_s = HANDSHAKE_TIMEOUT_MS / 1000 if context is not None else None
@@ -256,9 +269,26 @@ class RemotingServer:
         for task in list(self._starting):
             task.cancel()
         for connection in list(self.connections):
-            connection._writer.close()
+            connection.close()
         if self._listener is not None:
             self._listener.close()
+
+
+# SO_LINGER on, 0 s: closing the socket resets the connection. Set on every accepted connection, so that when this
+# process dies (kill -9, a crash) the kernel resets its clients' connections instead of closing them cleanly. A 4.x
+# Java client (rocketmq-client 4.9.8) fails the requests pending on a connection at once when it sees a reset (its
+# exceptionCaught closes the channel, whose close fails them fast) and its send retries on another broker; on a clean
+# close it waits out the whole send timeout (3 s) and, with the budget spent, fails the send (bench/README.md,
+# "RocketMQ 4.x clients"). A connection this server closes itself is closed cleanly (Connection.close: LINGER_OFF).
+LINGER_RESET = struct.pack("ii", 1, 0)
+LINGER_OFF = struct.pack("ii", 0, 0)
+
+
+def _reset_on_death(sock: socket.socket) -> None:
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, LINGER_RESET)
+    except OSError:
+        pass  # a socket the client closed already
 
 
 async def _peek(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> int | None:

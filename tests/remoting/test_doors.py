@@ -144,6 +144,40 @@ def test_with_slave_read_enable_a_consumer_is_sent_to_a_follower_which_keeps_it_
         assert 0.4 < time.monotonic() - started < 4.5
 
 
+def test_a_replica_killed_with_a_request_in_flight_resets_the_connection_and_a_clean_close_stays_clean(tmp_path):
+    """A 4.x Java client fails a connection's pending requests at once on a reset, and retries a send elsewhere, but
+    waits out its whole send timeout on a clean close: so a replica's death resets its clients' connections (SO_LINGER
+    0), and a close the replica makes itself (an idle or a bad connection) stays clean, its last words delivered."""
+    from devkit.devcluster import DevCluster
+
+    with DevCluster(str(tmp_path / "reset"), metrics=False) as c:
+        c.start()
+        master = c.wait_master()
+        c.create_topic("Reset", queue_nums=1)
+        victim = next(r for r in c.ids if r != master)
+        with RawClient(c.remoting_of[victim]) as held:
+            deadline = time.monotonic() + 5
+            while (first := held.call(_pull_frame("Reset", 0, 0))).code == Response.TOPIC_NOT_EXIST \
+                    and time.monotonic() < deadline:
+                time.sleep(0.05)  # the follower applies the topic a moment after the master
+            end = int(first.ext["maxOffset"])
+            held.send(_pull_frame("Reset", 0, end, sysFlag="2", suspendTimeoutMillis="20000"))  # held by the replica
+            time.sleep(0.5)
+            c.kill(victim)
+            with pytest.raises(ConnectionResetError):
+                held.sock.recv(1)
+        with RawClient(c.remoting_of[master]) as bad:
+            bad.send_bytes(struct.pack(">ii", 10, 5) + b"x" * 6)  # a header of serialize type 0 that is not JSON
+            assert bad.sock.recv(1) == b""  # closed by the server, cleanly
+
+
+def _pull_frame(topic: str, queue: int, offset: int, **ext) -> frame.Command:
+    fields = {"consumerGroup": "g", "topic": topic, "queueId": str(queue), "queueOffset": str(offset),
+              "maxMsgNums": "32", "sysFlag": str(4 | int(ext.pop("sysFlag", "0"))), "subscription": "*",
+              "expressionType": "TAG", **ext}
+    return frame.Command(Request.PULL_MESSAGE, opaque=7, ext=fields)
+
+
 def test_an_empty_queue_answers_pull_not_found_and_an_offset_past_the_end_offset_moved(cluster):
     master = brokers(route(cluster, "Doors"))["broker-a"]["0"]
     end = int(pull(master, "Doors", 2, 0).ext["maxOffset"])
