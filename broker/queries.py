@@ -72,6 +72,23 @@ class Queries:
         return self.broker.read(lambda txn: _progress(self.broker, txn, group, topic))
 
 
+    def topic_stats(self, topic: str) -> list[tuple[int, int, int, int]]:
+        """(queue, min offset, max offset, store time of its newest message in ms, 0 if empty) of each queue of
+        `topic` here (mqadmin topicStatus)."""
+        self.topics.require(topic)
+        sm = self.broker.sm
+
+        def read(txn):
+            raw = txn.get(topic.encode(), db=sm.db[t.TOPICS])
+            out = []
+            for queue in range(ipb.TopicConfig.FromString(raw).queue_nums if raw else 0):
+                low, high = reads.queue_range(sm, txn, topic, queue)
+                last = txn.get(t.cq_key(topic, queue, high - 1), db=sm.db[t.CQ]) if high else None
+                out.append((queue, low, high, t.cq_entry(last).store_ms if last else 0))
+            return out
+
+        return self.broker.read(read)
+
     def groups(self) -> list[ipb.ConsumerGroupInfo]:
         """Every consumer group created here or with consumer state here, in name order (the dashboard's list)."""
         return self.broker.read(lambda txn: _groups(self.broker, txn))

@@ -124,6 +124,9 @@ class BrokerRemoting:
             Request.DELETE_TOPIC_IN_BROKER: self.delete_topic,
             Request.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.create_group,
             Request.GET_BROKER_RUNTIME_INFO: self.runtime_info,
+            Request.GET_TOPIC_STATS_INFO: self.topic_stats,
+            Request.GET_CONSUME_STATS: self.consume_stats,
+            Request.GET_TOPIC_CONFIG: self.topic_config,
         }
 
     async def start(self, listen: str) -> str:
@@ -656,6 +659,40 @@ class BrokerRemoting:
                      brokerVersion=str(SERVER_VERSION), brokerActive="true", commitLogDiskRatio="0.0",
                      earliestMessageTimeStamp=str(await self.broker.now_ms()))  # what retention keeps: docs
         return request.response(Response.SUCCESS, body=_json({"table": table}))
+
+    async def topic_stats(self, conn: Connection, request: Command) -> Command:
+        """mqadmin topicStatus: each queue's min and max offset and the store time of its newest message."""
+        topic = _field(request, "topic")
+        rows = [(self._queue_of(topic, queue), {"minOffset": low, "maxOffset": high, "lastUpdateTimestamp": last})
+                for queue, low, high, last in self.queries.topic_stats(topic)]
+        return request.response(Response.SUCCESS, body=records.queue_table("offsetTable", rows))
+
+    async def consume_stats(self, conn: Connection, request: Command) -> Command:
+        """mqadmin consumerProgress: where the group stands on each queue of the topic (of every topic it has state for
+        here, and its retry topic, without one). consumeTps is not counted here: 0 (the metrics have the rates)."""
+        group, topic = _field(request, "consumerGroup"), request.ext.get("topic") or ""
+        rows = [(self._queue_of(p.topic, p.queue_id),
+                 {"brokerOffset": p.broker_offset, "consumerOffset": p.consumer_offset, "pullOffset": p.consumer_offset,
+                  "lastTimestamp": p.last_store_ms})
+                for p in self.queries.consumer_progress(group, topic)]
+        return request.response(Response.SUCCESS, body=records.queue_table("offsetTable", rows, consumeTps=0.0))
+
+    async def topic_config(self, conn: Connection, request: Command) -> Command:
+        """A topic's config as RocketMQ's broker answers it (mqadmin 5.x asks it before topicStatus and
+        consumerProgress; no static-topic mapping here)."""
+        name = _field(request, "topic")
+        config = self.topics.get(name)
+        if config is None:
+            return request.response(Response.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {name}")
+        types = [name for name in MESSAGE_TYPE_NAMES if pb.MessageType.Value(name) in config.message_types]
+        attributes = {"message.type": types[0] if len(types) == 1 else "MIXED"} if types else {}
+        return request.response(Response.SUCCESS, body=_json({
+            "topicName": name, "readQueueNums": config.queue_nums, "writeQueueNums": config.queue_nums,
+            "perm": config.perm, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False,
+            "attributes": attributes}))
+
+    def _queue_of(self, topic: str, queue: int) -> dict:
+        return {"topic": topic, "brokerName": self.config.brokerName, "queueId": queue}
 
     # -- queries ------------------------------------------------------------------------------------------
     async def query_message(self, conn: Connection, request: Command) -> Command:

@@ -109,6 +109,11 @@ def needs_of(request: Command) -> list[Need]:
         return [Need(group(str(_json(request.body).get("groupName", ""))), CREATE_OR_UPDATE)]
     if code in (Request.DELETE_TOPIC_IN_BROKER, Request.DELETE_TOPIC_IN_NAMESRV):
         return [Need(topic(ext.get("topic", "")), frozenset({Action.DELETE}))]
+    if code in (Request.GET_TOPIC_STATS_INFO, Request.GET_TOPIC_CONFIG):
+        return [Need(topic(ext.get("topic", "")), frozenset({Action.GET}))]
+    if code == Request.GET_CONSUME_STATS:
+        needs = [Need(group(ext.get("consumerGroup", "")), frozenset({Action.GET}))]
+        return needs + ([Need(topic(ext["topic"]), frozenset({Action.GET}))] if ext.get("topic") else [])
     if code == Request.GET_BROKER_RUNTIME_INFO:
         return [Need(auth_acl.cluster("*"), frozenset({Action.GET}))]
     if code == Request.GET_ROUTEINFO_BY_TOPIC:

@@ -38,6 +38,9 @@ class Request(enum.IntEnum):
     GET_ROUTEINFO_BY_TOPIC = 105
     GET_BROKER_CLUSTER_INFO = 106
     UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
+    GET_TOPIC_STATS_INFO = 202            # mqadmin topicStatus
+    GET_CONSUME_STATS = 208               # mqadmin consumerProgress
+    GET_TOPIC_CONFIG = 351                # mqadmin 5.x, before topicStatus and consumerProgress
     GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320

@@ -14,6 +14,7 @@ so any replica resolves an offset message id, a check-back's commitLogOffset or 
 from __future__ import annotations
 
 import ipaddress
+import json
 import struct
 import uuid
 import zlib
@@ -278,3 +279,16 @@ def record(message: pb.Message, offset: int, store_host: str, reconsume_times: i
 
 def reconsume_times_of(message: pb.Message) -> int:
     return max(0, message.system_properties.delivery_attempt - 1)
+
+
+def queue_table(table: str, rows: list[tuple[dict, dict]], **fields) -> bytes:
+    """A RocketMQ body keyed by MessageQueue as fastjson writes it (TopicStatsTable, ConsumeStats): `table` maps each
+    queue ({"topic", "brokerName", "queueId"}, written as a JSON object in key position, which fastjson reads back)
+    to its figures; `fields` are the body's other fields."""
+    pair = ",".join(f"{_compact(key)}:{_compact(value)}" for key, value in rows)
+    rest = "".join(f",{json.dumps(name)}:{_compact(value)}" for name, value in fields.items())
+    return f'{{"{table}":{{{pair}}}{rest}}}'.encode()
+
+
+def _compact(value) -> str:
+    return json.dumps(value, separators=(",", ":"))

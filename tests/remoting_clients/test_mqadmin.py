@@ -62,3 +62,24 @@ def test_mqadmin_creates_routes_lists_and_deletes_a_topic_and_creates_a_group(cl
     out = mqadmin(cluster, "deleteTopic", "-c", "DefaultCluster", "-t", "admin-t")
     assert "delete topic [admin-t] from cluster [DefaultCluster] success" in out, out
     assert "admin-t" not in mqadmin(cluster, "topicList").split()
+
+
+def test_mqadmin_topic_status_and_consumer_progress_show_each_queues_offsets(cluster, java4):
+    """topicStatus (GET_TOPIC_STATS_INFO, 202) and consumerProgress (GET_CONSUME_STATS, 208): 6 messages consumed by
+    the group, then 3 more sent: the queues hold 9, the group's progress is 6, 3 behind."""
+    from remotingkit import consumed, sends
+
+    assert "success" in mqadmin(cluster, "updateTopic", "-c", "DefaultCluster", "-t", "stats-t", "-w", "2", "-r", "2")
+    namesrv = cluster.namesrv_remoting_addresses[0]
+    sends(java4, namesrv, "stats-t", 6)
+    assert len(consumed(java4, namesrv, "push", "stats-t", "stats-g", 6, linger_s=6)) == 6  # past the 5 s commit
+    sends(java4, namesrv, "stats-t", 3)
+    status = mqadmin(cluster, "topicStatus", "-t", "stats-t")
+    rows = [line.split() for line in status.splitlines() if line.startswith("broker-a")]
+    assert sorted(int(r[1]) for r in rows) == [0, 1] and sum(int(r[3]) for r in rows) == 9, status  # #Max Offset
+    assert all(int(r[2]) == 0 for r in rows), status  # #Broker Name #QID #Min Offset #Max Offset #Last Updated
+    out = mqadmin(cluster, "consumerProgress", "-g", "stats-g")
+    progress = [line.split() for line in out.splitlines() if line.startswith("stats-t")]
+    assert sorted(int(r[2]) for r in progress) == [0, 1], out
+    assert sum(int(r[3]) for r in progress) == 9 and sum(int(r[4]) for r in progress) == 6, out  # broker, consumer
+    assert "Diff Total: 3" in out, out
