@@ -1,6 +1,6 @@
 """RocketMQ's own admin tool, mqadmin (rocketmq-tools 5.3.3, installed with the reference cluster's jars), against
 rocketraft's Remoting doors: updateTopic (with RocketMQ 5's message.type attribute), topicList,
-updateSubGroup (orderly), clusterList and deleteTopic do what they say."""
+updateSubGroup (orderly), clusterList, deleteTopic, topicStatus and consumerProgress do what they say."""
 
 from __future__ import annotations
 
