@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from rocketraft.protocol.auth_acl import pub
 from rocketraft.protocol.auth_guard import caller_name
-from rocketraft.protocol.errors import BadRequestError, OffsetMovedError, RocketraftError
+from rocketraft.protocol.errors import BadRequestError, OffsetMovedError, RocketraftError, TopicNotFoundError
 from rocketraft.protocol.limits import (
     DELAY_LEVEL_COUNT,
     DELAY_LEVEL_PROPERTY,
@@ -569,8 +569,23 @@ class BrokerRemoting:
         return request.response(Response.SUCCESS)
 
     async def _ensure_topic(self, name: str) -> None:
-        if self.topics.get(name) is None:
+        """A group's retry or dead-letter topic, made if it does not exist. A follower first gives its log a moment:
+        the topic may exist already (made by the master, another replica's heartbeat or a route's auto-creation) and
+        not be applied here yet; made again with one queue it was refused ("has 8 queues"), failing the heartbeat."""
+        try:
+            await self.topics.require_caught_up(name)
+            return
+        except TopicNotFoundError:
+            pass
+        try:
             await self.topics.create(ipb.TopicConfig(name=name, queue_nums=RETRY_QUEUE_NUMS, perm=PERM_READ_WRITE))
+        except RocketraftError:
+            try:  # made meanwhile by another caller: what was wanted
+                await self.topics.require_caught_up(name)
+            except TopicNotFoundError:
+                pass
+            if self.topics.get(name) is None:
+                raise
 
     # -- orderly consumers' queue locks ------------------------------------------------------------------
     async def lock_batch(self, conn: Connection, request: Command) -> Command:
