@@ -248,7 +248,11 @@ class BrokerConfig:
     @property
     def follower_broker_id(self) -> int:
         """Stable brokerId (>= 1) of this replica while it is not master: its rank in dLegerPeers."""
-        return sorted(self.peers).index(self.dLegerSelfId) + 1
+        return self.broker_id_of(self.dLegerSelfId)
+
+    def broker_id_of(self, replica_id: str) -> int:
+        """The brokerId a member of dLegerPeers registers with while it is not master: its rank there (>= 1)."""
+        return sorted(self.peers).index(replica_id) + 1
 
     @property
     def delay_levels_ms(self) -> tuple[int, ...]:

@@ -63,7 +63,6 @@ class Outbox:
         self.caller = caller
         self.max_items = max_items
         self._items: collections.deque[tuple[svc.TelemetryCommand | None, int]] = collections.deque()
-        self._bytes = 0
         self._ready = asyncio.Event()
 
     def _room(self, size: int) -> bool:
@@ -73,7 +72,6 @@ class Outbox:
 
     def _append(self, command: svc.TelemetryCommand | None, size: int) -> None:
         self._items.append((command, size))
-        self._bytes += size
         self.budget.take(self.caller, size)
         self._ready.set()
 
@@ -94,7 +92,6 @@ class Outbox:
             self._ready.clear()
             await self._ready.wait()
         command, size = self._items.popleft()
-        self._bytes -= size
         self.budget.give_back(self.caller, size)
         return command
 
@@ -103,7 +100,3 @@ class Outbox:
         while self._items:
             _, size = self._items.popleft()
             self.budget.give_back(self.caller, size)
-        self._bytes = 0
-
-    def qsize(self) -> int:
-        return len(self._items)

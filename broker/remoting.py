@@ -441,8 +441,7 @@ class BrokerRemoting:
             return MASTER_BROKER_ID
         if not self.broker.is_master:
             return self.config.follower_broker_id
-        ranked = sorted(self.config.peers)
-        followers = [ranked.index(p) + 1 for p in ranked if p != self.config.dLegerSelfId]
+        followers = [self.config.broker_id_of(p) for p in sorted(self.config.peers) if p != self.config.dLegerSelfId]
         if not followers:
             return MASTER_BROKER_ID
         return followers[zlib.crc32(f"{group}\0{topic}\0{queue}".encode()) % len(followers)]
