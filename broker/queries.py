@@ -83,8 +83,7 @@ class Queries:
             out = []
             for queue in range(ipb.TopicConfig.FromString(raw).queue_nums if raw else 0):
                 low, high = reads.queue_range(sm, txn, topic, queue)
-                last = txn.get(t.cq_key(topic, queue, high - 1), db=sm.db[t.CQ]) if high else None
-                out.append((queue, low, high, t.cq_entry(last).store_ms if last else 0))
+                out.append((queue, low, high, _newest_store_ms(txn, sm.db, topic, queue, high)))
             return out
 
         return self.broker.read(read)
@@ -184,6 +183,12 @@ def _topics_with_state(txn, db, group: str) -> set[str]:
     return found
 
 
+def _newest_store_ms(txn, db, topic: str, queue: int, end: int) -> int:
+    """Store time of the message before queue offset `end` (the queue's newest when `end` is its max), 0 if none."""
+    raw = txn.get(t.cq_key(topic, queue, end - 1), db=db[t.CQ]) if end else None
+    return t.cq_entry(raw).store_ms if raw else 0
+
+
 def _queue_progress(txn, db, group: str, topic: str, queue: int, broker_group: str) -> ipb.QueueProgress:
     group_queue = t.group_queue_key(group, topic, queue)
     raw_max = txn.get(t.queue_key(topic, queue), db=db[t.QMAX])
@@ -195,10 +200,7 @@ def _queue_progress(txn, db, group: str, topic: str, queue: int, broker_group: s
     else:  # offset-based consumption: the committed offset; a group that never consumed starts at 0
         raw_offset = txn.get(group_queue, db=db[t.OFFSETS])
         consumer_offset = t.u64_of(raw_offset) if raw_offset else 0
-    last_store_ms = 0
-    if broker_offset:
-        raw_cq = txn.get(t.cq_key(topic, queue, broker_offset - 1), db=db[t.CQ])
-        last_store_ms = t.cq_entry(raw_cq).store_ms if raw_cq else 0
+    last_store_ms = _newest_store_ms(txn, db, topic, queue, broker_offset)
     return ipb.QueueProgress(topic=topic, broker_group=broker_group, queue_id=queue, broker_offset=broker_offset,
                              consumer_offset=consumer_offset, inflight=len(inflight),
                              lag=max(0, broker_offset - consumer_offset), last_store_ms=last_store_ms)
