@@ -34,7 +34,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     logging.basicConfig(level=logging.WARNING)
-    from .stores import AuditInputError
+    from .stores import AuditInputError, SparkStartError
 
     try:
         from .job import run, summary  # imports pyspark: a missing one is a failed audit (3), not a verdict
@@ -44,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     except AuditInputError as exc:
         print(f"audit: {exc}", file=sys.stderr)
         return EXIT_BAD_ARGUMENTS
+    except SparkStartError as exc:
+        print(f"audit: {exc}; nothing was concluded", file=sys.stderr)
+        return EXIT_FAILED
     except Exception:  # noqa: BLE001 - reported with its traceback; the exit code says the audit did not run
         traceback.print_exc()
         print("audit: the audit itself failed (see the traceback above); nothing was concluded", file=sys.stderr)

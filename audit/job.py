@@ -13,16 +13,18 @@ import json
 import logging
 import os
 import sys
+import tempfile
 import time
 
-from pyspark import StorageLevel
+from pyspark import SparkConf, SparkContext, StorageLevel
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import DataFrame, SparkSession
 
 from devkit.history import pairs, read
 
 from . import checks
 from .source import RocketraftLog
-from .stores import AuditInputError, Problem, StoreMeta, StoreRef, read_meta, resolve
+from .stores import AuditInputError, Problem, SparkStartError, StoreMeta, StoreRef, read_meta, resolve
 
 log = logging.getLogger(__name__)
 
@@ -34,20 +36,44 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def spark_session(master: str = "local[2]") -> SparkSession:
     """A session whose Python workers run this interpreter with this checkout importable (they import
-    audit.source, dledger and rocketraft.proto). An existing session is reused as it is."""
+    audit.source, dledger and rocketraft.proto). An existing session is reused as it is. Raises
+    SparkStartError, with the JVM's last lines and the path of its whole output, if Spark's JVM does not start."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     path = os.environ.get("PYTHONPATH", "")
     if REPO_ROOT not in path.split(os.pathsep):
         os.environ["PYTHONPATH"] = REPO_ROOT + (os.pathsep + path if path else "")
-    spark = (SparkSession.builder.master(master).appName("rocketraft-audit")
-             .config("spark.driver.memory", DRIVER_MEMORY)
-             .config("spark.ui.enabled", "false")
-             .config("spark.sql.adaptive.enabled", "true")
-             .config("spark.python.worker.reuse", "true")
-             .getOrCreate())
+    conf = (SparkConf().setMaster(master).setAppName("rocketraft-audit")
+            .set("spark.driver.memory", DRIVER_MEMORY)
+            .set("spark.ui.enabled", "false")
+            .set("spark.sql.adaptive.enabled", "true")
+            .set("spark.python.worker.reuse", "true"))
+    if SparkContext._active_spark_context is None:  # noqa: SLF001 - pyspark's own "is a context running" check
+        SparkContext(conf=conf, gateway=_launch_jvm(conf))
+    spark = SparkSession.builder.config(conf=conf).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(RocketraftLog)
     return spark
+
+
+JVM_LOG_TAIL_LINES = 20
+
+
+def _launch_jvm(conf: SparkConf):
+    """pyspark's launch of the driver JVM, its output (stdout and stderr) kept in a file of its own: pyspark's
+    error alone ("Java gateway process exited before sending its port number") says nothing of why."""
+    fd, log_path = tempfile.mkstemp(prefix="rocketraft-audit-jvm-", suffix=".log")
+    with os.fdopen(fd, "wb") as output:
+        try:
+            return launch_gateway(conf, popen_kwargs={"stdout": output, "stderr": output})
+        except Exception as exc:  # noqa: BLE001 - pyspark raises several kinds; each is reported with the JVM's words
+            output.flush()
+            with open(log_path, "rb") as f:
+                tail = f.read().decode(errors="replace").strip().splitlines()[-JVM_LOG_TAIL_LINES:]
+            raise SparkStartError(
+                f"Spark's JVM did not start ({exc}). It said: {' | '.join(tail) or '(nothing)'}. Its whole "
+                f"output is in {log_path}. Check that `java -version` runs (Java 17 or later), that "
+                f"{DRIVER_MEMORY} of memory (spark.driver.memory) is free, and that the temporary "
+                "directory is writable") from exc
 
 
 def run(stores: list[str], history: str | None, out_dir: str, master: str = "local[2]", *,

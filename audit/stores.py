@@ -51,6 +51,10 @@ class AuditInputError(Exception):
         self.problem = problem
 
 
+class SparkStartError(RuntimeError):
+    """Spark's JVM (the driver, started by spark-submit) exited before it answered; the message has its words."""
+
+
 @dataclass(frozen=True)
 class StoreRef:
     group: str
