@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 
 import dledger
 from rocketraft.proto import store_pb2 as spb
-from rocketraft.protocol.errors import NotMasterError, RocketraftError
+from rocketraft.protocol.errors import NotMasterError, RocketraftError, StoreUnavailableError, TransferMissedError
 from rocketraft.protocol.wire import Code
 
 from .batcher import Batcher
@@ -128,7 +128,8 @@ class Broker:
         or a replica's client or Raft address) and wait until a new master is known; returns its replica id.
         Writes that arrive meanwhile are retried on the new master (batcher.py). Raises NotMasterError (this
         replica is not the master), RocketraftError PRECONDITION_FAILED (no fit target; nothing changed) or
-        REQUEST_TIMEOUT (no new master in time)."""
+        REQUEST_TIMEOUT (no new master in time), TransferMissedError (`to` was named, but another replica leads
+        now: this one stepped down)."""
         target = await self._replica_id_of(to) if to else None
         try:
             return await asyncio.to_thread(self.replica.transfer_leadership, target, timeout_s)
@@ -136,6 +137,11 @@ class Broker:
             raise RocketraftError(f"leadership not transferred: {exc.message}", Code.PRECONDITION_FAILED) from None
         except dledger.TransferTimeoutError as exc:
             raise RocketraftError(f"leadership transfer timed out: {exc.message}", Code.REQUEST_TIMEOUT) from None
+        except dledger.TransferMissedError as exc:
+            raise TransferMissedError(
+                f"master not moved to {exc.target}: {exc.leader_id} leads {self.config.brokerName} now, not "
+                f"{exc.target} ({exc.target} may have stopped during the handover); run transferLeader --to "
+                f"{exc.target} again to move it there", new_master=exc.leader_id) from None
         except dledger.NotLeaderError as exc:
             raise await self._not_master(exc.leader_id) from None
 
@@ -242,6 +248,8 @@ class Broker:
         st = self.status
         if st.role in (dledger.Role.LEADER, dledger.Role.LEADER_PENDING):
             return
+        if st.role is dledger.Role.STOPPED:  # no slave either: it names no master and forwards nothing
+            raise StoreUnavailableError(f"store unavailable: this replica stopped after an error ({st.failure})")
         cfg = self.config
         where = (f"replica {cfg.dLegerSelfId} of broker group {cfg.brokerName} is a slave ({st.role.value}) and "
                  "slaveForwardEnable=false, so it does not forward writes")

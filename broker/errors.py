@@ -74,6 +74,8 @@ def from_dledger(exc: BaseException, store: StoreFacts | None = None) -> BaseExc
     if isinstance(exc, dledger.StoreDamagedError):  # this replica stops; the others serve
         return StoreUnavailableError(f"this replica's store is damaged and it stops serving: read from another "
                                      f"replica: {exc}")
+    if isinstance(exc, dledger.DiskFullError):  # this replica stops; the others serve
+        return StoreUnavailableError(f"this replica's disk is full and it stops serving: use another replica: {exc}")
     if isinstance(exc, dledger.ReplicaClosedError):
         return StoreUnavailableError(f"store unavailable: {exc}")
     if isinstance(exc, dledger.EntryTooLargeError):

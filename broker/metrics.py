@@ -79,7 +79,8 @@ class BrokerCollector:
     # -- Raft (every replica) -----------------------------------------------------------------------------------
     def _raft(self, f: m.Families, st: dledger.ReplicaStatus) -> None:
         role = f.gauge("rocketraft_raft_role", "1 for this replica's current Raft role, 0 for the others "
-                       "(LEADER = master; LEADER_PENDING = elected, first entry of its term not applied yet)", "role")
+                       "(LEADER = master; LEADER_PENDING = elected, first entry of its term not applied yet; "
+                       "STOPPED = stopped after an error, rocketraft_raft_failure)", "role")
         for name in dledger.Role:
             role(1 if st.role is name else 0, name.value)
         replica = self.broker.replica

@@ -210,8 +210,10 @@ class BrokerServer:
             leader_address=st.leader_address or "", history_id=st.history_id,
             raft_peers=sorted(f"{i}-{a}" for i, a in (st.members or cfg.peers).items()),
             non_voter=not st.voter, catch_up_index=st.catch_up_index,
+            learner=cfg.dLegerSelfId in st.learners, notices=list(st.notices),
             clock_skew_ms=clock.skew_ms, clock_in_bound=clock.in_bound, clock_source=clock.source.value,
-            peer_clock_skew_ms=clock.peer_skew_ms, remoting_address=self.remoting.store_host)
+            peer_clock_skew_ms=clock.peer_skew_ms, remoting_address=self.remoting.store_host,
+            failure=st.failure or "")
 
     async def _auth_catch_up(self) -> bool:
         """Before a follower refuses a client's call (ACL 2.0): it may be a few milliseconds behind the master, which
@@ -359,6 +361,8 @@ class BrokerServer:
                 return
             try:
                 registration = self.registration()
+                if registration.failure:  # stopped since the check above: never registered, not even as STOPPED
+                    continue
                 key = (registration.role, registration.term)
                 if key != last_key:
                     log.info("role %s term %d (group %s, replica %s)", registration.role, registration.term,

@@ -475,8 +475,9 @@ class BrokerAdminService(ipb_grpc.BrokerAdminServicer):
         try:
             new = await self._transfer_leader(request.to, timeout_s)
         except Exception as exc:  # noqa: BLE001 - every failure is answered with a code
-            status = _status_of(exc)
-            return ipb.TransferLeaderResponse(code=status.code, message=status.message, old_master=old)
+            status = _status_of(exc)  # TransferMissedError: another replica than the one asked leads now
+            return ipb.TransferLeaderResponse(code=status.code, message=status.message, old_master=old,
+                                              new_master=getattr(exc, "new_master", ""))
         return ipb.TransferLeaderResponse(code=Code.OK, message=f"leadership moved from {old} to {new}",
                                           new_master=new, old_master=old)
 

@@ -84,6 +84,8 @@ def render(cluster: DevCluster, events: list[str], started: float, dashboard: st
         broker_id = 0 if replica_id == master else st.follower_broker_id
         lines.append(f"{replica_id:8} {st.address:22} {broker_id:>8} {st.role:15} {st.term:>5} {st.commit_index:>8} "
                      f"{st.applied_index:>8} {commit - st.applied_index:>5}")
+        if st.failure:  # role STOPPED: why, and what to do
+            lines.append(f"{'':8} stopped: {st.failure}")
     lines += ["", f"master (routes, brokerId 0): {master or '(none: election in progress)'}", "",
               "recent events:"] + [f"  {e}" for e in events[-6:]]
     lines += ["", *([dashboard] if dashboard else []),

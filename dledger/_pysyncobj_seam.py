@@ -442,6 +442,10 @@ class Transport(TCPTransport):
                                         "error": (REFUSED, *refusal)})
                 return
             engine.note_forwarded()
+        if kind == "response_vote":
+            super()._onMessageReceived(node, message)
+            engine.maybe_win_election()  # a majority of the voters, learners aside (pysyncobj counts every member)
+            return
         if kind in ("append_entries", "next_node_idx"):
             engine.on_clock_stamp(node, message)
         if kind == "append_entries":
@@ -552,7 +556,8 @@ _INTERNALS = ("_SyncObj__raftLastApplied", "_SyncObj__needLoadDumpFile", "_SyncO
               "_SyncObj__commandsQueue", "_SyncObj__raftNextIndex", "_SyncObj__connectedNodes",
               "_SyncObj__transport", "_SyncObj__sendAppendEntries", "_SyncObj__serializer",
               "_SyncObj__votedForNodeId", "_SyncObj__applyLogEntries", "_SyncObj__transferInProgress",
-              "_SyncObj__setState")
+              "_SyncObj__setState", "_SyncObj__votesCount", "_SyncObj__onBecomeLeader", "_SyncObj__lastResponseTime",
+              "_SyncObj__raftLeader")
 _OVERRIDDEN = ("_SyncObj__applyLogEntries", "_SyncObj__sendAppendEntries")  # by EngineSyncObj
 
 

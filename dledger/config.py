@@ -85,8 +85,10 @@ class ReplicaConfig:
     compaction_min_entries: int = 10_000
     compaction_min_interval_ms: int = 30_000
     # A replica on a new store joins its group's history as a non-voter until it has caught up (amnesia
-    # protection, dledger/identity.py). True makes it a voter at once: only to restart a group that lost a
-    # majority of its disks from the survivors, accepting that entries only the lost disks held are gone.
+    # protection, dledger/identity.py). True: only to restart a group that lost a majority of its disks from the
+    # survivors, accepting that entries only the lost disks held are gone. A non-voter (a new store, joined or not)
+    # then votes once every replica is heard and too few voters are left, only for the most complete log among them;
+    # a voter ignores it. Either way the replica says what it did (WARNING, and ReplicaStatus.notices).
     join_as_voter: bool = False
     # Checksums (docs/architecture.md, "Checksums"): the scrub reads the whole retained log at most this fast,
     # verifying every entry, one pass at open and then one every scrub_interval_ms (0 bytes/s: no scrub). A

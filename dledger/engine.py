@@ -79,6 +79,12 @@ log = logging.getLogger(__name__)
 
 RAFT_BIND_RETRY_S = 0.25  # how often a replica tries to bind its Raft listener when it opens
 RAFT_BIND_WAIT_S = 5.0  # and for how long, before it refuses to open (ListenError)
+STUCK_SAY_S = 10.0  # how often a group that cannot elect a leader says so (engine._say_if_stuck)
+STUCK_PREFIX = "NO MASTER CAN BE ELECTED:"
+JOIN_AS_VOTER_RULE = ("If the group has a master it catches up as usual. If too few voters are left to elect one, it "
+                      "VOTES once every replica of the group is heard, and only for the most complete log among them: "
+                      "the group goes on from that log, and entries that only lost stores held are gone. Set the "
+                      "flag back to false once the group has a master")
 CLOCK_CHECK_S = 1.0  # how often the tick looks whether this replica's clock left or rejoined the bound (to log it)
 
 # The fail reason of an append refused because leadership is being handed over: (HANDING_OVER, target replica id).
@@ -107,6 +113,8 @@ class EngineView:
     members: dict = dataclasses.field(default_factory=dict)  # replica id -> Raft address (membership.py)
     voters: dict = dataclasses.field(default_factory=dict)  # replica id -> counts as a voter (this replica's view)
     removed: bool = False  # the group's log says this replica is not a member
+    learners: frozenset = frozenset()  # members the log names learners: replicated to, counted in no quorum
+    notices: tuple = ()  # what an operator must know about this replica's state (a flag it ignored, a stuck group)
 
 
 def frame_bytes_max(c: ReplicaConfig) -> int:
@@ -189,12 +197,14 @@ class RaftEngine:
         self._forwarded_index = 0
         journal.config_peers = dict(config.peers)
         self.peers: dict[str, str] = journal.members  # the group's members now (membership.py), self included
+        self.learners: frozenset[str] = journal.membership.learners  # members that count in no quorum yet
         self._members_version = journal.membership_version
         self._joining: set[str] = set()  # added by a change this replica saw; non-voters until a hello says voter
         self._removed = False  # the group's log (or a member) says this replica is not a member any more
         self._not_member_told: set[str] = set()
         self._removed_by_notice = False  # _removed because a member said so (not our own log)
         self._membership_requests: collections.deque = collections.deque()  # (Change, Future)
+        self._promotion: Future | None = None  # a learner's promotion asked by this leader, until it commits or fails
         self._commit_before_tick = 0
         self.stats = {"acks_sent": 0, "acks_beyond_durable": 0, "commits_checked": 0,
                       "commits_beyond_durable": 0, "prevote_rounds": 0, "elections_started": 0,
@@ -203,6 +213,9 @@ class RaftEngine:
         self.clock = GroupClock(config.self_id, config.clock_skew_bound_ms, config.clock_sample_max_age_ms)
         self._clock_checked_at = 0.0
         self._clock_state: tuple | None = None  # (source, in bound) last logged
+        self.notices: list[str] = []  # EngineView.notices: a flag ignored or acted on, a group that cannot elect
+        self._stuck_said_at = 0.0
+        self._no_leader_since: float | None = None
         self.identity = self._load_identity(untrusted)
         self._accepted_peers: set[str] = set()  # addresses whose hello we accepted on their current connection
         self._peer_hellos: dict[str, dict] = {}  # replica id -> its last accepted hello
@@ -488,7 +501,7 @@ class RaftEngine:
             node = self._node_of(pid)
             connected = node is not None and transport.is_connected(node) and addr in self._accepted_peers
             hello = self._peer_hellos.get(pid, {})
-            out[pid] = raftrules.TransferCandidate(bool(hello.get("voter")), connected,
+            out[pid] = raftrules.TransferCandidate(bool(hello.get("voter")) and pid not in self.learners, connected,
                                                    match.get(node, 0) if node is not None else 0,
                                                    stopping=bool(hello.get("leaving")))
         return out
@@ -537,22 +550,22 @@ class RaftEngine:
             raise error(f"replica {c.self_id} is not the master of {c.group_id}, so it cannot change its membership; "
                         f"ask the master ({leader or 'none right now: wait for an election'})", leader,
                         self.view.leader_address)
-        pending = [index for index, _peers in self.journal.membership_records if index > so.raftCommitIndex]
+        pending = [index for index, _m in self.journal.membership_records if index > so.raftCommitIndex]
         if pending:
             raise MembershipChangePendingError(
                 f"the membership change at index {pending[-1]} is not committed yet: one change at a time; wait for "
                 "it (status shows the members) and ask again")
         if self._transfer is not None:
             raise MembershipChangePendingError("a leadership transfer is in progress; ask again once it is over")
-        refused = membership.refusal(self.peers, change, c.self_id)
+        refused = membership.refusal(self.journal.membership, change, c.self_id)
         if refused is not None:
             raise MembershipRefusedError(f"{change.describe()} refused: {refused[1]}", refused[0])
 
         def on_result(_result, reason) -> None:
             if reason == FAIL_REASON.SUCCESS:
-                index = next((i for i, _p in reversed(self.journal.membership_records)), 0)
+                index = next((i for i, _m in reversed(self.journal.membership_records)), 0)
                 log.info("replica %s/%s: membership change committed (%s): members %s", c.group_id, c.self_id,
-                         change.describe(), membership.describe(self.peers))
+                         change.describe(), membership.describe(self.journal.membership))
                 future.set_result(index)
             elif reason == FAIL_REASON.NOT_LEADER or reason == FAIL_REASON.DISCARDED:
                 future.set_exception(NoLeaderError(f"{change.describe()}: leadership was lost before the change "
@@ -564,25 +577,29 @@ class RaftEngine:
         def deferred(result, reason) -> None:
             self.defer(on_result, result, reason)
 
-        if change.kind == membership.ADD:
+        if change.kind == membership.ADD and not change.learner:
             self._joining.add(change.replica_id)  # a non-voter until its hello says it caught up
         log.info("replica %s/%s: membership change asked: %s", c.group_id, c.self_id, change.describe())
-        so._applyCommand(membership.encode_change(change), deferred, ord(membership.MEMBERSHIP_COMMAND))
+        so._applyCommand(membership.encode_change(change), deferred, ord(change.command_type))
 
     def _follow_membership(self) -> None:
         """The log's membership changed (a change stored, a cut log, an installed snapshot): follow it."""
         c = self.config
         self._members_version = self.journal.membership_version
-        before, now = self.peers, self.journal.members
-        if now == before:
+        before = membership.Membership(self.peers, self.learners)
+        after = self.journal.membership
+        if after == before:
             return
-        self.peers = now
+        now = dict(after.peers)
+        self.peers, self.learners = now, after.learners
         self._address_to_id.update({addr: pid for pid, addr in now.items()})
-        self._joining |= set(now) - set(before) - {pid for pid, h in self._peer_hellos.items() if h.get("voter")}
-        for pid in set(before) - set(now):
+        # a voter added by a log written before learners existed: out of the commit quorum until its hello says voter
+        self._joining |= (set(now) - set(before.peers) - after.learners
+                          - {pid for pid, h in self._peer_hellos.items() if h.get("voter")})
+        for pid in set(before.peers) - set(now):
             self._peer_hellos.pop(pid, None)
         log.warning("replica %s/%s: group %s members are now %s (were %s)", c.group_id, c.self_id, c.group_id,
-                    membership.describe(now), membership.describe(before))
+                    membership.describe(after), membership.describe(before))
         removed = self._removed_from(now)
         if removed and not self._removed:
             log.error("replica %s/%s was REMOVED from group %s (members: %s): it takes no part in elections from now "
@@ -613,9 +630,13 @@ class RaftEngine:
         return {"type": "dl_not_member", "group": self.config.group_id, "members": membership.describe(self.peers)}
 
     def voters(self) -> dict[str, bool]:
-        """replica id -> whether it counts as a voter (for the commit quorum), as this replica knows."""
+        """replica id -> whether it counts as a voter (for the commit quorum), as this replica knows: never a
+        learner; a member only while its store is trusted (identity.py)."""
         out = {}
         for pid in self.peers:
+            if pid in self.learners:
+                out[pid] = False
+                continue
             if pid == self.config.self_id:
                 out[pid] = self.identity.voter
                 continue
@@ -626,11 +647,87 @@ class RaftEngine:
                 out[pid] = True  # no hello yet, a voter, or a hello from before the group's genesis
         return out
 
+    def _voter_ids(self) -> frozenset[str]:
+        """The members the log makes voters, this replica included if it is one (identity rules count only these:
+        a learner's copy proves nothing about what the group committed)."""
+        return frozenset(self.peers) - self.learners
+
+    def voter_count(self) -> int:
+        """How many members the log makes voters (learners are not; a voter catching up on a new store is): an
+        election needs a majority of these."""
+        return len(set(self.peers) - self.learners)
+
+    def maybe_win_election(self) -> None:
+        """A candidate with votes from a majority of the voters leads. pysyncobj counts every member it replicates
+        to, learners included: with a learner, a group of 3 that lost one replica would never elect again (2 votes,
+        3 asked for). Called after each vote and at the end of each tick (a group of one voter)."""
+        so = self.so
+        if (so._SyncObj__raftState == RaftState.CANDIDATE and self.learners
+                and so._SyncObj__votesCount > self.voter_count() / 2):
+            log.info("replica %s/%s won the election of term %d with %d votes of its %d voters (learners: %s)",
+                     self.config.group_id, self.config.self_id, so.raftCurrentTerm, so._SyncObj__votesCount,
+                     self.voter_count(), ", ".join(sorted(self.learners)))
+            so._SyncObj__onBecomeLeader()
+
+    def _lead_with_learners(self) -> None:
+        """Leader with learners (tick thread): a learner's silence never makes it step down (pysyncobj counts
+        every member: a group of 3 with a learner that lost one voter would lose its leader), while the voters'
+        silence does, exactly as pysyncobj would without learners; and a caught-up learner is promoted."""
+        so = self.so
+        now = time.monotonic()
+        heard = so._SyncObj__lastResponseTime
+        voters_heard = 1
+        for pid in self.peers:
+            node = self._node_of(pid)
+            if node is None:
+                continue
+            if pid in self.learners:
+                heard[node] = now  # pysyncobj's own check then only steps down when ours below would
+            elif heard.get(node, 0) > now - self.config.leader_fallback_ms / 1000:
+                voters_heard += 1
+        if voters_heard <= self.voter_count() / 2:
+            log.warning("replica %s/%s steps down: it heard %d of its %d voters within leader_fallback_ms=%d",
+                        self.config.group_id, self.config.self_id, voters_heard, self.voter_count(),
+                        self.config.leader_fallback_ms)
+            so._SyncObj__setState(RaftState.FOLLOWER)
+            so._SyncObj__raftLeader = None
+            return
+        self._promote_caught_up_learner()
+
+    def _promote_caught_up_learner(self) -> None:
+        """Promote a learner whose store holds what the group committed (its hello says it votes: identity.py)
+        and whose copy reaches the commit index: the second step of an add (membership.py)."""
+        so = self.so
+        if (not self.view.leader_ready or self._transfer is not None or self._membership_requests
+                or (self._promotion is not None and not self._promotion.done())
+                or any(index > so.raftCommitIndex for index, _m in self.journal.membership_records)):
+            return
+        for pid in sorted(self.learners):
+            node = self._node_of(pid)
+            hello = self._peer_hellos.get(pid, {})
+            match = so._SyncObj__raftMatchIndex.get(node, 0) if node is not None else 0
+            if hello.get("voter") and match >= so.raftCommitIndex:
+                log.warning("replica %s/%s: learner %s caught up (it holds index %d, the commit index is %d): "
+                            "promoting it to voter", self.config.group_id, self.config.self_id, pid, match,
+                            so.raftCommitIndex)
+                future = self.request_membership_change(membership.Change(membership.PROMOTE, pid, self.peers[pid]))
+                future.add_done_callback(self._log_promotion_failure)
+                self._promotion = future
+                return
+
+    def _log_promotion_failure(self, future: Future) -> None:
+        error = future.exception()
+        if error is not None:  # the next tick that finds the learner caught up asks again
+            log.info("replica %s/%s: promoting a learner did not complete (%s)", self.config.group_id,
+                     self.config.self_id, error)
+
     def _commit_by_voters(self) -> None:
         """Leader: the commit index counts voters only (membership.quorum_commit_index), never below the one the
-        tick started with. pysyncobj counts every member, so a replica catching up would make commits wait."""
+        tick started with. It replaces pysyncobj's, which counts every member: a replica catching up would make
+        commits wait, and a learner's copy would count (with 2 or 4 voters and a learner, pysyncobj would commit
+        on a minority of the voters)."""
         so = self.so
-        if self.journal.last_index <= so.raftCommitIndex:  # nothing to commit (most ticks)
+        if self.journal.last_index <= self._commit_before_tick:  # nothing to commit (most ticks)
             return
         match = so._SyncObj__raftMatchIndex
         voters = self.voters()
@@ -676,6 +773,8 @@ class RaftEngine:
             if untrusted:
                 found = identity_rules.untrusted_at_open(found)
                 self._save_identity(found)
+            if self.config.join_as_voter:
+                found = self._join_as_voter_at_open(found)
             return found
         if self.journal.last_index > 1 or self.journal.getCurrentTerm() > 0:
             made = identity_rules.legacy_identity(self.config.group_id)
@@ -688,6 +787,66 @@ class RaftEngine:
         made = identity_rules.maybe_genesis(made, self.config.self_id, {}, frozenset(self.peers))
         self._save_identity(made)
         return made
+
+    def _join_as_voter_at_open(self, found: identity_rules.Identity) -> identity_rules.Identity:
+        """join_as_voter (dLegerJoinAsVoter) read by a store that already knows its group's history: a non-voter
+        catching up votes at once (the majority-loss recovery of docs/operations.md); a voter ignores it. Either
+        way the replica says so (log and status). A store that knows no history yet applies it when it joins."""
+        if found.fresh:
+            return found
+        if found.voter:
+            self._notice(f"dLegerJoinAsVoter=true is IGNORED: this store already votes in history "
+                         f"{found.history_id} of the group. Set it back to false: on a store that is wiped later it "
+                         "would skip the catch-up that protects acknowledged entries")
+            return found
+        target = found.catch_up_index
+        last_term, last_index = self._last()
+        self._notice(f"dLegerJoinAsVoter=true: this store is a NON-VOTER catching up to index "
+                     f"{target if target > 0 else '(not known yet)'} and holds term {last_term} index {last_index}. "
+                     f"{JOIN_AS_VOTER_RULE}")
+        made = dataclasses.replace(found, catch_up_index=identity_rules.CATCH_UP_PENDING, untrusted=True)
+        self._save_identity(made)
+        return made
+
+    def _notice(self, text: str) -> None:
+        """Something an operator must know about this replica's state: logged at WARNING and shown in its status."""
+        log.warning("replica %s/%s: %s", self.config.group_id, self.config.self_id, text)
+        self.notices.append(text)
+
+    def _say_if_stuck(self) -> None:
+        """No leader, and too few voters that can vote to elect one (down, or non-voters on new stores): the group
+        says so (every STUCK_SAY_S, and in the status) and waits; docs/operations.md says what an operator can do."""
+        so = self.so
+        stuck = [n for n in self.notices if n.startswith(STUCK_PREFIX)]
+        now = time.monotonic()
+        if so._getLeader() is not None or so._SyncObj__raftState == RaftState.LEADER:
+            for n in stuck:
+                self.notices.remove(n)
+            self._no_leader_since = None
+            return
+        if self._no_leader_since is None:
+            self._no_leader_since = now
+        patience_s = max(STUCK_SAY_S / 2, 3 * self.config.election_timeout_max_ms / 1000)  # not at every start
+        if now - self._no_leader_since < patience_s or now - self._stuck_said_at < STUCK_SAY_S:
+            return
+        able, unable = [], []
+        for pid in sorted(self._voter_ids()):
+            if pid == self.config.self_id:
+                ok, why = self.identity.voter, "a NON-VOTER on a new store, catching up"
+            else:
+                hello = self._peer_hellos.get(pid)
+                connected = self.peers[pid] in self._accepted_peers
+                ok = connected and bool(hello and hello.get("voter"))
+                why = ("not reachable" if not connected else "a NON-VOTER on a new store, catching up")
+            (able if ok else unable).append(pid if ok else f"{pid} ({why})")
+        if len(able) > self.voter_count() / 2:
+            return
+        self._stuck_said_at = now
+        for n in stuck:
+            self.notices.remove(n)
+        self._notice(f"{STUCK_PREFIX} only {len(able)} of its {self.voter_count()} voters can vote "
+                     f"({', '.join(able) or 'none'}); {', '.join(unable)}. It waits for them. If a majority of the "
+                     "group's disks were lost, see docs/operations.md, 'Replace a replica's disk' (dLegerJoinAsVoter)")
 
     def _save_identity(self, identity: identity_rules.Identity) -> None:
         """Durable before it is acted on: a vote given as a voter must survive a crash. Peers hear of it."""
@@ -744,8 +903,9 @@ class RaftEngine:
         self._prevote = None
 
     def grants_vote(self, candidate_last: tuple[int, int]) -> bool:
-        """A vote is given only by a voter, and during a whole-group recovery only to the most complete log."""
-        if self._removed or not self.identity.voter:
+        """A vote is given only by a voter (never a learner), and during a whole-group recovery only to the most
+        complete log."""
+        if self._removed or not self.identity.voter or self.config.self_id in self.learners:
             return False
         return self._vote_floor is None or tuple(candidate_last) >= self._vote_floor
 
@@ -802,6 +962,12 @@ class RaftEngine:
         if verdict.identity != before:
             self._save_identity(verdict.identity)  # tells every accepted peer, this one included
             now = verdict.identity
+            if self.config.join_as_voter and before.fresh and not now.fresh:
+                self._notice(
+                    f"dLegerJoinAsVoter=true is IGNORED: this new store started group history {now.history_id} with "
+                    "every other replica (nothing to join); set it back to false" if now.genesis else
+                    f"dLegerJoinAsVoter=true: this new store joined history {now.history_id}. {JOIN_AS_VOTER_RULE}"
+                    )
             if now.voter:
                 log.info("replica %s/%s: group history %s%s", self.config.group_id, self.config.self_id,
                          now.history_id, " (a new group: every replica started on a new store)" if not before.genesis
@@ -814,16 +980,21 @@ class RaftEngine:
         self._maybe_fix_catch_up_target()
 
     def _maybe_recover_whole_group(self) -> None:
-        floor = identity_rules.recovery_floor(self.identity, self.config.self_id, self._last(), self._peer_hellos,
-                                              frozenset(self.peers))
+        voter_ids = self._voter_ids()
+        floor = identity_rules.recovery_floor(self.identity, self.config.self_id, self._last(),
+                                              {rid: h for rid, h in self._peer_hellos.items() if rid in voter_ids},
+                                              voter_ids)
         if floor is None:
             return
         self._vote_floor = floor
-        log.warning("replica %s/%s: too few trusted replicas are left to elect a leader (the machine went down under "
-                    "ASYNC_FLUSH on most of the group): the group goes on from its most complete log, term %d index "
-                    "%d (this replica holds term %d index %d). Entries acknowledged in the last flush interval "
-                    "(async_flush_interval_ms=%d) that no replica holds are lost", self.config.group_id,
-                    self.config.self_id, floor[0], floor[1], *self._last(), self.config.async_flush_interval_ms)
+        log.warning("replica %s/%s: too few trusted replicas are left to elect a leader (%s): the group goes on from "
+                    "its most complete log, term %d index %d (this replica holds term %d index %d). %s",
+                    self.config.group_id, self.config.self_id,
+                    "dLegerJoinAsVoter=true on this store" if self.config.join_as_voter else
+                    "the machine went down under ASYNC_FLUSH on most of the group", floor[0], floor[1], *self._last(),
+                    "Entries that only lost stores held are gone" if self.config.join_as_voter else
+                    "Entries acknowledged in the last flush interval (async_flush_interval_ms="
+                    f"{self.config.async_flush_interval_ms}) that no replica holds are lost")
         self._save_identity(dataclasses.replace(self.identity, catch_up_index=0, untrusted=False))
 
     def accepts(self, node) -> bool:
@@ -844,7 +1015,7 @@ class RaftEngine:
         """A non-voter fixes its catch-up target once it heard a leader and enough voters (identity.py)."""
         if self.identity.catch_up_index != identity_rules.CATCH_UP_PENDING or not self._leader_commit_heard:
             return
-        target = identity_rules.catch_up_target(self.config.self_id, self._peer_hellos, frozenset(self.peers),
+        target = identity_rules.catch_up_target(self.config.self_id, self._peer_hellos, self._voter_ids(),
                                                 self._leader_commit_heard)
         if target is None:
             return
@@ -891,12 +1062,18 @@ class RaftEngine:
             self._leaving_tick()
             return
         self._membership_tick()
+        self._say_if_stuck()
         if self._removed:
             self._stay_out_of_elections()
             return
         if not self.identity.voter:
             self._non_voter_tick()
             return
+        if self.config.self_id in self.learners:
+            self._stay_out_of_elections()  # a learner until the leader promotes it (membership.py)
+            return
+        if self.learners and self.so._SyncObj__raftState == RaftState.LEADER:
+            self._lead_with_learners()
         if self._vote_floor is not None and self._last() < self._vote_floor:
             # whole-group recovery: only the most complete log may lead; this replica waits for it
             self.so._SyncObj__raftElectionDeadline = time.monotonic() + self.config.election_timeout_max_ms / 1000
@@ -933,7 +1110,7 @@ class RaftEngine:
         self._maybe_prevote_won()
 
     def _maybe_prevote_won(self) -> None:
-        if self._prevote and raftrules.prevote_won(len(self._prevote["votes"]), len(self.peers)):
+        if self._prevote and raftrules.prevote_won(len(self._prevote["votes"]), self.voter_count()):
             self._prevote_granted_term = self._prevote["term"] - 1
             self._prevote = None
             self.so._SyncObj__raftElectionDeadline = 0
@@ -1001,7 +1178,9 @@ class RaftEngine:
     def _schedule_prevote(self, lost_leader: str) -> float:
         """Survivors go one after the other, in replica-id order, so two of them rarely become candidates
         at once (a split vote costs a whole election timeout)."""
-        survivors = [pid for pid, addr in self.peers.items() if addr != lost_leader]
+        survivors = [pid for pid, addr in self.peers.items() if addr != lost_leader and pid not in self.learners]
+        if self.config.self_id not in survivors:
+            return 0.0  # a learner (or a replica being removed) asks for no votes
         step_s = self.config.heartbeat_interval_ms / 1000
         rank = raftrules.prevote_delay_rank(survivors, self.config.self_id)
         delay_s = rank * step_s + random.uniform(0, step_s / 2)
@@ -1128,6 +1307,7 @@ class RaftEngine:
             self.journal.durable_index = min(self._async_durable_index, self.journal.last_index)
         if self.journal.membership_version != self._members_version:
             self._follow_membership()
+        self.maybe_win_election()  # a group of one voter and a learner: its own vote is a majority
         if so.raftLastApplied > self._recorded_applied:  # no-op entries advance it too
             self._record_applied(so.raftLastApplied, self.store.write_txn())
             self._recorded_applied = so.raftLastApplied
@@ -1180,6 +1360,8 @@ class RaftEngine:
             members=dict(self.peers),
             voters=self.voters(),
             removed=self._removed,
+            learners=self.learners,
+            notices=tuple(self.notices),
         )
 
     # -- group time (groupclock.py): stamps on Raft's own messages -----------------------------------------------------

@@ -79,6 +79,20 @@ class TransferTimeoutError(DledgerError):
     code = "TRANSFER_TIMEOUT"
 
 
+class TransferMissedError(DledgerError):
+    """Leadership left this replica but did not reach the replica asked for (`target`): another one (`leader_id`)
+    leads now, e.g. the target stopped in the middle of the handover and the group elected another. Nothing was
+    lost; ask again to move it on to the target."""
+
+    code = "TRANSFER_MISSED"
+
+    def __init__(self, message: str, target: str, leader_id: str, leader_address: str | None = None):
+        super().__init__(message)
+        self.target = target
+        self.leader_id = leader_id
+        self.leader_address = leader_address
+
+
 class MembershipChangePendingError(DledgerError):
     """Nothing changed: another membership change (or a leadership transfer) is not finished yet. Wait, then ask
     again: a group changes its membership one replica at a time."""
@@ -112,6 +126,19 @@ class StoreFullError(DledgerError):
     rather than apply part of an entry. Not a full disk. Restart it with a larger map; committed data is kept."""
 
     code = "STORE_FULL"
+
+
+class DiskFullError(DledgerError):
+    """The filesystem of the store has no space left (ENOSPC; or an I/O error of a write while it has next to
+    none): the replica stopped rather than write part of its log. Committed data is kept, and nothing the write was
+    for had been acknowledged. Free space on that filesystem, then restart the replica: it catches up from its
+    group. `path` is the store's directory."""
+
+    code = "DISK_FULL"
+
+    def __init__(self, message: str, path: str = ""):
+        super().__init__(message)
+        self.path = path
 
 
 class AppliedEntryConflictError(DledgerError):

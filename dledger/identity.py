@@ -42,7 +42,8 @@ class Identity:
     genesis_nonce: str = ""  # a new store's contribution to a genesis history (kept across restarts)
     genesis: tuple[tuple[str, str], ...] = field(default=())  # (replica id, nonce) of the genesis, if any
     # ASYNC_FLUSH store left open across an OS crash: its log may lack the last flush interval, so it is a
-    # non-voter like a new store, but its log still counts when the whole group must restart (recovery_floor)
+    # non-voter like a new store, but its log still counts when the whole group must restart (recovery_floor).
+    # Also a store an operator starts with join_as_voter (the majority-loss recovery): the same rule lets it vote.
     untrusted: bool = False
 
     @property
@@ -145,8 +146,10 @@ def on_hello(mine: Identity, my_id: str, theirs: dict, fresh_nonces: dict[str, s
         if (my_id, mine.genesis_nonce) in genesis and genesis_history(mine.group_id, dict(genesis)) == history:
             # we were part of that genesis (our nonce is in it): our empty store is that history's start
             return Verdict(True, replace(mine, history_id=history, genesis=genesis))
-        return Verdict(True, replace(mine, history_id=history,
-                                     catch_up_index=0 if join_as_voter else CATCH_UP_PENDING))
+        # join_as_voter: untrusted, like a store the machine's crash left behind (recovery_floor): it votes again once
+        # every replica is heard and no majority of voters is left, and only for the most complete log among them
+        return Verdict(True, replace(mine, history_id=history, catch_up_index=CATCH_UP_PENDING,
+                                     untrusted=join_as_voter))
     if theirs.get("nonce"):
         fresh_nonces[peer] = theirs["nonce"]
     return Verdict(True, maybe_genesis(mine, my_id, fresh_nonces, peer_ids))

@@ -66,7 +66,7 @@ class LmdbJournal:
         # Membership (dledger.membership): the configured peers count until a change is stored; each change stored
         # here records (index, membership after it) in META_MEMBERSHIP in the same transaction.
         self.config_peers: dict[str, str] = {}
-        self.membership_records: list[tuple[int, dict[str, str]]] = []
+        self.membership_records: list[membership.Record] = []
         self.membership_version = 0  # bumped on every change of membership_records (the engine follows it)
         self.reload()
 
@@ -95,11 +95,16 @@ class LmdbJournal:
         self.membership_version += 1
 
     @property
-    def members(self) -> dict[str, str]:
+    def membership(self) -> membership.Membership:
         """The membership this replica uses now (the newest change in its log, else the configured peers)."""
         return membership.current(self.config_peers, self.membership_records)
 
-    def _record_membership(self, records: list[tuple[int, dict[str, str]]]) -> None:
+    @property
+    def members(self) -> dict[str, str]:
+        """The members now (replica id -> Raft address), learners included."""
+        return dict(self.membership.peers)
+
+    def _record_membership(self, records: list[membership.Record]) -> None:
         self.membership_records = records
         self.membership_version += 1
         self._store.write_txn().put(META_MEMBERSHIP, membership.encode_records(records), db=self._store.meta_db)
@@ -126,7 +131,7 @@ class LmdbJournal:
         self._cache_put((command, idx, term))
         change = membership.decode_change(command)
         if change is not None:
-            self._record_membership([*self.membership_records, (idx, membership.apply_change(self.members, change))])
+            self._record_membership([*self.membership_records, (idx, membership.apply_change(self.membership, change))])
 
     def clear(self) -> None:
         if self._absorb is not None:
@@ -159,8 +164,8 @@ class LmdbJournal:
             self._cache_drop(idx)
         for idx in [i for i in self.corrupt if i >= start]:
             del self.corrupt[idx]
-        if any(index >= start for index, _peers in self.membership_records):
-            self._record_membership([(index, peers) for index, peers in self.membership_records if index < start])
+        if any(index >= start for index, _m in self.membership_records):
+            self._record_membership([(index, m) for index, m in self.membership_records if index < start])
 
     def deleteEntriesTo(self, entryTo: int) -> None:  # noqa: N802
         wanted_first = self._first + entryTo

@@ -7,14 +7,17 @@ One LMDB environment per replica (opened with at most MAX_DBS named databases):
     META_DB b"raft_meta"  META_TERM, META_COMMIT_INDEX, META_APPLIED_INDEX -> u64 big-endian (encode_u64)
                           META_IDENTITY -> JSON (dledger.identity: group, history, incarnation, voter state)
                           META_VOTED_FOR -> utf-8 replica address ("" before any vote)
-                          META_MEMBERSHIP -> JSON [[index, {replica id: address}], ...] (dledger.membership)
+                          META_MEMBERSHIP -> JSON [[index, {replica id: address}, [learner ids]], ...]
+                          (dledger.membership; records written before learners existed have no third field)
 
 A stored command is pysyncobj's: one command-type byte, then its body. dledger's data entries are
 REGULAR_COMMAND + pickle((method id, (batch,))) where batch is `dledger.codec`'s encoding of the
-payloads (encode_call builds the pickle; pysyncobj adds the type byte). Every other command is
-pysyncobj's own: a leader's first entry of its term is the single byte 0x01 (NO_OP_COMMAND); a membership
-change is MEMBERSHIP_COMMAND (0x02) + pickle([kind, address, address, replica id]) (dledger.membership); dledger
-never makes version commands. decode_command returns None for all of those.
+payloads (encode_call builds the pickle; pysyncobj adds the type byte). Every other command carries no
+payloads: a leader's first entry of its term is the single byte 0x01 (NO_OP_COMMAND); a membership change is
+MEMBERSHIP_COMMAND (0x02) + pickle([kind, address, address, replica id (, "learner")]), and a learner's promotion
+PROMOTE_COMMAND (0x04, dledger's own type: pysyncobj stores it and applies nothing) + pickle(["promote", address,
+address, replica id]) (dledger.membership); dledger never makes version commands. decode_command returns None for
+all of those.
 
 Checksums: a batch of version 2 carries the CRC-32C of its lengths and bodies, computed by the leader that
 built it (dledger.codec). verify_command / verify_value check a stored command without copying its payloads:
@@ -57,11 +60,12 @@ TERM_BYTES = U64.size  # the value's term prefix
 REGULAR_COMMAND = b"\x00"  # pysyncobj's _COMMAND_TYPE.REGULAR: a call of a @replicated method
 NO_OP_COMMAND = b"\x01"  # pysyncobj's whole no-op entry (_COMMAND_TYPE.NO_OP): a leader's first entry of its term
 MEMBERSHIP_COMMAND = membership.MEMBERSHIP_COMMAND  # a membership change (dledger.membership): no payloads
+PROMOTE_COMMAND = membership.PROMOTE_COMMAND  # a learner made a voter (dledger.membership): no payloads
 
 
 def is_raft_entry(command) -> bool:
     """A stored command that is Raft's own (a no-op or a membership change: no payloads), by its type byte."""
-    return bytes(command[:1]) in (NO_OP_COMMAND, MEMBERSHIP_COMMAND)
+    return bytes(command[:1]) in (NO_OP_COMMAND, MEMBERSHIP_COMMAND, PROMOTE_COMMAND)
 
 Entry = tuple  # pysyncobj's journal entry: (command: bytes, index: int, term: int)
 
@@ -236,7 +240,7 @@ def verify_command(command, method_id: int | None = None) -> None:
     if command[:1] != REGULAR_COMMAND:
         if command == NO_OP_COMMAND:
             return
-        if bytes(command[:1]) == membership.MEMBERSHIP_COMMAND:
+        if bytes(command[:1]) in (MEMBERSHIP_COMMAND, PROMOTE_COMMAND):
             try:
                 membership.decode_change(command)
             except Exception as exc:  # noqa: BLE001 - pickle raises many types for damaged input

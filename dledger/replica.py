@@ -45,6 +45,7 @@ from .errors import (
     NotLeaderError,
     OutcomeUnknownError,
     ReplicaClosedError,
+    TransferMissedError,
     TransferRefusedError,
     TransferTimeoutError,
 )
@@ -75,6 +76,7 @@ class Role(enum.Enum):
     CANDIDATE = "CANDIDATE"
     LEADER_PENDING = "LEADER_PENDING"  # elected, but its term's first entry is not applied yet
     LEADER = "LEADER"  # serves as master
+    STOPPED = "STOPPED"  # its Raft thread stopped after an error (status().failure says which): takes no part
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,8 @@ class ReplicaStatus:
     members: dict = field(default_factory=dict)  # replica id -> Raft address: the group as its log says now
     member_voters: dict = field(default_factory=dict)  # replica id -> counts toward quorums (this replica's view)
     removed: bool = False  # the group's log says this replica is not a member: it takes no part
+    learners: tuple = ()  # members the log names learners: replicated to, in no quorum until promoted (membership.py)
+    notices: tuple = ()  # what an operator must know: a flag ignored or acted on, a group that cannot elect a master
 
 
 class StateMachine(Protocol):
@@ -342,7 +346,8 @@ class Replica:
         NotLeaderError, to be retried on the new leader); what it already took is committed first. Raises
         NotLeaderError (this replica does not lead), TransferRefusedError (the target is not a voter of the
         group, not connected, more than transfer_lag_entries_max behind, or another transfer runs; leadership
-        stays here), TransferTimeoutError (no new leader within timeout_s, default transfer_timeout_ms)."""
+        stays here), TransferTimeoutError (no new leader within timeout_s, default transfer_timeout_ms),
+        TransferMissedError (`to` was named but another replica leads now: this one no longer leads)."""
         if self._closed:
             raise ReplicaClosedError("replica is closed; open it again to transfer leadership")
         timeout_s = self.config.transfer_timeout_ms / 1000 if timeout_s is None else timeout_s
@@ -361,6 +366,12 @@ class Replica:
                 raise ended.exception()
             st = self._status
             if st.role not in (Role.LEADER, Role.LEADER_PENDING) and st.leader_id not in (None, me):
+                if wanted is not None and st.leader_id != wanted:  # e.g. the target stopped in mid-handover
+                    raise TransferMissedError(
+                        f"leadership of {self.config.group_id} did not reach {wanted}: {st.leader_id} leads now "
+                        f"(term {st.term}) and {me} no longer does; {wanted} may have stopped during the handover. "
+                        f"Ask {st.leader_id} to transfer again to move it to {wanted}", wanted, st.leader_id,
+                        st.leader_address)
                 return st.leader_id
             if ended.done() and not st.connected_peers:
                 break  # stepped down and alone: no new leader will be heard of (the peers are stopping too)
@@ -373,12 +384,15 @@ class Replica:
 
     # -- membership (membership.py) ------------------------------------------------------------------------
     def add_peer(self, replica_id: str, address: str, timeout_s: float | None = None) -> int:
-        """Add replica `replica_id` at Raft address `address` (host:port) to the group; leader only. Returns the
-        index of the change once it is committed. The new replica (started on an empty store with this group's
-        name) joins as a non-voter: the commit quorum stays that of the voters until it has caught up (snapshot +
-        log) and votes. Raises NotLeaderError / NoLeaderError, MembershipChangePendingError (one change at a
-        time), MembershipRefusedError (already a member, a bad address), OutcomeUnknownError (no answer in time)."""
-        return self._change_membership(membership.Change(membership.ADD, replica_id, address), timeout_s)
+        """Add replica `replica_id` at Raft address `address` (host:port) to the group as a LEARNER; leader only.
+        Returns the index of the change once it is committed. The new replica (started on an empty store with this
+        group's name) is replicated to but counts in no quorum, so the group's fault tolerance is unchanged; once it
+        has caught up (snapshot + log) the leader promotes it to voter by itself (status().learners no longer
+        names it). Raises NotLeaderError / NoLeaderError, MembershipChangePendingError (one change at a time),
+        MembershipRefusedError (already a member, a bad address, another learner still catching up),
+        OutcomeUnknownError (no answer in time)."""
+        return self._change_membership(membership.Change(membership.ADD, replica_id, address, learner=True),
+                                       timeout_s)
 
     def remove_peer(self, replica_id: str, timeout_s: float | None = None) -> int:
         """Remove replica `replica_id` (an id or Raft address) from the group; leader only. Returns the index of
@@ -597,16 +611,18 @@ class Replica:
         self._snapshot.on_tick(view)
 
     def _status_from(self, view: EngineView) -> ReplicaStatus:
-        if view.raft_state == RaftState.LEADER:
+        failure = self._engine.failure
+        if failure is not None:  # the Raft thread's last view no longer holds: it may say LEADER while another leads
+            role = Role.STOPPED
+        elif view.raft_state == RaftState.LEADER:
             role = Role.LEADER if view.leader_ready else Role.LEADER_PENDING
         elif view.raft_state == RaftState.CANDIDATE:
             role = Role.CANDIDATE
         else:
             role = Role.FOLLOWER
         leader_id = self.config.self_id if role is Role.LEADER else self._engine.peer_id(view.leader_address)
-        if role is not Role.LEADER and leader_id == self.config.self_id:
+        if role is Role.STOPPED or (role is not Role.LEADER and leader_id == self.config.self_id):
             leader_id = None
-        failure = self._engine.failure
         return ReplicaStatus(
             group_id=self.config.group_id, self_id=self.config.self_id, role=role, term=view.term,
             leader_id=leader_id, leader_address=view.members.get(leader_id) if leader_id else None,
@@ -618,6 +634,7 @@ class Replica:
             voter=view.identity.voter, history_id=view.identity.history_id,
             catch_up_index=view.identity.catch_up_index,
             members=dict(view.members), member_voters=dict(view.voters), removed=view.removed,
+            learners=tuple(sorted(view.learners)), notices=view.notices,
         )
 
     def _hand_over_outcomes(self) -> None:
@@ -635,7 +652,9 @@ class Replica:
 
     def _on_engine_failure(self, exc: BaseException) -> None:
         """The tick thread stopped: nothing in flight will get an outcome from this replica any more."""
-        self._status = self._status_from(self._engine.view)
+        status = self._status = self._status_from(self._engine.view)  # role STOPPED
+        self._last_role_key = (status.role, status.term, status.leader_id)
+        self._completions.put(("role", status, None))  # subscribers hear it stopped (a broker leaves the routes)
         self._hand_over_outcomes()  # found before the failure: real outcomes
         with self._pending_lock:
             pending, self._pending = self._pending, {}

@@ -150,7 +150,8 @@ class SnapshotHooks:
             cluster = [addr for addr in replica.journal.members.values() if addr != me]
             return (last, before, cluster)
         except BaseException as exc:
-            self._engine.fail(exc)  # pysyncobj would swallow it; the replica must stop instead
+            # pysyncobj would swallow it; the replica must stop instead, naming a full disk as such
+            self._engine.fail(replica.store.failure_of(exc, "while installing a snapshot from the leader"))
             raise
 
 

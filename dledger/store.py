@@ -16,6 +16,7 @@ transactions (see docs/architecture.md for what to do).
 from __future__ import annotations
 
 import bisect
+import errno
 import os
 import shutil
 import threading
@@ -28,7 +29,7 @@ from typing import TypeVar
 import lmdb
 
 from . import storefile
-from .errors import StoreDamagedError, StoreFullError
+from .errors import DiskFullError, StoreDamagedError, StoreFullError
 from .logformat import LOG_DB, MAX_DBS, META_DB
 from .storecheck import DAMAGE_ERRORS, check_tree, damage_error
 from .storefile import check_data_file, check_file
@@ -38,6 +39,9 @@ T = TypeVar("T")
 DATA_FILE = storefile.DATA_FILE
 # upper bounds of the fsync latency buckets (seconds): an fsync here costs ~0.2 ms alone, several ms under load
 FSYNC_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+# LMDB answers a write the filesystem cut short (it ran out of space partway) with EIO, not ENOSPC; an EIO while the
+# filesystem has less than this left is taken for a full disk
+DISK_FULL_FREE_BYTES_MAX = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -106,10 +110,15 @@ class Store:
         self.meta_db = self.db(META_DB)
 
     def failure_of(self, exc: BaseException, when: str) -> BaseException:
-        """The dledger error for an LMDB error that stops the replica (a damaged store, a full map); anything
-        else as it is."""
+        """The dledger error for an LMDB or OS error that stops the replica (a damaged store, a full map, a full
+        disk); anything else as it is."""
+        if isinstance(exc, DiskFullError | StoreDamagedError | StoreFullError):
+            return exc
         if isinstance(exc, DAMAGE_ERRORS):
             return self.damaged(exc, when)
+        disk_full = self.disk_full(exc, when)
+        if disk_full is not None:
+            return disk_full
         if isinstance(exc, lmdb.MapFullError):
             return StoreFullError(
                 f"{os.path.join(self.path, DATA_FILE)}: the LMDB map is full (map_size_bytes={self.map_size_bytes}, "
@@ -117,6 +126,28 @@ class Store:
                 f"of an entry. This is not a full disk. Restart it with a larger map size; committed data is kept. "
                 f"({exc})")
         return exc
+
+    def disk_full(self, exc: BaseException, when: str, flushing: bool = False) -> DiskFullError | None:
+        """DiskFullError if `exc` says the store's filesystem has no space left: ENOSPC from LMDB (lmdb.DiskError) or
+        from the OS, or LMDB's EIO for a write cut short while the filesystem has next to no space left; else None.
+        `flushing`: an fsync of commits already made (ASYNC_FLUSH) failed, so they may not be on disk."""
+        code = getattr(exc, "code", None) if isinstance(exc, lmdb.Error) else getattr(exc, "errno", None)
+        if not isinstance(exc, lmdb.Error | OSError) or code not in (errno.ENOSPC, errno.EIO):
+            return None
+        free = free_bytes(self.path)
+        if code == errno.EIO and (free is None or free >= DISK_FULL_FREE_BYTES_MAX):
+            return None  # a real I/O error: the disk's, not its size
+        how = "" if code == errno.ENOSPC else "LMDB reported an I/O error for a write the filesystem cut short; "
+        left = "unknown" if free is None else f"{free / 2**20:.1f} MiB"
+        if flushing:  # under ASYNC_FLUSH commits were acknowledged before this fsync
+            todo = (f"Its last flush interval may not be on disk: free space on that filesystem (df {self.path}), "
+                    "then rebuild the replica on an empty store (docs/operations.md, \"Replace a replica's disk\")")
+        else:
+            todo = (f"The replica stopped rather than write part of its log: nothing it failed to write was "
+                    f"acknowledged, and what it committed is kept. Free space on that filesystem (df {self.path}), "
+                    f"then restart this replica's process: it catches up from its group")
+        return DiskFullError(f"disk full: no space left on device for the store {self.path} {when} ({how}free on its "
+                             f"filesystem now: {left}). {todo}. ({type(exc).__name__}: {exc})", self.path)
 
     def damaged(self, exc: BaseException, when: str = "while reading") -> StoreDamagedError:
         """The StoreDamagedError for an LMDB damage error (storecheck.DAMAGE_ERRORS) met while open; the first
@@ -163,7 +194,8 @@ class Store:
         if self._wtxn is not None:
             txn, self._wtxn = self._wtxn, None
             started = time.perf_counter()
-            txn.commit()
+            with self._disk_errors_named("while committing"):
+                txn.commit()
             self.commit_count += 1
             if self.sync_commits:
                 self._count_fsync(time.perf_counter() - started)
@@ -173,10 +205,22 @@ class Store:
 
     def sync(self) -> None:
         """fsync everything committed so far. Any thread (the ASYNC_FLUSH flusher uses it)."""
-        with self._sync_lock:
+        with self._sync_lock, self._disk_errors_named("while flushing (fsync)", flushing=not self.sync_commits):
             started = time.perf_counter()
             self.env.sync(True)
             self._count_fsync(time.perf_counter() - started)
+
+    @contextmanager
+    def _disk_errors_named(self, when: str, flushing: bool = False) -> Iterator[None]:
+        """A full disk raised as DiskFullError where the store writes, whichever thread writes (the ASYNC_FLUSH
+        flusher too)."""
+        try:
+            yield
+        except (lmdb.Error, OSError) as exc:
+            disk_full = self.disk_full(exc, when, flushing)
+            if disk_full is None:
+                raise
+            raise disk_full from exc
 
     def _count_fsync(self, seconds: float) -> None:
         self.fsync_seconds_total += seconds
@@ -258,3 +302,13 @@ class Store:
                 os.remove(lock_file)
             self._open()
             self.env.sync(True)
+
+
+def free_bytes(path: str) -> int | None:
+    """Bytes this process may still write on the filesystem of `path` (root may use the blocks reserved for it);
+    None if it cannot be asked."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize

@@ -180,6 +180,10 @@ def _show(console: Console, verb: str, result) -> None:
                 table.add_row(g.cluster, g.group, r.replica_id, str(r.broker_id), r.role, str(r.term), r.address,
                               str(r.applied_index), str(r.commit_index), _vote(r), r.clock_text)
         console.print(table)
+        for g in result:  # what a replica says an operator must know (docs/operations.md, "Troubleshooting")
+            for r in g.replicas:
+                for text in r.notices:
+                    console.print(f"{g.group}/{r.replica_id}: {text}", highlight=False)
     elif verb == "topicList":
         for name in result:
             console.print(name, highlight=False)
@@ -203,14 +207,21 @@ def _show(console: Console, verb: str, result) -> None:
             if result.namesrv_agrees else "the NameServer does not agree yet (it registers on its next heartbeat)"
         console.print(f"{result.group}: {result.replica} {done} by master {result.master} at Raft index {result.index} "
                       f"in {result.took_ms} ms; members now {', '.join(result.members)}; {listed}", highlight=False)
+        if verb == "removeReplica" and len(result.members) < 3:
+            console.print(f"WARNING: {result.group} now has {len(result.members)} member(s): it cannot lose another "
+                          "replica and keep a master. Add one (addReplica) to survive a failure again",
+                          highlight=False)
         if verb == "addReplica":
-            console.print("it is a non-voter until it has caught up: `rocketraft admin clusterList` shows it as "
-                          "'catching up' until then", highlight=False)
+            console.print("it is a LEARNER (in no quorum: the group keeps its fault tolerance) until it has caught "
+                          "up; then the master promotes it to voter. `rocketraft admin clusterList` shows it as "
+                          "'learner' until then", highlight=False)
     else:
         _show_progress(console, result)
 
 
 def _vote(replica) -> str:
+    if replica.learner:
+        return "learner" if replica.voter else "learner, catching up"
     if replica.voter:
         return "voter"
     target = replica.catch_up_index

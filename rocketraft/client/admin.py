@@ -22,7 +22,14 @@ from dataclasses import dataclass
 import grpc
 
 from rocketraft.protocol import names
-from rocketraft.protocol.errors import BadRequestError, BrokerUnreachableError, RocketraftError, from_status
+from rocketraft.protocol.errors import (
+    BadRequestError,
+    BrokerUnreachableError,
+    RocketraftCode,
+    RocketraftError,
+    TransferMissedError,
+    from_status,
+)
 from rocketraft.protocol.limits import DLQ_TOPIC_PREFIX, RECEIVE_BATCH_SIZE_MAX
 from rocketraft.protocol.names import check_group_name, check_topic_name
 from rocketraft.protocol.routing import PERM_READ_WRITE
@@ -59,6 +66,8 @@ class ReplicaInfo:
     clock_skew_ms: int = 0  # its wall clock minus the group time (docs/operations.md, "Clocks")
     clock_in_bound: bool = True  # within clockSkewBoundMillis of a group time a majority's clocks gave
     clock_source: str = ""  # where its group time comes from: group, own clock, none ("" from an older broker)
+    learner: bool = False  # added, replicated to, in no quorum until the master promotes it (caught up)
+    notices: tuple = ()  # what an operator must know (a flag it ignored or acted on, a group that cannot elect)
 
     @property
     def clock_text(self) -> str:
@@ -202,7 +211,8 @@ class Admin(AsyncClient):
             replicas = tuple(sorted((ReplicaInfo(
                 r.replica_id, r.role, r.term, r.address, 0 if r.replica_id == g.master_replica_id
                 else r.follower_broker_id, r.applied_index, r.commit_index, not r.non_voter, r.catch_up_index,
-                r.clock_skew_ms, r.clock_in_bound or not r.clock_source, r.clock_source)
+                r.clock_skew_ms, r.clock_in_bound or not r.clock_source, r.clock_source, r.learner,
+                tuple(r.notices))
                 for r in g.replicas),
                 key=lambda r: (r.broker_id, r.replica_id)))
             topics = sorted({t.name for r in g.replicas for t in r.topics})
@@ -218,7 +228,8 @@ class Admin(AsyncClient):
         """Ask broker group `group`'s master (found through the NameServer) to hand mastership to replica `to`
         ("" = the most up-to-date one; a replica id, brokerId, or client or Raft address); waits until the
         NameServer routes to the new master (at most timeout_s in all). A master that changed meanwhile is asked
-        again once."""
+        again once. Raises TransferMissedError (its `new_master` leads) when `to` was named and the master stepped
+        down but another replica leads now."""
         deadline = time.monotonic() + timeout_s
         for attempt in range(2):
             master_id, address = await self._master_of(group, cluster)
@@ -231,6 +242,8 @@ class Admin(AsyncClient):
                 raise rpc_error(exc, address, f"transfer leadership of {group}") from None
             if response.code == Code.HA_NOT_AVAILABLE and attempt == 0:
                 continue  # the master changed since the NameServer was asked: ask the new one
+            if response.code == RocketraftCode.TRANSFER_MISSED:
+                raise TransferMissedError(response.message, new_master=response.new_master)
             _check(response.code, response.message)
             took_ms = round((time.monotonic() - started) * 1000)
             routed = await self._wait_master(group, cluster, response.new_master, deadline)
@@ -240,7 +253,8 @@ class Admin(AsyncClient):
     async def add_replica(self, group: str, replica: str, cluster: str = "",
                           timeout_s: float = TRANSFER_TIMEOUT_S) -> MembershipResult:
         """Ask broker group `group`'s master to add replica `replica` ("id-host:raftport"): it joins as a
-        non-voter and votes once caught up. Waits (within timeout_s) for the NameServer to list it."""
+        learner (in no quorum) and the master promotes it to voter once it has caught up. Waits (within timeout_s)
+        for the NameServer to list it."""
         return await self._change_membership("AddReplica", group, replica, cluster, timeout_s)
 
     async def remove_replica(self, group: str, replica: str, cluster: str = "",

@@ -11,7 +11,7 @@ from .timeline import RaftTimeline
 WINDOW_MS = 10 * 60 * 1000        # the drawing shows at most the last 10 minutes
 WIDTH, LABEL_W, LANE_H, TOP = 1000, 110, 22, 18
 ROLE_CLASS = {"LEADER": "leader", "LEADER_PENDING": "pending", "CANDIDATE": "candidate", "FOLLOWER": "follower",
-              "DOWN": "down"}
+              "STOPPED": "down", "DOWN": "down"}
 
 
 def timeline_svg(timeline: RaftTimeline, now_ms: int | None = None) -> str:

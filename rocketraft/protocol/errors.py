@@ -18,6 +18,7 @@ class RocketraftCode(enum.IntEnum):
     DISK_FULL = 50700           # the store's filesystem is above diskMaxUsedSpaceRatio
     STORE_MAP_FULL = 50701      # the replica's LMDB map is above storeMapMaxUsedRatio
     STORE_UNAVAILABLE = 50702   # the store is shutting down, or stopped after an error
+    TRANSFER_MISSED = 50703     # a leadership transfer to a named replica ended with another one as master
 
 
 class Reason(enum.StrEnum):
@@ -112,6 +113,16 @@ def refusal_error(reason: str, message: str) -> RocketraftError:
     return (cls or StoreUnavailableError)(message)
 
 
+class TransferMissedError(RocketraftError):
+    """A leadership transfer to a named replica did not reach it: the old master stepped down, but another replica
+    (`new_master`) leads now (the target stopped during the handover, say). Ask again to move it on."""
+    code = RocketraftCode.TRANSFER_MISSED
+
+    def __init__(self, message: str, code: int | None = None, new_master: str = ""):
+        super().__init__(message, code)
+        self.new_master = new_master
+
+
 class OutcomeUnknownError(RocketraftError):
     """The write may or may not have been committed (e.g. the leader changed while it was in flight)."""
     code = Code.PROXY_TIMEOUT
@@ -179,6 +190,7 @@ _BY_CODE = {
     RocketraftCode.DISK_FULL: DiskFullError,
     RocketraftCode.STORE_MAP_FULL: StoreMapFullError,
     RocketraftCode.STORE_UNAVAILABLE: StoreUnavailableError,
+    RocketraftCode.TRANSFER_MISSED: TransferMissedError,
 }
 
 

@@ -89,22 +89,74 @@ def test_a_nearly_full_map_refuses_sends_by_name_and_every_replica_keeps_serving
 
 def test_a_replica_that_stops_itself_leaves_the_routes_at_once(tmpfs_cluster):
     """A follower whose own filesystem fills up stops (loudly). A stopped replica must not stay registered: it
-    kept reporting its last role (once even LEADER) and could have been routed to."""
+    kept reporting its last role (once even LEADER) and could have been routed to. Its status says STOPPED and
+    names the full disk and what to do (it said FOLLOWER, and its log an I/O error); done, it is back."""
     cluster = tmpfs_cluster(diskMaxUsedSpaceRatio=99)
     master = cluster.wait_master()
     cluster.create_topic("overfull", queue_nums=1)
     follower = next(i for i in cluster.ids if i != master)
     fill(os.path.join(cluster.config_of(follower).data_dir, "ballast"), 97.0)
-    stub = messaging_stub(cluster, cluster.address_of[master])
-    for _ in range(64):  # 4 MiB more than the follower has room for
-        stub.SendMessage(svc.SendMessageRequest(
-            messages=[raw_message("overfull", b"m" * 16 * 1024) for _ in range(4)]), timeout=10)
+    send_4_mib(cluster, master)  # 4 MiB more than the follower has room for
     wait_until(lambda: "stopped" in open(cluster.brokers[follower].log_path, errors="replace").read(), 10,
                f"{follower} to stop on its full filesystem")
     wait_until(lambda: follower not in registered(cluster), 5, f"{follower} to leave the NameServer")
     assert "unregistering from the NameServers" in open(cluster.brokers[follower].log_path,
                                                          errors="replace").read()
     assert master in registered(cluster)
+    check_stopped_for_a_full_disk(cluster, follower)
+
+    # what its failure and docs/operations.md say to do: free space, restart it; it catches up and registers again
+    os.remove(os.path.join(cluster.config_of(follower).data_dir, "ballast"))
+    cluster.brokers[follower].stop()
+    cluster.start_replica(follower)
+    applied = cluster.replica_status(master).applied_index
+    wait_until(lambda: (s := cluster.replica_status(follower)) and s.role == "FOLLOWER" and s.applied_index >= applied,
+               15, f"{follower} to catch up to index {applied} after the restart")
+    wait_until(lambda: follower in registered(cluster), 5, f"{follower} to register again")
+
+
+def test_a_master_whose_disk_fills_stops_as_stopped_naming_the_full_disk_another_leads_and_no_ack_is_lost(
+        tmpfs_cluster):
+    """Past the disk guard (it measured once, before the ballast grew), the master's own filesystem fills: it
+    stops, says STOPPED (it used to go on saying LEADER while another replica led) with the full disk and what to
+    do, leaves the routes, and the group elects another master that holds every acknowledged message."""
+    cluster = tmpfs_cluster(diskMaxUsedSpaceRatio=99, diskCheckIntervalMs=600_000)
+    master = cluster.wait_master()
+    cluster.create_topic("overfull", queue_nums=1)
+    fill(os.path.join(cluster.config_of(master).data_dir, "ballast"), 97.0)
+    acked = send_4_mib(cluster, master)
+    assert acked, "no send was acknowledged before the master's disk filled"
+    wait_until(lambda: "stopped" in open(cluster.brokers[master].log_path, errors="replace").read(), 10,
+               f"{master} to stop on its full filesystem")
+    check_stopped_for_a_full_disk(cluster, master)
+    new = cluster.wait_master(15, not_id=master)
+    wait_until(lambda: master not in registered(cluster), 5, f"{master} to leave the NameServer")
+    stored = {m.system_properties.message_id for m in cluster.read_messages("overfull", cluster.address_of[new])}
+    assert not acked - stored, f"{len(acked - stored)} acknowledged messages are not on the new master {new}"
+
+
+def send_4_mib(cluster, replica: str) -> set[str]:
+    """64 sends of 4 x 16 KiB to `replica`; the ids of the messages acknowledged."""
+    stub = messaging_stub(cluster, cluster.address_of[replica])
+    acked = set()
+    for _ in range(64):
+        response = stub.SendMessage(svc.SendMessageRequest(
+            messages=[raw_message("overfull", b"m" * 16 * 1024) for _ in range(4)]), timeout=10)
+        acked |= {e.message_id for e in response.entries if e.status.code == Code.OK}
+    return acked
+
+
+def check_stopped_for_a_full_disk(cluster, replica: str) -> None:
+    """`replica` (still running) says STOPPED, and its status and log name the full disk, where, and what to do."""
+    status = cluster.replica_status(replica)
+    assert status is not None and status.role == "STOPPED", status
+    data_dir = cluster.config_of(replica).data_dir
+    failure = status.failure
+    assert failure.startswith("DiskFullError(") and "no space left on device" in failure, failure
+    assert f"store {data_dir}/" in failure and "Free space on that filesystem" in failure, failure
+    assert "then restart this replica's process" in failure, failure
+    log = open(cluster.brokers[replica].log_path, errors="replace").read()
+    assert "stopped: DiskFullError(" in log and "disk full: no space left on device for the store" in log, log[-3000:]
 
 
 def registered(cluster) -> set[str]:
@@ -170,6 +222,7 @@ def test_a_replica_whose_map_fills_stops_with_store_full_and_the_broker_says_map
                 replica.append([b"x"]).result(10)
         wait_until(lambda: replica.status().failure, 10, "the replica stops")
         assert replica.status().failure.startswith("StoreFullError("), replica.status().failure
+        assert replica.status().role is Role.STOPPED and replica.status().leader_id is None, replica.status()
         with pytest.raises(ReplicaClosedError) as closed:
             replica.append([b"after"]).result(10)
         assert isinstance(closed.value.cause, StoreFullError)

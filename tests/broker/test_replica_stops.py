@@ -1,4 +1,5 @@
-"""A replica whose apply meets a broken invariant stops loudly, alone; the rest of its group goes on (real cluster)."""
+"""A replica whose apply meets a broken invariant stops loudly, alone, and says STOPPED with the reason; the rest of its
+group goes on (real cluster)."""
 
 from __future__ import annotations
 
@@ -57,6 +58,8 @@ def test_a_replica_whose_apply_breaks_an_invariant_stops_naming_it_and_the_other
     refused = send_to(cluster, broken, raw_message("inv", b"to the stopped replica")).status
     assert refused.code == RocketraftCode.STORE_UNAVAILABLE, refused
     assert "InvariantError" in refused.message and "consume queue inv/0: offset 0" in refused.message, refused
+    stopped = cluster.replica_status(broken)  # it said FOLLOWER: a role it no longer had
+    assert stopped.role == "STOPPED" and stopped.failure.startswith("InvariantError("), stopped
 
     healthy = [i for i in cluster.ids if i != broken]
     assert send_to(cluster, master, in_queue_0("inv", b"third")).status.code == Code.OK

@@ -4,6 +4,7 @@ first election (no waiting for it to settle), with and without sends in flight."
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -152,3 +153,48 @@ def test_sigterm_of_the_master_right_after_the_first_election_with_sends_in_flig
     stored = {m.body for m in cluster.read_messages("handover", cluster.address_of[new])}
     lost = [body for _, body in acked if body not in stored]
     assert not lost, f"{len(lost)} acknowledged sends are not stored, e.g. {lost[:3]}"
+
+
+# A CLI process that has made its imports and waits for a line on stdin before it runs: its call then reaches the
+# broker within milliseconds (a cold start takes seconds on a loaded machine, longer than a paused target stays
+# connected)
+WARM_CLI = ("import sys\n"
+            "from rocketraft import cli\n"
+            "print('ready', flush=True)\n"
+            "sys.stdin.readline()\n"
+            "sys.exit(cli.main(sys.argv[1:]))\n")
+
+
+def test_transfer_leader_whose_target_stops_mid_handover_says_it_was_not_reached_names_who_leads_and_fails(
+        make_cluster):
+    """The master steps down for the named target, but the target stops before it wins and another replica is
+    elected. The answer used to be OK "master A -> C": it must say the target was not reached, name who leads
+    now, and the CLI must exit non-zero. Five replicas: with the old master and the target both paused, the other
+    three elect one of themselves; the target is killed, and the old master, resumed, finds that one leading."""
+    cluster = make_cluster(replicas=5)
+    old = cluster.wait_master()
+    target, *others = sorted(i for i in cluster.ids if i != old)
+    cli_run = subprocess.Popen([sys.executable, "-c", WARM_CLI, "admin", "transferLeader", "--group", cluster.group,
+                                "--to", target, "-n", cluster.namesrv_address],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    old_log = cluster.brokers[old].log_path
+    try:
+        assert cli_run.stdout.readline().strip() == "ready", cli_run.stderr.read()
+        cluster.brokers[target].signal(signal.SIGSTOP)  # the handover starts (still connected) but cannot end
+        cli_run.stdin.write("go\n")
+        cli_run.stdin.flush()
+        wait_until(lambda: f"hands leadership to {target}" in open(old_log).read(), 5,
+                   f"{old} to start handing leadership to {target}", interval_s=0.002)
+        cluster.brokers[old].signal(signal.SIGSTOP)
+        new = wait_until(lambda: next((i for i in others if (s := cluster.replica_status(i)) and s.role == "LEADER"),
+                                      None), 15, f"one of {others} elected while {old} and {target} are paused")
+        cluster.kill(target)
+    finally:
+        os.kill(cluster.brokers[old].process.pid, signal.SIGCONT)
+    try:
+        out, err = cli_run.communicate(timeout=30)
+    finally:
+        cli_run.kill()
+    assert cli_run.returncode == 1, f"exit {cli_run.returncode}: {out}{err}"
+    assert "error (50703)" in out and f"master not moved to {target}: {new} leads {cluster.group} now" in out, out
+    assert cluster.wait_master(15) == new

@@ -97,6 +97,50 @@ def test_a_group_that_lost_a_majority_of_its_disks_waits_for_the_operator_instea
         assert log_of(cluster, node) == log_of(cluster, survivor)
 
 
+def test_the_majority_loss_recovery_works_on_stores_that_already_joined_and_each_replica_says_what_the_flag_did(
+        make_cluster):
+    """docs/operations.md, "Replace a replica's disk": the new stores joined the survivor's history as non-voters
+    and the group waits, saying why; restarted as they are with dLegerJoinAsVoter=true (no second wipe), they vote
+    for the survivor's log. Before, the flag was read only by a store that knew no history: nothing happened and
+    nothing said so."""
+    cluster = make_cluster()
+    survivor = cluster.wait_leader()
+    last = max(cluster.append(survivor, [f"e{i}".encode()])["index"] for i in range(20))
+    cluster.wait_applied(last)
+    lost = followers(cluster, survivor)
+    for node in cluster.nodes:
+        cluster.stop_node(node)
+    for node in lost:
+        wipe(cluster, node)
+    for node in cluster.nodes:
+        cluster.start_node(node)
+    for node in cluster.nodes:  # the group says so (log and status) and waits
+        wait_until_true(lambda n=node: any(t.startswith("NO MASTER CAN BE ELECTED") for t in
+                                           (cluster.status(n) or {}).get("notices", ())), 20, f"{node} to say so")
+    assert cluster.leader() is None
+    assert "NO MASTER CAN BE ELECTED: only 1 of its 3 voters can vote" in cluster.node_log(survivor)
+    cluster.overrides["join_as_voter"] = True
+    for node in cluster.nodes:
+        cluster.stop_node(node)
+        cluster.start_node(node)
+    assert cluster.wait_leader() == survivor
+    cluster.wait_applied(last)
+    notices = {node: " ".join(cluster.status(node)["notices"]) for node in cluster.nodes}
+    assert "dLegerJoinAsVoter=true is IGNORED" in notices[survivor], notices
+    for node in lost:
+        assert "this store is a NON-VOTER catching up" in notices[node], notices
+        assert "too few trusted replicas are left" in cluster.node_log(node)
+        assert log_of(cluster, node) == log_of(cluster, survivor)
+        assert cluster.status(node)["voter"] is True
+
+
+def wait_until_true(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
 def test_a_replica_of_another_history_is_refused_and_the_histories_never_merge(make_cluster):
     cluster = make_cluster()
     leader = cluster.wait_leader()

@@ -70,9 +70,16 @@ def test_a_wiped_genesis_member_is_a_non_voter_its_new_nonce_is_not_in_the_genes
     assert not rules.on_hello(wiped_n1, "n1", hello_of(n2, "n2"), {}, PEERS).identity.voter
 
 
-def test_join_as_voter_lets_the_operator_restart_a_group_that_lost_a_majority():
-    peer = rules.Identity(group_id="g", incarnation="x", history_id="H")
-    assert rules.on_hello(fresh("n1"), "n1", hello_of(peer, "n2"), {}, PEERS, join_as_voter=True).identity.voter
+def test_join_as_voter_lets_the_operator_restart_a_group_that_lost_a_majority_from_its_most_complete_log():
+    survivor = rules.Identity(group_id="g", incarnation="x", history_id="H")
+    joined = [rules.on_hello(fresh(r), r, hello_of(survivor, "n1"), {}, PEERS, join_as_voter=True).identity
+              for r in ("n2", "n3")]
+    # not a voter at once: two new stores voting for each other would elect an empty log over the survivor's
+    assert all(j.untrusted and not j.voter and j.history_id == "H" for j in joined)
+    hellos = {"n1": dict(hello_of(survivor, "n1"), last=[3, 40]), "n3": dict(hello_of(joined[1], "n3"), last=[0, 0])}
+    # with every replica heard and one voter of three, they vote: only for the most complete log (the survivor's)
+    assert rules.recovery_floor(joined[0], "n2", (0, 0), hellos, PEERS) == (3, 40)
+    assert rules.recovery_floor(joined[0], "n2", (0, 0), {"n1": hellos["n1"]}, PEERS) is None  # n3 not heard yet
 
 
 def test_a_replica_of_another_group_or_another_history_is_refused():
