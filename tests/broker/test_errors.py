@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -106,11 +105,7 @@ def test_a_request_queued_longer_than_wait_time_fails_fast_with_too_many_request
 
 
 @pytest.fixture
-def small_filesystem(tmp_path):
-    if os.geteuid() != 0:
-        if os.environ.get("CI"):
-            pytest.fail("the disk-guard test needs root to mount a tmpfs")
-        pytest.skip("needs root to mount a tmpfs")
+def small_filesystem(tmp_path, mount_allowed):
     mount = tmp_path / "small"
     mount.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(mount)], check=True)
