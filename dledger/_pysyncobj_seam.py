@@ -557,7 +557,8 @@ _INTERNALS = ("_SyncObj__raftLastApplied", "_SyncObj__needLoadDumpFile", "_SyncO
               "_SyncObj__transport", "_SyncObj__sendAppendEntries", "_SyncObj__serializer",
               "_SyncObj__votedForNodeId", "_SyncObj__applyLogEntries", "_SyncObj__transferInProgress",
               "_SyncObj__setState", "_SyncObj__votesCount", "_SyncObj__onBecomeLeader", "_SyncObj__lastResponseTime",
-              "_SyncObj__raftLeader")
+              "_SyncObj__raftLeader", "_SyncObj__raftCommitIndex", "_SyncObj__leaderCommitIndex", "_SyncObj__conf",
+              "_SyncObj__otherNodes")  # every one dledger reads or writes (a test checks the list is whole)
 _OVERRIDDEN = ("_SyncObj__applyLogEntries", "_SyncObj__sendAppendEntries")  # by EngineSyncObj
 
 

@@ -3,7 +3,10 @@ breaks the seam fails here first."""
 
 from __future__ import annotations
 
+import glob
+import os
 import pickle
+import re
 import socket
 import time
 
@@ -213,3 +216,13 @@ def test_sealed_frames_never_reuse_a_nonce_even_past_the_counter_limit():
     after = sealer.encrypt_at_time(b"x", 1)
     assert after[8:16] != first_prefix and after[16:20] == b"\0\0\0\0"
     assert sealer.open(after) == (1, b"x")
+
+
+def test_every_pysyncobj_private_name_dledger_touches_is_checked_at_start():
+    """A renamed internal must stop the replica at start (check_internals), never make a write create a new
+    attribute silently: every `_SyncObj__name` in dledger's source is in the seam's list."""
+    used = set()
+    for path in glob.glob(os.path.join(os.path.dirname(seam.__file__), "*.py")):
+        with open(path) as f:
+            used |= set(re.findall(r"_SyncObj__[A-Za-z]+", f.read()))
+    assert used - set(seam._INTERNALS) == set()
