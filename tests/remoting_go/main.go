@@ -479,11 +479,18 @@ func newTally(o *options) *tally {
 }
 
 // deliver prints the delivery; true if it is to be consumed, false if it is to be failed (--fail-first).
+// The line is printed before the delivery is counted and under the tally's lock, as the Java driver does: once
+// `done` closes, push's main goroutine shuts the client down, prints the summary and exits, and a consuming
+// goroutine still between counting and printing lost its line (a summary of 20 consumed over 19 printed).
 func (t *tally) deliver(m *primitive.MessageExt) bool {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	t.deliveries[m.MsgId]++
 	delivery := t.deliveries[m.MsgId]
 	ok := delivery > t.failFirst
+	f := view(m)
+	f["delivery"], f["result"] = delivery, map[bool]string{true: "consumed", false: "failed"}[ok]
+	emit("received", f)
 	t.received++
 	if ok {
 		if t.consumed[m.MsgId] {
@@ -494,10 +501,6 @@ func (t *tally) deliver(m *primitive.MessageExt) bool {
 			t.doneOnce.Do(func() { close(t.done) })
 		}
 	}
-	t.mu.Unlock()
-	f := view(m)
-	f["delivery"], f["result"] = delivery, map[bool]string{true: "consumed", false: "failed"}[ok]
-	emit("received", f)
 	return ok
 }
 
