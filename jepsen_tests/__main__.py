@@ -1,6 +1,7 @@
 """python -m jepsen_tests run --workload queue --nemesis kill,partition --time-limit 120 --rate 200 --concurrency 8
 python -m jepsen_tests check history.jsonl        (re-check a recorded history)
 python -m jepsen_tests matrix                     (the documented fault matrix; see jepsen_tests/README.md)
+python -m jepsen_tests summary DIR...             (one table row per nemesis over the runs' results.json under DIR)
 
 Exit codes: 0 every check passed; 1 a safety violation (lost, unexpected or reordered messages, or an audit
 divergence); 2 bad arguments; 3 the harness itself failed (the cluster did not start, ...); 130 interrupted
@@ -9,13 +10,15 @@ divergence); 2 bad arguments; 3 the harness itself failed (the cluster did not s
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import logging
+import os
 import sys
 
 from devkit import history
 
-from . import checker, nemesis, runner, workloads
+from . import checker, memberkill, nemesis, report, runner, workloads
 
 MATRIX = [  # (nemesis, extra flags): every fault family alone, then combined
     ("none", []), ("kill", []), ("pause", []), ("partition", []), ("netem", []), ("disk", []),
@@ -30,6 +33,10 @@ MATRIX = [  # (nemesis, extra flags): every fault family alone, then combined
     # until the drain: a clock that decided retention for the group would show as lost messages
     *((family, ["--retention-s", "12", "--expose-retention", "--interval", "3", "--fault", "5"])
       for family in nemesis.CLOCKS),
+    # kill -9 at each step of a membership change or a transfer (memberkill.py), one entry per step: short quiet
+    # times, since a fault's own change and its heal (back to 3 running voters) take seconds
+    *((f"{family}:{step}", ["--interval", "3", "--fault", "2"])
+      for family, cls in memberkill.CLASSES.items() for step in cls.STEPS),
 ]
 
 
@@ -116,7 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     matrix_parser.add_argument("--seed", type=int, default=1000, help="seed of the first run of each entry")
     matrix_parser.add_argument("--out", default=runner.RunConfig().out_dir)
     matrix_parser.add_argument("--only", default="", help="comma list: run only the entries whose nemesis is one of "
-                               "these (e.g. lostdisk,bitflip,torn,crash,replace)")
+                               "these (e.g. lostdisk,bitflip,torn,crash,replace); a family of steps (addkill) "
+                               "runs each of its steps (addkill:master-adding, ...)")
+    summary_parser = sub.add_parser("summary", help="one table row per nemesis over the runs under directories")
+    summary_parser.add_argument("directories", nargs="+", help="searched for */results.json")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     for noisy in ("rocketraft", "grpc", "asyncio"):
@@ -135,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         return runner.EXIT_VALID if result.valid else runner.EXIT_INVALID
     if args.command == "matrix":
         return _matrix(args, run_parser)
+    if args.command == "summary":
+        return _summary(args.directories)
     try:
         cfg = _config(args)
         cfg.validate()
@@ -157,7 +169,8 @@ def _matrix(args, run_parser) -> int:
     worst = 0
     rows = []
     only = {s.strip() for s in args.only.split(",") if s.strip()}
-    for spec, extra in [(spec, extra) for spec, extra in MATRIX if not only or spec in only]:
+    for spec, extra in [(spec, extra) for spec, extra in MATRIX
+                        if not only or spec in only or spec.partition(":")[0] in only]:
         for run_number in range(args.runs):
             flags = ["--workload", args.workload, "--nemesis", spec, "--time-limit", str(args.time_limit),
                      "--out", args.out, "--seed", str(args.seed + run_number), *extra,
@@ -171,6 +184,19 @@ def _matrix(args, run_parser) -> int:
                      "| failed but consumed | dup | order | unavailable | longest gap s | audit |",
                      "|" + " --- |" * 16, *rows]))
     return worst
+
+
+def _summary(directories: list[str]) -> int:
+    runs = []
+    for directory in directories:
+        for path in sorted(glob.glob(os.path.join(directory, "**", "results.json"), recursive=True)):
+            with open(path) as f:
+                runs.append(json.load(f))
+    if not runs:
+        print(f"error: no results.json under {', '.join(directories)}", file=sys.stderr)
+        return runner.EXIT_USAGE
+    print(report.summary_table(runs, memberkill.ELECTION_TIMEOUT_S))
+    return runner.EXIT_VALID if all(r["valid"] for r in runs) else runner.EXIT_INVALID
 
 
 def _matrix_row(spec: str, code: int, results: dict) -> str:

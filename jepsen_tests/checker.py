@@ -150,10 +150,21 @@ def _availability(sends: list[tuple[Op, Op | None]]) -> tuple[float, float]:
     if not sends:
         return 0.0, 0.0
     bad = sum(1 for _, c in sends if c is None or c.type != "ok")
-    oks = sorted(c.time_ns for _, c in sends if c is not None and c.type == "ok")
+    start, end = min(i.time_ns for i, _ in sends), max(c.time_ns if c else i.time_ns for i, c in sends)
+    return bad / len(sends), _longest_gap_ns(sends, start, end) / 1e9
+
+
+def longest_gap(ops: Iterable[Op], start_s: float, end_s: float) -> float:
+    """The longest time without an acknowledged send while one was being attempted, inside [start_s, end_s] of the
+    history's clock (a fault window), in seconds."""
+    sends = [(i, c) for i, c in pairs(ops) if i.f == "send"]
+    return round(_longest_gap_ns(sends, round(start_s * 1e9), round(end_s * 1e9)) / 1e9, 3) if sends else 0.0
+
+
+def _longest_gap_ns(sends: list[tuple[Op, Op | None]], start: int, end: int) -> int:
+    oks = sorted(c.time_ns for _, c in sends if c is not None and c.type == "ok" and start < c.time_ns < end)
     invokes = sorted(i.time_ns for i, _ in sends)
     completions = sorted(c.time_ns for _, c in sends if c is not None)
-    start, end = invokes[0], max(c.time_ns if c else i.time_ns for i, c in sends)
     edges = [start, *oks, end]
     longest = 0
     for a, b in zip(edges, edges[1:], strict=False):
@@ -162,4 +173,4 @@ def _availability(sends: list[tuple[Op, Op | None]]) -> tuple[float, float]:
             following = bisect.bisect_right(invokes, a)
             a = invokes[following] if following < len(invokes) else b
         longest = max(longest, b - a)
-    return bad / len(sends), longest / 1e9
+    return longest

@@ -19,6 +19,16 @@ when a run ends early. Families:
              (BrokerAdmin.AddReplica, what `rocketraft admin addReplica` does), wait until it votes, remove the old
              follower (RemoveReplica) and stop it; every cycle replaces one more
 
+kill -9 at each step of a membership change or a leadership transfer (jepsen_tests/memberkill.py; not in 'all';
+`family:step` names one step, the family alone picks one per fault):
+
+  addkill      add a fresh replica; kill the master once it stored the add, or the new replica mid catch-up, or
+               the new replica once promoted
+  removekill   remove a follower from the group of 3; kill the master, or the follower, once the master stored it
+  replacekill  add, promote, remove an old follower; kill the master at 4 voters, the master or the old follower
+               once the removal is stored, or the new replica once it is done
+  transferkill kill the target, or the master, once the master hands leadership over
+
 Clock families (not in 'all'; they need a cluster whose replicas run with shiftable clocks, devkit/clockshift.py,
 which the runner starts when one is chosen; run them with retention on, --retention-s, and --expose-retention, so
 that what was sent while a clock was wrong heads every queue, where retention looks first):
@@ -75,7 +85,8 @@ BASIC = ("kill", "pause", "partition", "netem", "disk")  # 'all'
 OPERATIONS = ("transfer", "rolling", "membership")  # what operators do to a live group
 CLOCKS = ("clockskew", "clockstep", "clockbehind")  # one replica's wall clock wrong (need clock shifts)
 STORAGE = ("lostdisk", "bitflip", "torn", "garbage", "crash", "replace")
-FAMILIES = BASIC + OPERATIONS + STORAGE + CLOCKS
+MEMBERSHIP_KILLS = ("addkill", "removekill", "replacekill", "transferkill")  # memberkill.py; 'family:step' too
+FAMILIES = BASIC + OPERATIONS + STORAGE + CLOCKS + MEMBERSHIP_KILLS
 CLOCK_OFFSET_S = 3 * 86_400.0  # the field's case: three days
 DISK_FILL_PERCENT = 97.0
 LAG_S = 1.0  # lostdisk: how long the others go on acknowledging while one follower is paused
@@ -91,6 +102,7 @@ class ActiveFault:
     description: str
     targets: list[str]
     undo: list = field(default_factory=list, repr=False)  # callables, run in reverse order
+    leaderless_s: float | None = None  # a kill's: until the NameServer named a running master again (memberkill.py)
 
     def heal(self) -> None:
         for step in reversed(self.undo):
@@ -545,13 +557,28 @@ CLASSES = {"kill": Kill, "pause": Pause, "partition": Partition, "netem": Netem,
 
 
 def parse(spec: str) -> list[str]:
-    """'kill,partition' -> ['kill', 'partition']; 'all' -> every family. Raises ValueError naming the bad one."""
+    """'kill,partition' -> ['kill', 'partition']; 'all' -> every family; 'addkill:new-learner' -> one step of a
+    family of memberkill.py. Raises ValueError naming the bad one."""
     names = list(BASIC) if spec.strip() == "all" else [s.strip() for s in spec.split(",") if s.strip()]
-    bad = [n for n in names if n not in FAMILIES and n != "none"]
+    bad = [n for n in names if n.partition(":")[0] not in FAMILIES and n != "none"]
     if bad:
         raise ValueError(f"unknown nemesis {', '.join(bad)}: choose from {', '.join(FAMILIES)}, "
                          f"'all' ({', '.join(BASIC)}) or 'none'")
+    for name in names:
+        if ":" in name:
+            make(name)  # a step the family does not have, or a step given to a family without steps
     return [n for n in names if n != "none"]
+
+
+def make(name: str):
+    """The nemesis `name` ('kill', 'addkill', 'addkill:new-learner') names."""
+    family, _, step = name.partition(":")
+    if family in MEMBERSHIP_KILLS:
+        from . import memberkill  # it builds on this module
+        return memberkill.CLASSES[family](step or None)
+    if step:
+        raise ValueError(f"{family} has no steps ({name!r}): steps are for {', '.join(MEMBERSHIP_KILLS)}")
+    return CLASSES[family]()
 
 
 def needs_root(families: list[str]) -> list[str]:

@@ -66,8 +66,9 @@ def write_html(path: str, results: dict, ops: list[Op]) -> None:
     rows = "".join(f"<tr><td>{e(str(k))}</td><td>{e(json.dumps(v))}</td></tr>"
                    for k, v in results["checker"].items())
     faults = "".join(f"<tr><td>{w['start_s']:.1f}</td><td>{(w['end_s'] or 0):.1f}</td>"
-                     f"<td>{e('+'.join(w['families']))}</td><td>{e(w['description'])}</td><td>{e(w['error'])}</td></tr>"
-                     for w in results["faults"])
+                     f"<td>{e('+'.join(w['families']))}</td><td>{e(w['description'])}</td>"
+                     f"<td>{_seconds(w.get('leaderless_s'))}</td><td>{_seconds(w.get('ack_gap_s'))}</td>"
+                     f"<td>{e(w['error'])}</td></tr>" for w in results["faults"])
     image = (f'<img alt="timeline" src="data:image/png;base64,{base64.b64encode(png).decode()}">' if png
              else "<p>(no plot: matplotlib is not installed)</p>")
     audit = (f"<pre>{e(json.dumps(results['audit'], indent=2))}</pre>" if results["audit"] is not None
@@ -81,8 +82,44 @@ def write_html(path: str, results: dict, ops: list[Op]) -> None:
 history <code>{e(results['history'])}</code></p><ul>{notes}</ul>
 {image}
 <h2>Queue checker</h2><table>{rows}</table>
-<h2>Faults</h2><table><tr><th>start s</th><th>end s</th><th>family</th><th>what</th><th>error</th></tr>{faults}</table>
+<h2>Faults</h2><table><tr><th>start s</th><th>end s</th><th>family</th><th>what</th><th>leaderless s</th>
+<th>longest gap s</th><th>error</th></tr>{faults}</table>
 <h2>Audit</h2>{audit}
 <h2>Configuration</h2><pre>{e(json.dumps(results['config'], indent=2))}</pre></body></html>"""
     with open(path, "w") as f:
         f.write(page)
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def summary_table(runs: list[dict], election_timeout_s: float) -> str:
+    """One markdown row per nemesis (its config's spec, flush mode if not the default): runs, valid, faults
+    injected, those whose heal failed, the checker's sums, the longest leaderless interval a kill measured and how
+    many exceeded one election timeout, and the longest time without an acknowledged send inside a fault window."""
+    by_spec: dict[str, list[dict]] = {}
+    for results in runs:
+        cfg = results["config"]
+        spec = ",".join(cfg["nemesis"]) or "none"
+        by_spec.setdefault(spec + ("" if cfg["flush"] == "ASYNC_FLUSH" else f" {cfg['flush']}"), []).append(results)
+    rows = ["| nemesis | runs | valid | faults injected | heal failed | sends | acknowledged | failed | unknown | lost "
+            f"| unexpected | max leaderless s | leaderless > {election_timeout_s:g} s | max gap in a fault s "
+            "| longest gap s |", "|" + " --- |" * 15]
+    for spec, group in by_spec.items():
+        checks = [r["checker"] for r in group]
+        windows = [w for r in group for w in r["faults"]]
+        injected = [w for w in windows if w["description"] != "(nothing injected)"]
+        leaderless = [w["leaderless_s"] for w in windows if w.get("leaderless_s") is not None]
+        gaps = [w["ack_gap_s"] for w in windows if w.get("ack_gap_s") is not None]
+        total = {k: sum(c[k] for c in checks) for k in ("attempted", "acknowledged", "failed", "unknown", "lost",
+                                                         "unexpected")}
+        rows.append(f"| {spec} | {len(group)} | {sum(1 for r in group if r['valid'])} | {len(injected)} of "
+                    f"{len(windows)} | {sum(1 for w in windows if 'heal ' in w['error'])} "
+                    f"| {total['attempted']:,} | {total['acknowledged']:,} | {total['failed']} "
+                    f"| {total['unknown']} | {total['lost']} | {total['unexpected']} "
+                    f"| {_seconds(max(leaderless)) if leaderless else '-'} "
+                    f"| {sum(1 for x in leaderless if x > election_timeout_s)} "
+                    f"| {_seconds(max(gaps)) if gaps else '-'} "
+                    f"| {max(c['longest_unavailable_s'] for c in checks):.3f} |")
+    return "\n".join(rows)

@@ -117,6 +117,8 @@ class FaultWindow:
     start_s: float
     end_s: float | None = None
     error: str = ""
+    leaderless_s: float | None = None  # the longest a kill of this fault left the group without a master (memberkill)
+    ack_gap_s: float | None = None  # the longest time without an acknowledged send inside this window (history)
 
 
 class Clients:
@@ -252,12 +254,12 @@ class Run:
         self.cfg = cfg
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.dir = os.path.abspath(os.path.join(
-            cfg.out_dir, f"{cfg.workload}-{'+'.join(cfg.nemesis) or 'none'}-{stamp}-{cfg.seed}"))
+            cfg.out_dir, f"{cfg.workload}-{'+'.join(cfg.nemesis).replace(':', '.') or 'none'}-{stamp}-{cfg.seed}"))
         os.makedirs(self.dir, exist_ok=True)
         self.history_path = os.path.join(self.dir, "history.jsonl")
         self.rng = random.Random(cfg.seed)
         self.faults: list[FaultWindow] = []
-        self.nemeses = {family: nemesis.CLASSES[family]() for family in cfg.nemesis}
+        self.nemeses = {name: nemesis.make(name) for name in cfg.nemesis}
         retention = {"fileReservedTime": cfg.retention_s / 3600, "cleanResourceInterval": RETENTION_CHECK_MS
                      } if cfg.retention_s else {}
         self.cluster = ChaosCluster(os.path.join(self.dir, "cluster"), cfg.replicas, cfg.disk_mib,
@@ -366,7 +368,10 @@ class Run:
                 log.warning("healing %s failed (%s); healing everything", fault.family, exc)
                 self.cluster.heal_everything()
         window.end_s = self.recorder.now_ns() / 1e9
-        log.info("%7.1fs  healed", window.end_s)
+        window.description = "; ".join(f.description for f in active) or window.description  # what the heal did
+        measured = [f.leaderless_s for f in active if f.leaderless_s is not None]
+        window.leaderless_s = max(measured) if measured else None
+        log.info("%7.1fs  healed%s", window.end_s, f" ({window.description})" if measured else "")
 
     def _drain(self, clients: Clients) -> None:
         clients.stop_sending()
@@ -423,6 +428,8 @@ class Run:
         # what the workload's client promises (workloads.py): order per message group, and per queue in offsets
         checks = {"group_order": self.workload.group_order, "queue_order": self.workload.queue_order}
         result = checker.check(self.recorder.ops, **checks)
+        for window in self.faults:
+            window.ack_gap_s = checker.longest_gap(self.recorder.ops, window.start_s, window.end_s)
         valid = result.valid and not error and (audit_result is None or bool(audit_result.get("valid")))
         results = {
             "valid": valid, "error": error, "config": asdict(self.cfg), "checks": checks, "directory": self.dir,

@@ -106,6 +106,17 @@ def test_an_unknown_nemesis_or_partition_is_refused_by_name():
         nemesis.partition_shape("ring", ["n0", "n1", "n2"], None, random.Random(0))
 
 
+def test_a_membership_kill_step_is_named_after_its_family_and_a_wrong_step_is_refused_by_name():
+    assert nemesis.parse("addkill,transferkill:target") == ["addkill", "transferkill:target"]
+    assert nemesis.make("replacekill:master-removing").step == "master-removing"
+    assert nemesis.make("removekill").step is None  # a step picked per fault
+    with pytest.raises(ValueError, match="addkill has no step 'bogus': one of master-adding, new-learner"):
+        nemesis.parse("addkill:bogus")
+    with pytest.raises(ValueError, match="kill has no steps"):
+        nemesis.parse("kill:master")
+    assert "addkill" not in nemesis.parse("all")
+
+
 def test_a_parallel_test_workers_heal_leaves_another_workers_cut_in_place(netfaults, tmp_path):
     """Each pytest-xdist worker has its own nftables table (netfault.TABLE): worker 1 healing its own faults
     must not delete this worker's rules (seen once in CI when the table was shared)."""

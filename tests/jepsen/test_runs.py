@@ -114,6 +114,25 @@ def test_replacing_replicas_online_one_after_the_other_loses_nothing(tmp_path):
     assert_clean(results)
 
 
+def test_the_master_killed_right_after_it_stored_an_add_leaves_a_master_within_seconds_and_a_healed_group(tmp_path):
+    """kill -9 at one step of a membership change (memberkill.py; the 20-run tables of every step:
+    jepsen_tests/README.md): the master dies as soon as its log stored the add of a fresh replica, which is then a
+    learner in no quorum, so the two voters left elect a master; the heal restarts it, waits for the new replica's
+    promotion and removes an old follower: 3 running voters again."""
+    code, results = runner.run(short(tmp_path, nemesis=["addkill:master-adding"], time_limit_s=10, interval_s=1,
+                                     fault_s=1, seed=7))
+    assert_valid(code, results)
+    assert results["faults"], results
+    for fault in results["faults"]:
+        assert fault["error"] == "", results["faults"]
+        assert "once its log stored the add" in fault["description"], fault
+        assert "all voting" in fault["description"].rpartition("healed: ")[2], fault
+        # within one election timeout (1.2 s) on a quiet machine; a loaded CI machine gets a margin
+        assert fault["leaderless_s"] is not None and fault["leaderless_s"] < 5, fault
+        assert fault["ack_gap_s"] is not None, fault
+    assert_clean(results)
+
+
 def test_a_master_three_days_behind_with_retention_on_loses_nothing(tmp_path):
     """The clock nemesis (its 20-run tables: jepsen_tests/README.md): a follower's clock 3 days behind, made master,
     with a 10 s retention and what it took heading every queue. Before the group time existed, a correct master's
