@@ -64,6 +64,11 @@ def check_identity(reg: ipb.BrokerRegistration, others: Iterable[ipb.BrokerRegis
         same_life = bool(reg.history_id) and reg.history_id == other.history_id
         if same_life and _named_in(reg.replica_id, theirs) and _one_change_apart(peers, theirs):
             continue  # a membership change in flight: replicas learn it one after the other (or `other` was removed)
+        if (same_life and reg.role == "LEADER" and reg.term > other.term and _named_in(other.replica_id, peers)
+                and _one_change_apart(peers, theirs)):
+            # `other` still holds an uncommitted change (a removal of `reg` its old master stored before it died) that
+            # a master of a later term superseded; it drops the change once it hears that master
+            continue
         if same_life:
             raise ForeignReplicaError(
                 f"{who} names the Raft peers [{', '.join(peers) or 'none'}] but live replica {other.replica_id!r} of "

@@ -258,6 +258,22 @@ def test_a_replica_naming_another_peer_set_than_the_groups_live_replicas_is_refu
     assert r.master_of("broker-a").replica_id == "n1", "the impostor is not routed"
 
 
+def test_a_master_of_a_later_term_is_routed_although_a_stale_replica_holds_an_uncommitted_removal_of_it():
+    """jepsen_tests removekill:master-removing: the master n3 stored "remove n1" and was killed before anyone else
+    had it; n1 won term 4 with n2's vote. n3 came back with the uncommitted removal in its log (peers without n1),
+    at term 3: the term-4 master's registration must not be refused because of it (clients had no master for 87 s)."""
+    r = RouteRegistry()
+    without_n1 = [p for p in PEERS if not p.startswith("n1-")]
+    r.register(reg("n3", "FOLLOWER", 3, raft_peers=without_n1, history_id="h1"), 0)
+    r.register(reg("n2", "FOLLOWER", 4, raft_peers=PEERS, history_id="h1"), 0)
+    r.register(reg("n1", "LEADER", 4, raft_peers=PEERS, history_id="h1"), 0)
+    assert r.master_of("broker-a").replica_id == "n1"
+    follower = RouteRegistry()  # a follower of the later term is not exempt: it proves nothing about the change
+    follower.register(reg("n3", "FOLLOWER", 3, raft_peers=without_n1, history_id="h1"), 0)
+    with pytest.raises(ForeignReplicaError, match="without it"):
+        follower.register(reg("n1", "FOLLOWER", 4, raft_peers=PEERS, history_id="h1"), 0)
+
+
 def test_a_replica_of_another_history_is_refused_and_one_before_genesis_is_accepted():
     r = RouteRegistry()
     three_replicas(r, raft_peers=PEERS, history_id="h1")
