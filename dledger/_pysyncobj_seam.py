@@ -425,6 +425,11 @@ class Transport(TCPTransport):
             return
         if kind == "dl_snapshot_progress":
             return  # only there so the leader's connection sees traffic during a long transfer
+        if kind == "dl_stale_term":
+            engine.on_stale_term(node, message)
+            return
+        if kind == "append_entries" and engine.refuses_stale_leader(node, message):
+            return  # pysyncobj would drop it silently: the leader is told our term instead
         if kind in (FETCH, FETCH_RESP):
             engine.on_repair_message(node, message)
             return
@@ -551,6 +556,7 @@ class EngineSyncObj(SyncObj):
         return self._methodToID[self._getFuncName("dl_apply")]
 
 
+# every pysyncobj private name dledger reads or writes (a test checks the list is whole)
 _INTERNALS = ("_SyncObj__raftLastApplied", "_SyncObj__needLoadDumpFile", "_SyncObj__raftElectionDeadline",
               "_SyncObj__raftState", "_SyncObj__noopIDx", "_SyncObj__raftLog", "_SyncObj__raftMatchIndex",
               "_SyncObj__commandsQueue", "_SyncObj__raftNextIndex", "_SyncObj__connectedNodes",
@@ -558,7 +564,7 @@ _INTERNALS = ("_SyncObj__raftLastApplied", "_SyncObj__needLoadDumpFile", "_SyncO
               "_SyncObj__votedForNodeId", "_SyncObj__applyLogEntries", "_SyncObj__transferInProgress",
               "_SyncObj__setState", "_SyncObj__votesCount", "_SyncObj__onBecomeLeader", "_SyncObj__lastResponseTime",
               "_SyncObj__raftLeader", "_SyncObj__raftCommitIndex", "_SyncObj__leaderCommitIndex", "_SyncObj__conf",
-              "_SyncObj__otherNodes")  # every one dledger reads or writes (a test checks the list is whole)
+              "_SyncObj__otherNodes", "_SyncObj__setCurrentTerm")
 _OVERRIDDEN = ("_SyncObj__applyLogEntries", "_SyncObj__sendAppendEntries")  # by EngineSyncObj
 
 

@@ -79,6 +79,7 @@ log = logging.getLogger(__name__)
 
 RAFT_BIND_RETRY_S = 0.25  # how often a replica tries to bind its Raft listener when it opens
 RAFT_BIND_WAIT_S = 5.0  # and for how long, before it refuses to open (ListenError)
+STALE_TERM_TELL_S = 0.2  # how often a replica tells a leader of a lower term its own term (refuses_stale_leader)
 STUCK_SAY_S = 10.0  # how often a group that cannot elect a leader says so (engine._say_if_stuck)
 STUCK_PREFIX = "NO MASTER CAN BE ELECTED:"
 JOIN_AS_VOTER_RULE = ("If the group has a master it catches up as usual. If too few voters are left to elect one, it "
@@ -215,6 +216,7 @@ class RaftEngine:
         self._clock_state: tuple | None = None  # (source, in bound) last logged
         self.notices: list[str] = []  # EngineView.notices: a flag ignored or acted on, a group that cannot elect
         self._stuck_said_at = 0.0
+        self._stale_told: dict[str, float] = {}  # leader address -> when it was last told our higher term
         self._no_leader_since: float | None = None
         self.identity = self._load_identity(untrusted)
         self._accepted_peers: set[str] = set()  # addresses whose hello we accepted on their current connection
@@ -1153,6 +1155,36 @@ class RaftEngine:
             if self._removed_by_notice:  # a leader replicates to us: we are a member (again)
                 self._removed = self._removed_by_notice = False
                 self._not_member_told.clear()
+
+    def refuses_stale_leader(self, node, message: dict) -> bool:
+        """An append_entries of a term below ours: True, and the leader is told our term (at most every
+        STALE_TERM_TELL_S). pysyncobj drops it without a word, so a replica whose term rose without an election to
+        match (a transfer's target killed just after timeout_now raised its term) was never heard again: the leader
+        went on in the old term, and the others refused the replica's pre-votes because they heard that leader."""
+        so = self.so
+        if message["term"] >= so.raftCurrentTerm:
+            return False
+        now = time.monotonic()
+        if now - self._stale_told.get(node.address, 0.0) >= STALE_TERM_TELL_S:
+            self._stale_told[node.address] = now
+            so._SyncObj__transport.send(node, {"type": "dl_stale_term", "term": so.raftCurrentTerm})
+        return True
+
+    def on_stale_term(self, node, message: dict) -> None:
+        """A peer told us its term is above ours (refuses_stale_leader): as Raft's rule for any message of a higher
+        term, this replica takes that term and follows; the group then elects in a term every replica accepts."""
+        so = self.so
+        if message["term"] <= so.raftCurrentTerm:
+            return
+        log.warning("replica %s/%s: %s is in term %d, above this replica's term %d (its term rose in an election that "
+                    "did not finish): %s term %d so the group elects a leader every replica follows",
+                    self.config.group_id, self.config.self_id, self.peer_id(node.address) or node.address,
+                    message["term"], so.raftCurrentTerm,
+                    "stepping down as leader and taking" if so._SyncObj__raftState == RaftState.LEADER else "taking",
+                    message["term"])
+        so._SyncObj__setCurrentTerm(message["term"], None)
+        so._SyncObj__setState(RaftState.FOLLOWER)
+        so._SyncObj__raftLeader = None
 
     def trim_known_entries(self, message: dict) -> dict:
         """An incoming append_entries, rewritten so pysyncobj never truncates entries that do not conflict."""

@@ -26,6 +26,7 @@ FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "dl_prevote": {"term": _INT, "last_log_index": _INT, "last_log_term": _INT},
     "dl_prevote_resp": {"term": _INT, "granted": (bool,)},
     "dl_snapshot_progress": {},
+    "dl_stale_term": {"term": _INT},
     "dl_not_member": {"group": (str,), "members": (str,)},
     "dl_fetch_entry": {"index": _INT, "term": _INT},
     "dl_fetch_entry_resp": {"index": _INT, "term": _INT, "command": (bytes, *_NOTHING), "reason": (str,)},

@@ -133,6 +133,21 @@ def test_the_master_killed_right_after_it_stored_an_add_leaves_a_master_within_s
     assert_clean(results)
 
 
+def test_a_transfer_target_killed_as_it_starts_its_election_rejoins_once_restarted(tmp_path):
+    """transferkill:target: the target is killed as soon as its log says timeout_now came, after it raised its term
+    and before its votes reached anyone; the master keeps leading in the old term. Restarted, the target answers the
+    master's appends with its higher term (dl_stale_term) and the group elects in it. Before, pysyncobj dropped those
+    appends without a word: the target stayed in its term, applied nothing, and the heal waited 90 s for it."""
+    code, results = runner.run(short(tmp_path, nemesis=["transferkill:target"], time_limit_s=10, interval_s=1,
+                                     fault_s=1, seed=3))
+    assert_valid(code, results)
+    assert results["faults"], results
+    for fault in results["faults"]:
+        assert fault["error"] == "", results["faults"]
+        assert "all voting" in fault["description"].rpartition("healed: ")[2], fault
+    assert_clean(results)
+
+
 def test_a_master_three_days_behind_with_retention_on_loses_nothing(tmp_path):
     """The clock nemesis (its 20-run tables: jepsen_tests/README.md): a follower's clock 3 days behind, made master,
     with a 10 s retention and what it took heading every queue. Before the group time existed, a correct master's
