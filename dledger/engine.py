@@ -238,9 +238,11 @@ class RaftEngine:
         self._maybe_recover_whole_group()  # a group of one hears no hello: it decides now
         self._journal_token = f"dledger-journal:{config.group_id}:{config.self_id}:{id(self)}"
         seam.register_journal(self._journal_token, journal)
-        self._address_to_id = {addr: pid for pid, addr in self.peers.items()}
+        reach = self._members_to_reach()
+        self._lingering = set(reach) - set(self.peers)  # reached at open though the newest membership drops them
+        self._address_to_id = {addr: pid for pid, addr in reach.items()}
         self._log_membership_at_open()
-        others = [addr for pid, addr in sorted(self.peers.items()) if pid != config.self_id]
+        others = [addr for pid, addr in sorted(reach.items()) if pid != config.self_id]
         self.so = seam.EngineSyncObj(self, config.self_address, others, self._pysyncobj_conf())
         seam.check_internals(self.so, journal)
         # Never re-apply what LMDB says is applied; never load pysyncobj's dump file at start.
@@ -526,6 +528,44 @@ class RaftEngine:
                       "takes no part in elections and the group does not talk to it: stop it and delete its store, "
                       "or add it back with addReplica", c.group_id, c.self_id, c.group_id,
                       membership.describe(self.peers))
+
+    def _members_to_reach(self) -> dict[str, str]:
+        """The members pysyncobj connects to at open: the newest membership's and, while a change past the stored
+        commit index is uncommitted, the members before it too. A master that stored a removal of X and died before
+        it committed comes back with that change in its log; X may lead a later term without it, and only X's appends
+        replace the uncommitted entry: connected to the newest membership only, this replica never heard X and stayed
+        out for good (jepsen removekill:master-removing). Those extra peers are dropped once the change commits
+        (_drop_lingering)."""
+        journal = self.journal
+        commit = journal.getRaftCommitIndex()
+        committed = membership.current(journal.config_peers,
+                                       [record for record in journal.membership_records if record[0] <= commit])
+        return {**committed.peers, **self.peers}
+
+    def _drop_lingering(self) -> None:
+        """A peer reached at open only because a change removing it was not committed (_members_to_reach): once the
+        change is committed it is dropped; if the change was cut from the log it is a member again."""
+        so = self.so
+        for pid in sorted(self._lingering):
+            if pid in self.peers:
+                self._lingering.discard(pid)
+                continue
+            if any(index > so.raftCommitIndex for index, _m in self.journal.membership_records):
+                return  # the change that dropped it is not committed yet
+            address = self._address_to_id_inverse(pid)
+            node = next((n for n in so.otherNodes if n.address == address), None)
+            self._lingering.discard(pid)
+            if node is None:
+                continue
+            so._SyncObj__otherNodes.discard(node)
+            so._SyncObj__raftNextIndex.pop(node, None)
+            so._SyncObj__raftMatchIndex.pop(node, None)
+            so._SyncObj__transport.dropNode(node)
+            log.info("replica %s/%s: no longer connects to %s (%s): its removal is committed", self.config.group_id,
+                     self.config.self_id, pid, address)
+
+    def _address_to_id_inverse(self, replica_id: str) -> str | None:
+        return next((addr for addr, pid in self._address_to_id.items() if pid == replica_id), None)
 
     def request_membership_change(self, change: membership.Change) -> Future:
         """Ask the tick thread (leader only) to add or remove one replica. The future gets the index of the change
@@ -1339,6 +1379,8 @@ class RaftEngine:
             self.journal.durable_index = min(self._async_durable_index, self.journal.last_index)
         if self.journal.membership_version != self._members_version:
             self._follow_membership()
+        if self._lingering:
+            self._drop_lingering()
         self.maybe_win_election()  # a group of one voter and a learner: its own vote is a majority
         if so.raftLastApplied > self._recorded_applied:  # no-op entries advance it too
             self._record_applied(so.raftLastApplied, self.store.write_txn())

@@ -5,6 +5,7 @@ the master killed (kill -9) right after an add, while the new replica is a learn
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -147,6 +148,47 @@ def test_the_master_killed_right_after_addReplica_leaves_a_group_that_elects_wit
         fragile.stdout
     print(f"learner add + master kill: new master {new_master} named {elected_s:.2f} s after the kill; "
           f"{len(sends.acked)} sends acknowledged, {sends.failed} failed, 0 lost")
+
+
+def test_a_master_killed_with_an_uncommitted_removal_rejoins_the_master_of_the_next_term(make_cluster):
+    """jepsen removekill:master-removing (finding 1): the master stores "remove n_a" that no follower gets (both are
+    paused), dies; the followers elect a master without that change. The old master comes back with the removal
+    still in its log: it must still connect to n_a, hear the new master, and drop the uncommitted entry. Before, it
+    connected only to the members its newest (uncommitted) membership named, never heard the new master (when that
+    was n_a) and stayed out for good, and the NameServer refused the new master because of its stale view."""
+    # the master must not step down while both followers are paused (it would refuse the removal)
+    cluster = make_cluster(broker_settings={"dLegerLeaderFallbackTimeoutMs": 15_000})
+    cluster.create_topic("stale")
+    master = cluster.wait_master()
+    master_log = os.path.join(cluster.base_dir, "logs", f"{cluster.group}-{master}.log")
+    removed, other = sorted(i for i in cluster.ids if i != master)
+    with rocketraft.Producer(cluster.namesrv_address) as producer:
+        for i in range(20):
+            producer.send(rocketraft.Message("stale", f"before-{i}".encode()))
+    for follower in (removed, other):
+        cluster.brokers[follower].signal(signal.SIGSTOP)
+    removing = subprocess.Popen([sys.executable, "-m", "rocketraft.cli", "admin", "removeReplica", "--group",
+                                 cluster.group, "--replica", removed, "-n", cluster.namesrv_address],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_until(lambda: (line := _members_line(master_log)) and f" {removed}-" not in line.split("(were")[0]
+                   and f"are now {removed}-" not in line, 20, "the master to store the removal")
+        cluster.kill(master)
+    finally:
+        for follower in (removed, other):
+            cluster.brokers[follower].signal(signal.SIGCONT)
+    removing.communicate(timeout=60)
+    new_master = cluster.wait_master(timeout_s=20, not_id=master)
+    cluster.start_replica(master)
+
+    def rejoined() -> bool:
+        replicas = listed(cluster)
+        old, new = replicas.get(master), replicas.get(new_master)
+        return old is not None and new is not None and old.applied_index >= new.commit_index > 0
+    wait_until(rejoined, 30, f"{master} to rejoin the master of the next term ({new_master}) and catch up")
+    assert f" {removed}-" in _members_line(master_log) or f"are now {removed}-" in _members_line(master_log)
+    with rocketraft.Producer(cluster.namesrv_address) as producer:
+        producer.send(rocketraft.Message("stale", b"after"))
 
 
 def _log(log_path: str) -> str:
