@@ -89,6 +89,13 @@ _pending_lock = threading.Lock()
 _original_create_journal = _pso_syncobj.createJournal
 
 
+def now() -> float:
+    """pysyncobj's clock (CLOCK_MONOTONIC_RAW on Linux), which its election deadlines and response times use.
+    time.monotonic() is CLOCK_MONOTONIC: the two drift apart by the host's NTP corrections (0.25 s after 11.5 h
+    on the development machine), so a deadline set with one and compared with the other fires early or late."""
+    return _pso_tcp.monotonicTime()
+
+
 def _create_journal(journal_file=None):
     with _pending_lock:
         journal = _pending_journals.pop(journal_file, None) if journal_file else None
@@ -448,6 +455,8 @@ class Transport(TCPTransport):
                 return
             engine.note_forwarded()
         if kind == "response_vote":
+            if not engine.counts_vote_of(node):
+                return  # a vote from outside this candidate's voters (a learner) is not counted, by pysyncobj either
             super()._onMessageReceived(node, message)
             engine.maybe_win_election()  # a majority of the voters, learners aside (pysyncobj counts every member)
             return

@@ -200,7 +200,7 @@ class RaftEngine:
         self.peers: dict[str, str] = journal.members  # the group's members now (membership.py), self included
         self.learners: frozenset[str] = journal.membership.learners  # members that count in no quorum yet
         self._members_version = journal.membership_version
-        self._joining: set[str] = set()  # added by a change this replica saw; non-voters until a hello says voter
+        self._change_in_flight: Future | None = None  # a membership change handed to pysyncobj, until its outcome
         self._removed = False  # the group's log (or a member) says this replica is not a member any more
         self._not_member_told: set[str] = set()
         self._removed_by_notice = False  # _removed because a member said so (not our own log)
@@ -219,10 +219,10 @@ class RaftEngine:
         self._stale_told: dict[str, float] = {}  # leader address -> when it was last told our higher term
         self._no_leader_since: float | None = None
         self.identity = self._load_identity(untrusted)
+        self._vote_floor = tuple(self.identity.vote_floor) or None  # a whole-group recovery not over yet
         self._accepted_peers: set[str] = set()  # addresses whose hello we accepted on their current connection
         self._peer_hellos: dict[str, dict] = {}  # replica id -> its last accepted hello
         self._leader_commit_heard = 0  # a non-voter: the highest commit index a leader's append announced
-        self._vote_floor: tuple[int, int] | None = None  # whole-group ASYNC recovery: (term, index) a candidate needs
         self._refused_logged: set[str] = set()
         self._fresh_nonces: dict[str, str] = {}
         self._transfer_requests: collections.deque = collections.deque()  # (wanted id | None, deadline, Future)
@@ -357,6 +357,10 @@ class RaftEngine:
         it, else None. Local appends are not asked (their caller checked before appending)."""
         if not isinstance(command, bytes):
             return None
+        if bytes(command[:1]) in (logformat.MEMBERSHIP_COMMAND, logformat.PROMOTE_COMMAND):
+            # a membership change is asked of the leader only (request_membership_change checks it leads, its term's
+            # first entry is applied and no other change is in flight); one a deposed leader forwards skipped those
+            return ("NOT_LEADER", "a membership change is made by the leader only: ask the leader again")
         try:  # the leader stores what it admits: never a command that fails its check
             logformat.verify_command(command, self._func_id)
         except EntryCorruptError as exc:
@@ -586,12 +590,17 @@ class RaftEngine:
 
     def _start_membership_change(self, change: membership.Change, future: Future) -> None:
         so, c = self.so, self.config
-        if not self.view.leader_ready:
+        noop = so._SyncObj__noopIDx
+        if not (so._SyncObj__raftState == RaftState.LEADER and noop is not None and so.raftLastApplied >= noop):
             leader = self.peer_id(self.view.leader_address)
             error = NotLeaderError if leader else NoLeaderError
             raise error(f"replica {c.self_id} is not the master of {c.group_id}, so it cannot change its membership; "
                         f"ask the master ({leader or 'none right now: wait for an election'})", leader,
                         self.view.leader_address)
+        if self._change_in_flight is not None and not self._change_in_flight.done():
+            raise MembershipChangePendingError(
+                "another membership change was asked and has no outcome yet: one change at a time; wait for it "
+                "(status shows the members) and ask again")
         pending = [index for index, _m in self.journal.membership_records if index > so.raftCommitIndex]
         if pending:
             raise MembershipChangePendingError(
@@ -619,9 +628,8 @@ class RaftEngine:
         def deferred(result, reason) -> None:
             self.defer(on_result, result, reason)
 
-        if change.kind == membership.ADD and not change.learner:
-            self._joining.add(change.replica_id)  # a non-voter until its hello says it caught up
         log.info("replica %s/%s: membership change asked: %s", c.group_id, c.self_id, change.describe())
+        self._change_in_flight = future  # until its outcome: no second change, even before this one is in the log
         so._applyCommand(membership.encode_change(change), deferred, ord(change.command_type))
 
     def _follow_membership(self) -> None:
@@ -635,9 +643,6 @@ class RaftEngine:
         now = dict(after.peers)
         self.peers, self.learners = now, after.learners
         self._address_to_id.update({addr: pid for pid, addr in now.items()})
-        # a voter added by a log written before learners existed: out of the commit quorum until its hello says voter
-        self._joining |= (set(now) - set(before.peers) - after.learners
-                          - {pid for pid, h in self._peer_hellos.items() if h.get("voter")})
         for pid in set(before.peers) - set(now):
             self._peer_hellos.pop(pid, None)
         log.warning("replica %s/%s: group %s members are now %s (were %s)", c.group_id, c.self_id, c.group_id,
@@ -683,8 +688,11 @@ class RaftEngine:
                 out[pid] = self.identity.voter
                 continue
             hello = self._peer_hellos.get(pid)
-            if pid in self._joining or (hello is not None and hello.get("history") and not hello.get("voter")):
-                out[pid] = False  # added, or known to be catching up in this history: not counted yet
+            if hello is not None and hello.get("history") and not hello.get("voter"):
+                # a member whose store is catching up in this history: out of the commit quorum (it still counts in
+                # the election quorum: its missing vote is a vote not had). A member never heard counts: excluding a
+                # real voter from the commit quorum could let two quorums miss each other
+                out[pid] = False
             else:
                 out[pid] = True  # no hello yet, a voter, or a hello from before the group's genesis
         return out
@@ -698,6 +706,11 @@ class RaftEngine:
         """How many members the log makes voters (learners are not; a voter catching up on a new store is): an
         election needs a majority of these."""
         return len(set(self.peers) - self.learners)
+
+    def counts_vote_of(self, node) -> bool:
+        """A vote (or pre-vote) counts only from a replica this one's log makes a voter: a learner whose own log
+        already holds its promotion grants votes, and pysyncobj would count them."""
+        return self.peer_id(node.address) in self._voter_ids()
 
     def maybe_win_election(self) -> None:
         """A candidate with votes from a majority of the voters leads. pysyncobj counts every member it replicates
@@ -716,7 +729,7 @@ class RaftEngine:
         every member: a group of 3 with a learner that lost one voter would lose its leader), while the voters'
         silence does, exactly as pysyncobj would without learners; and a caught-up learner is promoted."""
         so = self.so
-        now = time.monotonic()
+        now = seam.now()
         heard = so._SyncObj__lastResponseTime
         voters_heard = 1
         for pid in self.peers:
@@ -860,7 +873,7 @@ class RaftEngine:
         says so (every STUCK_SAY_S, and in the status) and waits; docs/operations.md says what an operator can do."""
         so = self.so
         stuck = [n for n in self.notices if n.startswith(STUCK_PREFIX)]
-        now = time.monotonic()
+        now = seam.now()
         if so._getLeader() is not None or so._SyncObj__raftState == RaftState.LEADER:
             for n in stuck:
                 self.notices.remove(n)
@@ -941,7 +954,7 @@ class RaftEngine:
         while self._leave_asks:
             self._leave_asks.popleft().set_result(action == raftrules.HAND_OVER)
         so._SyncObj__transferInProgress = False
-        so._SyncObj__raftElectionDeadline = time.monotonic() + self.config.election_timeout_max_ms / 1000
+        so._SyncObj__raftElectionDeadline = seam.now() + self.config.election_timeout_max_ms / 1000
         self._prevote = None
 
     def grants_vote(self, candidate_last: tuple[int, int]) -> bool:
@@ -995,8 +1008,6 @@ class RaftEngine:
         self._accepted_peers.add(node.address)
         self._refused_logged.discard(node.address)
         self._peer_hellos[message.get("replica", node.address)] = message
-        if message.get("voter"):
-            self._joining.discard(message.get("replica"))
         if newly_accepted and verdict.identity == before:
             # our hello as it is now: the one this peer got on connecting may predate a change (a genesis that
             # made us a voter); a leader that still held our old one counted us out of the commit quorum
@@ -1028,7 +1039,7 @@ class RaftEngine:
                                               voter_ids)
         if floor is None:
             return
-        self._vote_floor = floor
+        self._vote_floor = tuple(floor)
         log.warning("replica %s/%s: too few trusted replicas are left to elect a leader (%s): the group goes on from "
                     "its most complete log, term %d index %d (this replica holds term %d index %d). %s",
                     self.config.group_id, self.config.self_id,
@@ -1037,7 +1048,8 @@ class RaftEngine:
                     "Entries that only lost stores held are gone" if self.config.join_as_voter else
                     "Entries acknowledged in the last flush interval (async_flush_interval_ms="
                     f"{self.config.async_flush_interval_ms}) that no replica holds are lost")
-        self._save_identity(dataclasses.replace(self.identity, catch_up_index=0, untrusted=False))
+        self._save_identity(dataclasses.replace(self.identity, catch_up_index=0, untrusted=False,
+                                                vote_floor=tuple(floor)))
 
     def accepts(self, node) -> bool:
         """Messages are taken only from peers whose hello was accepted on this connection, and only once this
@@ -1080,7 +1092,7 @@ class RaftEngine:
         so = self.so
         # never a candidate: push the election timer on (and forget a timeout_now: pysyncobj would otherwise stop
         # resetting the timer on heartbeats and, once this replica votes, start an election without a pre-vote)
-        so._SyncObj__raftElectionDeadline = time.monotonic() + self.config.election_timeout_max_ms / 1000
+        so._SyncObj__raftElectionDeadline = seam.now() + self.config.election_timeout_max_ms / 1000
         so._SyncObj__transferInProgress = False
         self._prevote = None
 
@@ -1103,6 +1115,8 @@ class RaftEngine:
         if self._leaving:
             self._leaving_tick()
             return
+        if self.so._SyncObj__raftState != RaftState.LEADER:
+            self._change_in_flight = None  # its outcome comes from the leader it was handed to, or never
         self._membership_tick()
         self._say_if_stuck()
         if self._removed:
@@ -1116,9 +1130,14 @@ class RaftEngine:
             return
         if self.learners and self.so._SyncObj__raftState == RaftState.LEADER:
             self._lead_with_learners()
+        if self._vote_floor is not None and self._last() >= self._vote_floor:
+            log.info("replica %s/%s holds the log the group went on from (term %d index %d): it votes freely again",
+                     self.config.group_id, self.config.self_id, *self._vote_floor)
+            self._vote_floor = None
+            self._save_identity(dataclasses.replace(self.identity, vote_floor=()))
         if self._vote_floor is not None and self._last() < self._vote_floor:
             # whole-group recovery: only the most complete log may lead; this replica waits for it
-            self.so._SyncObj__raftElectionDeadline = time.monotonic() + self.config.election_timeout_max_ms / 1000
+            self.so._SyncObj__raftElectionDeadline = seam.now() + self.config.election_timeout_max_ms / 1000
             self.so._SyncObj__transferInProgress = False
             return
         so = self.so
@@ -1127,7 +1146,7 @@ class RaftEngine:
         if so._SyncObj__raftState == RaftState.LEADER:
             self._prevote = None
             return
-        now = time.monotonic()
+        now = seam.now()
         if so._SyncObj__raftElectionDeadline > now:
             return
         term = so.raftCurrentTerm
@@ -1173,25 +1192,25 @@ class RaftEngine:
         elif self._prevote and message["term"] == self._prevote["term"] and message["granted"]:
             if not raftrules.prevote_grant_counts(self._prevote["term"], so.raftCurrentTerm, self._prevote["voted"]):
                 return  # a stale round: another candidate's election is under way
-            self._prevote["votes"].add(node.address)
-            self._maybe_prevote_won()
+            if self.counts_vote_of(node):
+                self._prevote["votes"].add(node.address)
+                self._maybe_prevote_won()
 
     def _leader_alive(self) -> bool:
         so = self.so
         i_lead = so._SyncObj__raftState == RaftState.LEADER
         leader = None if i_lead else so._getLeader()
         connected = leader is not None and so.isNodeConnected(leader)
-        return raftrules.leader_presumed_alive(i_lead, connected, time.monotonic() - self._leader_contact_at,
+        return raftrules.leader_presumed_alive(i_lead, connected, seam.now() - self._leader_contact_at,
                                                self.config.election_timeout_min_ms / 1000)
 
     def on_leader_contact(self, node, term: int) -> None:
         if raftrules.is_leader_contact(term, self.so.raftCurrentTerm):
-            self._leader_contact_at = time.monotonic()
+            self._leader_contact_at = seam.now()
             # A leader is alive: a pre-vote round (or its result) must not start an election now.
             self._prevote = None
             self._prevote_granted_term = -1
             self._lost_leader = None
-            self._vote_floor = None  # a leader exists: the whole-group recovery (if any) is over
             if self._removed_by_notice:  # a leader replicates to us: we are a member (again)
                 self._removed = self._removed_by_notice = False
                 self._not_member_told.clear()
@@ -1204,7 +1223,7 @@ class RaftEngine:
         so = self.so
         if message["term"] >= so.raftCurrentTerm:
             return False
-        now = time.monotonic()
+        now = seam.now()
         if now - self._stale_told.get(node.address, 0.0) >= STALE_TERM_TELL_S:
             self._stale_told[node.address] = now
             so._SyncObj__transport.send(node, {"type": "dl_stale_term", "term": so.raftCurrentTerm})
@@ -1257,7 +1276,7 @@ class RaftEngine:
         rank = raftrules.prevote_delay_rank(survivors, self.config.self_id)
         delay_s = rank * step_s + random.uniform(0, step_s / 2)
         so = self.so
-        so._SyncObj__raftElectionDeadline = min(so._SyncObj__raftElectionDeadline, time.monotonic() + delay_s)
+        so._SyncObj__raftElectionDeadline = min(so._SyncObj__raftElectionDeadline, seam.now() + delay_s)
         return delay_s
 
     def hold_ack(self, node, message: dict) -> None:
@@ -1364,7 +1383,7 @@ class RaftEngine:
         last, commit = self.journal.last_index, so.raftCommitIndex
         if self._forwarded_arrived:  # appended by this tick (or, past the tick's budget, a later one)
             self._forwarded_arrived, self._forwarded_index = False, last
-        now = time.monotonic()
+        now = seam.now()
         forwarded_committed = self._sent_commit_index < self._forwarded_index <= commit
         commit_news = commit > self._sent_commit_index and (
             forwarded_committed or now - self._sent_commit_at >= self.config.follower_commit_notify_ms / 1000)
@@ -1464,7 +1483,7 @@ class RaftEngine:
         else:
             self.clock.step_down()
         self.clock.set_voters([pid for pid, voter in view.voters.items() if voter])
-        now = time.monotonic()
+        now = seam.now()
         if now >= self._clock_checked_at + CLOCK_CHECK_S:
             self._clock_checked_at = now
             self._log_clock_change(self.clock.view())

@@ -45,6 +45,10 @@ class Identity:
     # non-voter like a new store, but its log still counts when the whole group must restart (recovery_floor).
     # Also a store an operator starts with join_as_voter (the majority-loss recovery): the same rule lets it vote.
     untrusted: bool = False
+    # (term, index) of the most complete log a whole-group recovery went on from (recovery_floor): until this store's
+    # own log reaches it, it votes only for a candidate whose log does, and does not stand itself. Kept on disk: two
+    # such stores must never elect an empty log over the survivor's, after a restart or once its leader is gone
+    vote_floor: tuple = ()
 
     @property
     def voter(self) -> bool:
@@ -62,6 +66,7 @@ class Identity:
     def decode(cls, raw: bytes) -> Identity:
         data = json.loads(raw)
         data["genesis"] = tuple(tuple(pair) for pair in data.get("genesis", ()))
+        data["vote_floor"] = tuple(data.get("vote_floor", ()))
         return cls(**data)
 
 

@@ -12,7 +12,7 @@ import pytest
 from devkit.localcluster import free_port
 from devkit.waiting import wait_until
 from dledger import Role, membership
-from dledger.errors import MembershipRefusedError
+from dledger.errors import MembershipChangePendingError, MembershipRefusedError
 from dledger.membership import ADD, PROMOTE, REMOVE, Change, Membership
 from tests.dledger.inproc import leader_of, open_group
 
@@ -76,3 +76,38 @@ def test_a_learner_that_never_runs_holds_nothing_up_the_group_survives_losing_it
     finally:
         for r in replicas.values():
             r.close()
+
+
+def test_a_second_change_asked_before_the_first_is_in_the_log_is_refused_and_a_forwarded_change_too(tmp_path):
+    """Review of the learner change: the "one change at a time" check looked only at the log, so two changes asked in
+    one tick (a promotion and an operator's removal) both passed and both entered the log uncommitted, whose
+    majorities need not meet. And a deposed leader forwards a change it had queued to the new leader, which stored
+    it without any of those checks."""
+    replicas = open_group(tmp_path, GROUP, ["127.0.0.1"] * 3)
+    try:
+        leader = leader_of(replicas)
+        engine = leader._engine
+        first = engine.request_membership_change(Change(ADD, "n9", f"127.0.0.1:{free_port('127.0.0.1')}",
+                                                        learner=True))
+        second = engine.request_membership_change(Change(ADD, "n8", f"127.0.0.1:{free_port('127.0.0.1')}",
+                                                         learner=True))
+        assert first.result(timeout=5) > 0
+        with pytest.raises(MembershipChangePendingError):
+            second.result(timeout=5)
+        forwarded = membership.MEMBERSHIP_COMMAND + membership.encode_change(Change(REMOVE, "n9", "h:9"))
+        assert engine.refusal_of_forwarded(forwarded)[0] == "NOT_LEADER"
+        promotion = membership.PROMOTE_COMMAND + membership.encode_change(Change(PROMOTE, "n9", "h:9"))
+        assert engine.refusal_of_forwarded(promotion)[0] == "NOT_LEADER"
+    finally:
+        for r in replicas.values():
+            r.close()
+
+
+def test_a_recovery_vote_floor_is_kept_on_disk_with_the_identity():
+    """A store that voted in a whole-group recovery keeps the floor (the most complete log's term and index) across
+    a restart: two such stores must never elect an empty log over the survivor's once it is gone."""
+    from dledger import identity
+
+    made = identity.Identity(group_id="g", incarnation="a", history_id="H", vote_floor=(3, 40))
+    assert identity.Identity.decode(made.encode()).vote_floor == (3, 40)
+    assert identity.Identity.decode(identity.Identity(group_id="g", incarnation="a").encode()).vote_floor == ()
