@@ -239,7 +239,8 @@ class RaftEngine:
         self._journal_token = f"dledger-journal:{config.group_id}:{config.self_id}:{id(self)}"
         seam.register_journal(self._journal_token, journal)
         reach = self._members_to_reach()
-        self._lingering = set(reach) - set(self.peers)  # reached at open though the newest membership drops them
+        # id -> address of peers reached at open though the newest membership drops them (_drop_lingering)
+        self._lingering = {pid: addr for pid, addr in reach.items() if pid not in self.peers}
         self._address_to_id = {addr: pid for pid, addr in reach.items()}
         self._log_membership_at_open()
         others = [addr for pid, addr in sorted(reach.items()) if pid != config.self_id]
@@ -552,13 +553,12 @@ class RaftEngine:
         so = self.so
         for pid in sorted(self._lingering):
             if pid in self.peers:
-                self._lingering.discard(pid)
+                del self._lingering[pid]
                 continue
             if any(index > so.raftCommitIndex for index, _m in self.journal.membership_records):
                 return  # the change that dropped it is not committed yet
-            address = self._address_to_id_inverse(pid)
+            address = self._lingering.pop(pid)
             node = next((n for n in so.otherNodes if n.address == address), None)
-            self._lingering.discard(pid)
             if node is None:
                 continue
             so._SyncObj__otherNodes.discard(node)
@@ -567,9 +567,6 @@ class RaftEngine:
             so._SyncObj__transport.dropNode(node)
             log.info("replica %s/%s: no longer connects to %s (%s): its removal is committed", self.config.group_id,
                      self.config.self_id, pid, address)
-
-    def _address_to_id_inverse(self, replica_id: str) -> str | None:
-        return next((addr for addr, pid in self._address_to_id.items() if pid == replica_id), None)
 
     def request_membership_change(self, change: membership.Change) -> Future:
         """Ask the tick thread (leader only) to add or remove one replica. The future gets the index of the change

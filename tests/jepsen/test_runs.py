@@ -119,18 +119,11 @@ def test_the_master_killed_right_after_it_stored_an_add_leaves_a_master_within_s
     jepsen_tests/README.md): the master dies as soon as its log stored the add of a fresh replica, which is then a
     learner in no quorum, so the two voters left elect a master; the heal restarts it, waits for the new replica's
     promotion and removes an old follower: 3 running voters again."""
-    code, results = runner.run(short(tmp_path, nemesis=["addkill:master-adding"], time_limit_s=10, interval_s=1,
-                                     fault_s=1, seed=7))
-    assert_valid(code, results)
-    assert results["faults"], results
-    for fault in results["faults"]:
-        assert fault["error"] == "", results["faults"]
+    for fault in healed_membership_faults(tmp_path, "addkill:master-adding", seed=7):
         assert "once its log stored the add" in fault["description"], fault
-        assert "all voting" in fault["description"].rpartition("healed: ")[2], fault
         # within one election timeout (1.2 s) on a quiet machine; a loaded CI machine gets a margin
         assert fault["leaderless_s"] is not None and fault["leaderless_s"] < 5, fault
         assert fault["ack_gap_s"] is not None, fault
-    assert_clean(results)
 
 
 def test_a_transfer_target_killed_as_it_starts_its_election_rejoins_once_restarted(tmp_path):
@@ -138,14 +131,21 @@ def test_a_transfer_target_killed_as_it_starts_its_election_rejoins_once_restart
     and before its votes reached anyone; the master keeps leading in the old term. Restarted, the target answers the
     master's appends with its higher term (dl_stale_term) and the group elects in it. Before, pysyncobj dropped those
     appends without a word: the target stayed in its term, applied nothing, and the heal waited 90 s for it."""
-    code, results = runner.run(short(tmp_path, nemesis=["transferkill:target"], time_limit_s=10, interval_s=1,
-                                     fault_s=1, seed=3))
+    assert healed_membership_faults(tmp_path, "transferkill:target", seed=3)
+
+
+def healed_membership_faults(tmp_path, nemesis: str, seed: int) -> list[dict]:
+    """A short run of one membership-fault step (memberkill.py): valid and clean, at least one fault, each injected
+    without error and healed to 3 running voters; the faults, for the caller's own checks."""
+    code, results = runner.run(short(tmp_path, nemesis=[nemesis], time_limit_s=10, interval_s=1, fault_s=1,
+                                     seed=seed))
     assert_valid(code, results)
     assert results["faults"], results
     for fault in results["faults"]:
         assert fault["error"] == "", results["faults"]
         assert "all voting" in fault["description"].rpartition("healed: ")[2], fault
     assert_clean(results)
+    return results["faults"]
 
 
 def test_a_master_three_days_behind_with_retention_on_loses_nothing(tmp_path):
