@@ -107,6 +107,11 @@ def run(args: argparse.Namespace) -> int:
     secret = _cluster_secret(args.data_dir) if args.cluster_secret else ""
     cluster = DevCluster(args.data_dir, flush=args.flush, namesrv_port=args.namesrv_port, broker_ports=ports,
                          cluster_secret=secret, tls_mode="permissive" if args.tls else "")
+    taken = cluster.ports_in_use()
+    if taken:
+        print("rocketraft dev: cannot start, a port it listens on is in use:\n  " + "\n  ".join(taken)
+              + "\nstop what holds it (`ss -ltnp`), or choose other --namesrv-port / --broker-port", file=sys.stderr)
+        return 1
     events: list[str] = [f"cluster secret on: export ROCKETRAFT_CLUSTER_SECRET_FILE={args.data_dir}/cluster-secret "
                          f"before `rocketraft admin`"] if secret else []
     if cluster.certs is not None:

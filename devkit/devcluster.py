@@ -20,6 +20,7 @@ import os
 import secrets
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -39,6 +40,7 @@ from rocketraft.protocol.wire import GRPC_OPTIONS, Code, ipb, ipb_grpc, pb, svc,
 from . import certs as dev_certs
 from .clockshift import ClockShift
 from .localcluster import free_port as dledger_free_port
+from .localcluster import free_port_block, reserve_ports
 from .logtail import log_tail
 from .pause import pause
 
@@ -47,6 +49,16 @@ READY_TIMEOUT_S = 20.0
 
 def free_port(host: str = "127.0.0.1") -> int:
     return dledger_free_port(host)
+
+
+def free_dev_ports() -> tuple[int, int]:
+    """(--namesrv-port, --broker-port) for a `rocketraft dev` of three replicas: every port it then listens on by
+    number (DevCluster.fixed_ports) is free now, and reserved in this process. One free port per flag was not
+    enough: dev also listens on the NameServer's port + 1 and the brokers' ports + 1, + 2 and + 2830."""
+    namesrv = free_port_block(["127.0.0.1"], (0, 1))
+    offset = broker_config.REMOTING_PORT_OFFSET
+    broker = free_port_block(["127.0.0.1"], (0, 1, 2, offset, offset + 1, offset + 2))
+    return namesrv, broker
 
 
 def scrape_metrics(address: str, timeout_s: float = 5.0) -> list[Sample]:
@@ -177,6 +189,7 @@ class DevCluster:
         self.host_of = dict(zip(self.ids, hosts, strict=True))
         self.namesrv_addresses = list(self.external_namesrv) or self._own_namesrv_addresses()
         self.namesrv_address = self.namesrv_addresses[0]
+        reserve_ports(self.fixed_ports())  # a Raft or metrics port drawn below is never one of them
         ports = self.broker_ports or tuple(free_port(h) for h in hosts)
         self.address_of = {i: f"{self.host_of[i]}:{p}" for i, p in zip(self.ids, ports, strict=True)}
         self.raft_of = {i: f"{self.host_of[i]}:{free_port(self.host_of[i])}" for i in self.ids}
@@ -204,6 +217,31 @@ class DevCluster:
             for i in self.ids:
                 self.clocks[i] = ClockShift(os.path.join(self.base_dir, "conf", f"{i}.clockshift"))
                 self.brokers[i].env_extra.update(self.clocks[i].env())
+
+    def fixed_ports(self) -> dict[int, str]:
+        """The ports this cluster listens on because a flag numbered them (namesrv_port, broker_ports), each with
+        what listens there; {} when every port is drawn free."""
+        named: dict[int, str] = {}
+        if self.namesrv_port and not self.external_namesrv:
+            named[self.namesrv_port] = "the NameServer's gRPC port (--namesrv-port)"
+            named[self.namesrv_port + 1] = "the NameServer's Remoting door (--namesrv-port + 1)"
+        for n, port in enumerate(self.broker_ports):
+            replica = f"n{n}"
+            named[port] = f"{replica}'s gRPC port (--broker-port + {n})"
+            named[port + broker_config.REMOTING_PORT_OFFSET] = (
+                f"{replica}'s Remoting door (--broker-port + {n + broker_config.REMOTING_PORT_OFFSET})")
+        return named
+
+    def ports_in_use(self) -> list[str]:
+        """One line per fixed port (fixed_ports) that cannot be listened on now: which port, what it is for."""
+        taken = []
+        for port, what in self.fixed_ports().items():
+            with socket.socket() as probe:
+                try:
+                    probe.bind(("127.0.0.1", port))
+                except OSError as exc:
+                    taken.append(f"port {port}, {what}: {exc.strerror or exc}")
+        return taken
 
     def _namesrv_proc(self, i: int, address: str) -> Proc:
         name = "namesrv" if i == 0 else f"namesrv-{i}"

@@ -79,21 +79,36 @@ def free_port(ip: str) -> int:
     raise RuntimeError(f"no free port on {ip} between {low} and {high}")
 
 
-def free_port_pair(ips: list[str]) -> int:
-    """A port P such that P and P+1 are free on every one of ips."""
+def reserve_ports(ports) -> None:
+    """Ports this process will listen on by number (fixed by a flag or a default): free_port never hands them out,
+    so a Raft or metrics port drawn afterwards cannot be one of them."""
+    _handed_out.update(ports)
+
+
+def free_port_block(ips: list[str], offsets: tuple[int, ...] = (0, 1)) -> int:
+    """A port P such that P+o, for every o in offsets, is free on every one of ips now and was never handed out
+    by this process; all of them are reserved (a server that listens on ports derived from one number: a
+    replica's Raft and control ports, `rocketraft dev`'s brokers and their Remoting doors, a RocketMQ broker's
+    fast-Remoting and HA ports)."""
+    low, high = port_range(LISTEN_PORT_MIN, _ephemeral_low())
+    span_fits = max(offsets) - min(offsets) < (high - low) // 2
     for _ in range(200):
         port = free_port(ips[0])
-        if port >= 65535:
+        wanted = [port + o for o in offsets]
+        if not all(1024 < p < 65536 for p in wanted) or any(p in _handed_out for p in wanted if p != port):
+            continue
+        if span_fits and not all(low <= p < high for p in wanted):  # another worker's share
             continue
         try:
             for ip in ips:
-                for p in (port, port + 1):
-                    with socket.socket() as s:
-                        s.bind((ip, p))
-            return port
+                for p in wanted:
+                    with socket.socket() as probe:
+                        probe.bind((ip, p))
         except OSError:
             continue
-    raise RuntimeError(f"no free port pair on {ips}")
+        reserve_ports(wanted)
+        return port
+    raise RuntimeError(f"no free ports at offsets {offsets} on {ips} between {low} and {high}")
 
 
 class LocalCluster:
@@ -103,7 +118,7 @@ class LocalCluster:
         self.group_id = group_id
         self.log_level = log_level
         ips = [loopback_host(first_ip + i) for i in range(size)]
-        port = free_port_pair(ips)
+        port = free_port_block(ips)
         self.nodes = {f"n{i + 1}": NodeSpec(f"n{i + 1}", ip, port, port + 1, os.path.join(base_dir, f"n{i + 1}"))
                       for i, ip in enumerate(ips)}
         self.peers = {n.node_id: n.raft_address for n in self.nodes.values()}

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from rocketraft.remoting import frame
 from rocketraft.remoting.codes import Request
 
-from .localcluster import free_port
+from .localcluster import free_port_block
 from .logtail import log_tail
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -106,18 +106,7 @@ def version() -> str | None:
 def _free_port(offsets: tuple[int, ...] = (0,)) -> int:
     """A port P with P+offset free on HOST for every offset (a broker also listens on P-2, its "fast" Remoting
     channel, and keeps P+1 as its HA port)."""
-    for _ in range(200):
-        port = free_port(HOST)
-        if not all(1024 < port + o < 65536 for o in offsets):
-            continue
-        try:
-            for o in offsets:
-                with socket.socket() as probe:
-                    probe.bind((HOST, port + o))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError(f"no free port with {offsets} on {HOST}")
+    return free_port_block([HOST], offsets)
 
 
 def _properties(path: str, settings: dict) -> None:

@@ -4,14 +4,14 @@ import json
 import subprocess
 import sys
 
-from devkit.devcluster import free_port
+from devkit.devcluster import free_dev_ports, free_port
 from rocketraft.remoting import frame
 from rocketraft.remoting.codes import Request
 from tests.remoting.rclient import call
 
 
 def test_dev_cluster_serves_fails_over_and_stops_cleanly(tmp_path):
-    namesrv_port, broker_port, dashboard_port = free_port(), free_port(), free_port()
+    (namesrv_port, broker_port), dashboard_port = free_dev_ports(), free_port()
     out = subprocess.run(
         [sys.executable, "-m", "rocketraft.cli", "dev", "--fresh", "--data-dir", str(tmp_path / "dev"),
          "--namesrv-port", str(namesrv_port), "--broker-port", str(broker_port), "--seconds", "9",
@@ -32,7 +32,7 @@ def test_sigterm_stops_every_process_of_the_dev_cluster(tmp_path):
     import signal
     import time
 
-    namesrv_port, broker_port = free_port(), free_port()
+    namesrv_port, broker_port = free_dev_ports()
     dev = subprocess.Popen([sys.executable, "-m", "rocketraft.cli", "dev", "--fresh", "--data-dir", str(tmp_path / "d"),
                             "--namesrv-port", str(namesrv_port), "--broker-port", str(broker_port), "--no-view"],
                            stdout=subprocess.PIPE, text=True)
@@ -55,3 +55,20 @@ def test_sigterm_stops_every_process_of_the_dev_cluster(tmp_path):
         assert not left, f"processes outlived `rocketraft dev`: {left}"
     finally:
         dev.kill()
+
+
+def test_dev_names_the_port_in_use_and_the_flag_that_moves_it(tmp_path):
+    import socket
+
+    namesrv_port, broker_port = free_dev_ports()
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", broker_port + 1 + 2830))
+        squatter.listen()
+        out = subprocess.run([sys.executable, "-m", "rocketraft.cli", "dev", "--fresh", "--data-dir",
+                              str(tmp_path / "d"), "--namesrv-port", str(namesrv_port), "--broker-port",
+                              str(broker_port), "--seconds", "1", "--no-view", "--dashboard-port", "0"],
+                             capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1, out
+    assert f"port {broker_port + 2831}, n1's Remoting door (--broker-port + 2831)" in out.stderr, out.stderr
+    assert "choose other --namesrv-port / --broker-port" in out.stderr, out.stderr
+    assert not (tmp_path / "d" / "logs").exists() or not any((tmp_path / "d" / "logs").iterdir()), "nothing started"

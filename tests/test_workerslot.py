@@ -3,7 +3,7 @@
 import pytest
 
 from devkit import workerslot
-from devkit.localcluster import LISTEN_PORT_MIN, _ephemeral_low, free_port
+from devkit.localcluster import LISTEN_PORT_MIN, _ephemeral_low, free_port, free_port_block
 
 
 def in_worker(monkeypatch, index: int, count: int) -> None:
@@ -41,3 +41,18 @@ def test_a_worker_index_beyond_the_limit_is_refused_by_name(monkeypatch):
     with pytest.raises(RuntimeError, match="at most 200 workers"):
         workerslot.slot()
 
+
+
+def test_a_block_of_derived_ports_is_free_in_the_share_and_never_handed_out_again(monkeypatch):
+    """`rocketraft dev` listens on --broker-port + 0, 1, 2 and + 2830, 2831, 2832: a free --broker-port alone let
+    a Raft port drawn later, or another cluster of the same worker, take one of the others (CI: "Address already
+    in use")."""
+    in_worker(monkeypatch, 0, 2)
+    low, high = workerslot.port_range(LISTEN_PORT_MIN, _ephemeral_low())
+    offsets = (0, 1, 2, 2830, 2831, 2832)
+    bases = [free_port_block(["127.0.0.1"], offsets) for _ in range(20)]
+    blocks = [b + o for b in bases for o in offsets]
+    assert len(set(blocks)) == len(blocks), "two blocks overlap"
+    assert all(low <= p < high for p in blocks), "a port outside this worker's share"
+    drawn = {free_port("127.0.0.1") for _ in range(500)}
+    assert not drawn & set(blocks), sorted(drawn & set(blocks))

@@ -253,11 +253,12 @@ def test_the_nameserver_names_its_tls_flags_in_a_refusal():
     assert "--tls-mode enforcing needs --tls-cert-file and --tls-key-file" in out.stderr, out.stderr[-2000:]
 
 def test_rocketraft_dev_tls_makes_a_ca_and_0600_keys_serves_permissive_and_prints_how_to_connect(tmp_path):
-    from devkit.devcluster import free_port
+    from devkit.devcluster import free_dev_ports
 
     data = tmp_path / "dev"
+    namesrv_port, broker_port = free_dev_ports()
     out = subprocess.run([sys.executable, "-m", "rocketraft.cli", "dev", "--tls", "--fresh", "--data-dir", str(data),
-                          "--namesrv-port", str(free_port()), "--broker-port", str(free_port()), "--seconds", "0.5",
+                          "--namesrv-port", str(namesrv_port), "--broker-port", str(broker_port), "--seconds", "0.5",
                           "--no-view", "--dashboard-port", "0"], capture_output=True, text=True, timeout=90)
     assert out.returncode == 0, out.stderr[-3000:]
     ca = data / "tls" / "ca.pem"
