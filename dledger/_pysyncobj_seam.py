@@ -573,7 +573,7 @@ _INTERNALS = ("_SyncObj__raftLastApplied", "_SyncObj__needLoadDumpFile", "_SyncO
               "_SyncObj__votedForNodeId", "_SyncObj__applyLogEntries", "_SyncObj__transferInProgress",
               "_SyncObj__setState", "_SyncObj__votesCount", "_SyncObj__onBecomeLeader", "_SyncObj__lastResponseTime",
               "_SyncObj__raftLeader", "_SyncObj__raftCommitIndex", "_SyncObj__leaderCommitIndex", "_SyncObj__conf",
-              "_SyncObj__otherNodes", "_SyncObj__setCurrentTerm")
+              "_SyncObj__otherNodes", "_SyncObj__setCurrentTerm", "_SyncObj__doChangeCluster")
 _OVERRIDDEN = ("_SyncObj__applyLogEntries", "_SyncObj__sendAppendEntries")  # by EngineSyncObj
 
 

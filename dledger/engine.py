@@ -66,6 +66,7 @@ from .errors import (
     MembershipRefusedError,
     NoLeaderError,
     NotLeaderError,
+    OutcomeUnknownError,
     StoreUntrustedError,
     TransferRefusedError,
     TransferTimeoutError,
@@ -201,6 +202,7 @@ class RaftEngine:
         self.learners: frozenset[str] = journal.membership.learners  # members that count in no quorum yet
         self._members_version = journal.membership_version
         self._change_in_flight: Future | None = None  # a membership change handed to pysyncobj, until its outcome
+        self._change_in_flight_what = ""  # its Change.describe()
         self._removed = False  # the group's log (or a member) says this replica is not a member any more
         self._not_member_told: set[str] = set()
         self._removed_by_notice = False  # _removed because a member said so (not our own log)
@@ -311,6 +313,13 @@ class RaftEngine:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
+        asked = [self._change_in_flight, *(future for _change, future in self._membership_requests)]
+        self._membership_requests.clear()
+        for future in asked:  # their caller would otherwise wait out its whole timeout
+            if future is not None and not future.done():
+                future.set_exception(OutcomeUnknownError(
+                    "replica closed before the membership change's outcome was known: check the members (status "
+                    "of a running replica) before asking again"))
 
     @property
     def failure(self) -> BaseException | None:
@@ -568,6 +577,28 @@ class RaftEngine:
             log.info("replica %s/%s: no longer connects to %s (%s): its removal is committed", self.config.group_id,
                      self.config.self_id, pid, address)
 
+    def _reach_members_of_uncommitted_removals(self) -> None:
+        """Not leading, with a membership change past the commit index: stay connected to the members it removes.
+        pysyncobj drops a peer the moment a follower stores its removal; a leader of a later term that lacks the
+        change may be that peer itself (5 members, the removal stored by the old leader and one follower, the
+        removed one elected by the other three), and only its appends cut the change from this log: a follower no
+        longer talking to it never heard that leader and stayed out for good, refusing its connection as a
+        non-member. Such peers are dropped once the change commits (_drop_lingering), as at open."""
+        so = self.so
+        records = self.journal.membership_records
+        if not records or records[-1][0] <= so.raftCommitIndex or so._SyncObj__raftState == RaftState.LEADER:
+            return
+        for pid, address in self._members_to_reach().items():
+            if pid == self.config.self_id or pid in self.peers or pid in self._lingering:
+                continue
+            self._lingering[pid] = address
+            self._address_to_id[address] = pid
+            if not any(n.address == address for n in so.otherNodes):
+                so._SyncObj__doChangeCluster(["add", address])  # back in the transport: connects, accepted
+            log.info("replica %s/%s: still connects to %s (%s): the change that removes it (index %d) is not "
+                     "committed, and a master of a later term without it may be %s", self.config.group_id,
+                     self.config.self_id, pid, address, records[-1][0], pid)
+
     def request_membership_change(self, change: membership.Change) -> Future:
         """Ask the tick thread (leader only) to add or remove one replica. The future gets the index of the change
         once it is committed, or NotLeaderError / NoLeaderError / MembershipChangePendingError /
@@ -595,9 +626,11 @@ class RaftEngine:
                         f"ask the master ({leader or 'none right now: wait for an election'})", leader,
                         self.view.leader_address)
         if self._change_in_flight is not None and not self._change_in_flight.done():
+            automatic = " (the master asks it itself once a learner has caught up)" \
+                if self._change_in_flight_what.startswith("promote") else ""
             raise MembershipChangePendingError(
-                "another membership change was asked and has no outcome yet: one change at a time; wait for it "
-                "(status shows the members) and ask again")
+                f"another membership change, {self._change_in_flight_what}{automatic}, was asked and has no outcome "
+                "yet: one change at a time; wait for it (status shows the members) and ask again")
         pending = [index for index, _m in self.journal.membership_records if index > so.raftCommitIndex]
         if pending:
             raise MembershipChangePendingError(
@@ -627,6 +660,7 @@ class RaftEngine:
 
         log.info("replica %s/%s: membership change asked: %s", c.group_id, c.self_id, change.describe())
         self._change_in_flight = future  # until its outcome: no second change, even before this one is in the log
+        self._change_in_flight_what = change.describe()
         so._applyCommand(membership.encode_change(change), deferred, ord(change.command_type))
 
     def _follow_membership(self) -> None:
@@ -711,10 +745,11 @@ class RaftEngine:
 
     def maybe_win_election(self) -> None:
         """A candidate with votes from a majority of the voters leads. pysyncobj counts every member it replicates
-        to, learners included: with a learner, a group of 3 that lost one replica would never elect again (2 votes,
-        3 asked for). Called after each vote and at the end of each tick (a group of one voter)."""
+        to, learners and lingering peers (_lingering) included: with a learner, a group of 3 that lost one replica
+        would never elect again (2 votes, 3 asked for). Called after each vote and at the end of each tick (a group
+        of one voter)."""
         so = self.so
-        if (so._SyncObj__raftState == RaftState.CANDIDATE and self.learners
+        if (so._SyncObj__raftState == RaftState.CANDIDATE and (self.learners or self._lingering)
                 and so._SyncObj__votesCount > self.voter_count() / 2):
             log.info("replica %s/%s won the election of term %d with %d votes of its %d voters (learners: %s)",
                      self.config.group_id, self.config.self_id, so.raftCurrentTerm, so._SyncObj__votesCount,
@@ -724,10 +759,15 @@ class RaftEngine:
     def _lead_with_learners(self) -> None:
         """Leader with learners (tick thread): a learner's silence never makes it step down (pysyncobj counts
         every member: a group of 3 with a learner that lost one voter would lose its leader), while the voters'
-        silence does, exactly as pysyncobj would without learners; and a caught-up learner is promoted."""
+        silence does, exactly as pysyncobj would without learners; and a caught-up learner is promoted. A peer
+        reached only while its removal is uncommitted (_lingering) counts as a learner does: not at all."""
         so = self.so
         now = seam.now()
         heard = so._SyncObj__lastResponseTime
+        for address in self._lingering.values():
+            node = next((n for n in so.otherNodes if n.address == address), None)
+            if node is not None:
+                heard[node] = now
         voters_heard = 1
         for pid in self.peers:
             node = self._node_of(pid)
@@ -1125,7 +1165,7 @@ class RaftEngine:
         if self.config.self_id in self.learners:
             self._stay_out_of_elections()  # a learner until the leader promotes it (membership.py)
             return
-        if self.learners and self.so._SyncObj__raftState == RaftState.LEADER:
+        if (self.learners or self._lingering) and self.so._SyncObj__raftState == RaftState.LEADER:
             self._lead_with_learners()
         if self._vote_floor is not None and self._last() >= self._vote_floor:
             log.info("replica %s/%s holds the log the group went on from (term %d index %d): it votes freely again",
@@ -1395,6 +1435,7 @@ class RaftEngine:
             self.journal.durable_index = min(self._async_durable_index, self.journal.last_index)
         if self.journal.membership_version != self._members_version:
             self._follow_membership()
+        self._reach_members_of_uncommitted_removals()
         if self._lingering:
             self._drop_lingering()
         self.maybe_win_election()  # a group of one voter and a learner: its own vote is a majority
