@@ -209,6 +209,7 @@ class RaftEngine:
         self._membership_requests: collections.deque = collections.deque()  # (Change, Future)
         self._promotion: Future | None = None  # a learner's promotion asked by this leader, until it commits or fails
         self._commit_before_tick = 0
+        self._led_at_tick_start = False  # this replica led when the tick began (_pre_tick)
         self.stats = {"acks_sent": 0, "acks_beyond_durable": 0, "commits_checked": 0,
                       "commits_beyond_durable": 0, "prevote_rounds": 0, "elections_started": 0,
                       "snapshots_installed": 0, "sends_held_back": 0, "corrupt_refused": 0}
@@ -756,7 +757,7 @@ class RaftEngine:
                      self.voter_count(), ", ".join(sorted(self.learners)))
             so._SyncObj__onBecomeLeader()
 
-    def _lead_with_learners(self) -> None:
+    def _lead_with_learners(self, promote: bool = True) -> None:
         """Leader with learners (tick thread): a learner's silence never makes it step down (pysyncobj counts
         every member: a group of 3 with a learner that lost one voter would lose its leader), while the voters'
         silence does, exactly as pysyncobj would without learners; and a caught-up learner is promoted. A peer
@@ -784,7 +785,8 @@ class RaftEngine:
             so._SyncObj__setState(RaftState.FOLLOWER)
             so._SyncObj__raftLeader = None
             return
-        self._promote_caught_up_learner()
+        if promote:
+            self._promote_caught_up_learner()
 
     def _promote_caught_up_learner(self) -> None:
         """Promote a learner whose store holds what the group committed (its hello says it votes: identity.py)
@@ -1149,7 +1151,10 @@ class RaftEngine:
         if self._failed is not None:
             raise self._failed
         self._commit_before_tick = self.so.raftCommitIndex  # a leaving leader commits too: never below this
+        self._led_at_tick_start = self.so._SyncObj__raftState == RaftState.LEADER
         if self._leaving:
+            if self._led_at_tick_start and (self.learners or self._lingering):
+                self._lead_with_learners(promote=False)  # a leaving leader hands over; until then it leads
             self._leaving_tick()
             return
         if self.so._SyncObj__raftState != RaftState.LEADER:
@@ -1165,7 +1170,7 @@ class RaftEngine:
         if self.config.self_id in self.learners:
             self._stay_out_of_elections()  # a learner until the leader promotes it (membership.py)
             return
-        if (self.learners or self._lingering) and self.so._SyncObj__raftState == RaftState.LEADER:
+        if (self.learners or self._lingering) and self._led_at_tick_start:
             self._lead_with_learners()
         if self._vote_floor is not None and self._last() >= self._vote_floor:
             log.info("replica %s/%s holds the log the group went on from (term %d index %d): it votes freely again",
@@ -1588,7 +1593,9 @@ class RaftEngine:
         """pysyncobj's apply loop, never past an entry of our store that failed its check: apply waits there until
         the entry is repaired. If every peer said it has no good copy, the replica stops (naming the entry)."""
         so = self.so
-        if so._SyncObj__raftState == RaftState.LEADER:
+        if so._SyncObj__raftState == RaftState.LEADER or self._led_at_tick_start:
+            # also on the tick pysyncobj stepped down in: it had already counted every member (learners too) for
+            # its commit index, and that index would be applied
             self._commit_by_voters()
         corrupt = self.journal.corrupt
         for _ in range(len(corrupt) + 2):  # each retry has found one more corrupt entry below the last hold
