@@ -3,6 +3,7 @@ that fills it to a chosen usage. Mounting needs root."""
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 
@@ -39,3 +40,15 @@ def fill(path: str, target_percent: float) -> int:
             os.fsync(f.fileno())
             written += len(chunk)
     return written
+
+
+def fill_to_the_last_byte(path: str) -> None:
+    """Write a ballast file until the filesystem refuses another byte (ENOSPC)."""
+    with open(path, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 64 * 1024)
+                f.flush()
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise

@@ -6,28 +6,18 @@ the group elects a master again, and every acknowledged message is there. Each s
 
 from __future__ import annotations
 
-import errno
 import os
 
 from brokerkit import wait_until
 
 import rocketraft
 from devkit.devcluster import DevCluster
-from devkit.diskfault import mount_tmpfs, unmount
+from devkit.diskfault import fill_to_the_last_byte, mount_tmpfs, unmount
 from rocketraft.protocol.errors import RocketraftError
 
 DISK_MIB = 48
 TOPIC = "filling"
 
-
-def _fill_to_the_last_byte(path: str) -> None:
-    with open(path, "wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * 64 * 1024)
-                f.flush()
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC, exc
 
 
 def test_a_follower_stopped_by_a_full_disk_rejoins_once_space_is_freed_and_it_is_restarted(tmp_path, mount_allowed):
@@ -47,7 +37,7 @@ def test_a_follower_stopped_by_a_full_disk_rejoins_once_space_is_freed_and_it_is
                 producer.send(rocketraft.Message(TOPIC, b"before-%d" % i))
                 acked.append(b"before-%d" % i)
             ballast = os.path.join(disks[full], "ballast")
-            _fill_to_the_last_byte(ballast)
+            fill_to_the_last_byte(ballast)
             i = 0
             while (st := cluster.replica_status(full)) is not None and st.role != "STOPPED" and i < 500:
                 body = b"during-%d-" % i + b"x" * 4096

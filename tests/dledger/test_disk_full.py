@@ -4,12 +4,11 @@ do, whether LMDB said ENOSPC or (a write the filesystem cut short) EIO. It used 
 
 from __future__ import annotations
 
-import errno
 import os
 
 import pytest
 
-from devkit.diskfault import mount_tmpfs, unmount
+from devkit.diskfault import fill_to_the_last_byte, mount_tmpfs, unmount
 from devkit.localcluster import free_port
 from devkit.waiting import wait_until
 from dledger import DiskFullError, Replica, ReplicaClosedError, ReplicaConfig, Role
@@ -25,15 +24,6 @@ def small_disk(tmp_path, mount_allowed):
     yield mount
     unmount(mount)
 
-
-def fill_to_the_last_byte(path: str) -> None:
-    with open(path, "wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * 64 * 1024)
-                f.flush()
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC, exc
 
 
 def test_a_leader_whose_disk_fills_to_the_last_byte_stops_as_stopped_with_disk_full_naming_the_store(small_disk):
