@@ -673,6 +673,12 @@ class BrokerStateMachine:
             consumed = t.u64_of(raw) if raw else 0
         txn.put(t.group_queue_key(group, topic, queue), t.u64(consumed), db=self.db[t.OFFSETS])
 
+    def _acknowledged(self, command: spb.HandleCommand, queue: int, offset: int, txn) -> bool:
+        """The group got this message (its offset is below the next one never delivered) and it is no longer in
+        flight: it was acknowledged (or dead-lettered)."""
+        raw = txn.get(t.group_queue_key(command.group, command.topic, queue), db=self.db[t.POPPED])
+        return raw is not None and offset < t.u64_of(raw)
+
     def _handle(self, command: spb.HandleCommand, index: int, txn):
         try:
             queue, offset, gen = t.parse_receipt_handle(command.receipt_handle)
@@ -680,6 +686,9 @@ class BrokerStateMachine:
             return ApplyError(Code.INVALID_RECEIPT_HANDLE, f"{exc}; use the handle of the last delivery")
         key = t.inflight_key(command.group, command.topic, queue, offset)
         raw = txn.get(key, db=self.db[t.INFLIGHT])
+        if raw is None and command.kind == spb.HandleCommand.ACK and self._acknowledged(command, queue, offset, txn):
+            # an ack is idempotent, as RocketMQ's: a client that lost the answer of its ack and asks again is told OK
+            return HandleResult(command.receipt_handle)
         if raw is None or t.inflight_of(raw).handle_gen != gen:
             return ApplyError(Code.INVALID_RECEIPT_HANDLE, (
                 f"receipt handle {command.receipt_handle} of group {command.group} topic {command.topic} is no "

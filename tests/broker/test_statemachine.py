@@ -203,6 +203,15 @@ def test_a_renewal_keeps_the_deliverys_handle_and_a_clients_change_of_invisibili
                                                                                           changed.handle)])
     assert isinstance(stale, ApplyError) and stale.code == Code.INVALID_RECEIPT_HANDLE
     assert acked.handle == changed.handle and read(sm, t.INFLIGHT, t.inflight_key("G", "T", 0, 0)) is None
+    # an ack is idempotent (as RocketMQ's): a client that lost the answer and asks again is told OK, nothing changes
+    offsets = read(sm, t.OFFSETS, t.group_queue_key("G", "T", 0))
+    [again] = sm.apply_entry([handle(spb.HandleCommand.ACK, changed.handle)])
+    assert again.handle == changed.handle and read(sm, t.OFFSETS, t.group_queue_key("G", "T", 0)) == offsets
+    # but not a message the group never got, nor a change of invisibility of an acknowledged one
+    never, change_acked = sm.apply_entry([handle(spb.HandleCommand.ACK, t.receipt_handle(0, 5, 1)),
+                                          change(changed.handle, 2000, False)])
+    assert isinstance(never, ApplyError) and never.code == Code.INVALID_RECEIPT_HANDLE, never
+    assert isinstance(change_acked, ApplyError) and change_acked.code == Code.INVALID_RECEIPT_HANDLE, change_acked
 
 
 # -- what apply refuses by name, and what stops the replica ---------------------------------------------------
