@@ -167,6 +167,8 @@ def _forget_send(sm: BrokerStateMachine, send: spb.SendCommand, index: int, slot
         key_key = t.key_index_key(topic, key, index, slot)
         if len(key_key) <= t.KEY_BYTES_MAX:
             txn.delete(key_key, db=sm.db[t.KEYS])
+    if send.half:
+        txn.delete(t.position_key(index, slot), db=sm.db[t.TXCHECKS])
 
 
 def _move_consumers(sm: BrokerStateMachine, moved: dict[bytes, int], txn) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.rules import MessageFilter, stored_digest_as_md5
-from rocketraft.protocol.wire import Code, as_delivered, pb
+from rocketraft.protocol.wire import TRANSACTION_CHECK_TIMES_PROPERTY, Code, as_delivered, pb
 
 from . import tables as t
 from .statemachine import BrokerStateMachine, Popped
@@ -20,12 +20,19 @@ def message_at(sm: BrokerStateMachine, txn, topic: str, queue: int, offset: int,
 
 
 def stored_message(sm: BrokerStateMachine, txn, topic: str, queue: int, offset: int, cq: t.CqEntry) -> bytes:
-    """The serialized apache.rocketmq.v2.Message a consume-queue entry points at, as it was stored."""
+    """The serialized apache.rocketmq.v2.Message a consume-queue entry points at, as it was stored; a transactional
+    message that check-backs asked about carries their count as TRANSACTION_CHECK_TIMES, as RocketMQ's does (it
+    stores the half message again with the count at every check)."""
     send = sm.stored_send(txn, cq.index, cq.slot)
     if send is None:
         raise RocketraftError(f"consume queue {topic}/{queue}@{offset} points at a missing message "
                               f"(log index {cq.index} slot {cq.slot})", Code.INTERNAL_ERROR)
-    return send.message
+    checks = sm.check_times(txn, cq.index, cq.slot) if send.half else 0
+    if not checks:
+        return send.message
+    message = pb.Message.FromString(send.message)
+    message.user_properties[TRANSACTION_CHECK_TIMES_PROPERTY] = str(checks)
+    return message.SerializeToString()
 
 
 def popped_messages(sm: BrokerStateMachine, txn, popped: list[Popped], invisible_ms: int) -> list[pb.Message]:

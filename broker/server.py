@@ -194,7 +194,7 @@ class BrokerServer:
         self._server: grpc.aio.Server | None = None
         self._bound: tls.Bound | None = None
         self._tasks: list[asyncio.Task] = []
-        self._check_counts: dict[str, tuple[int, float]] = {}
+        self._checked_at: dict[str, float] = {}  # message id of a half message -> when this master last asked
         self.remoting = BrokerRemoting(config, topics=self.topics, writes=self.writes, consume=self.consume,
                                        clients=self.clients, queries=self.queries)
 
@@ -410,37 +410,43 @@ class BrokerServer:
         now = time.monotonic()
         pending = self.writes.half_messages(await self.broker.now_ms() - cfg.transactionTimeOut)
         still_half = set()
-        for send in pending:
+        for send, count in pending:  # count: check-backs so far, kept in the log (a new master goes on from it)
             message = pb.Message.FromString(send.message)
             stored_digest_as_md5(message)  # the producer's SDK checks it as a consumer's does
             message_id = message.system_properties.message_id
             still_half.add(message_id)
-            count, last = self._check_counts.get(message_id, (0, 0.0))
-            if now - last < cfg.transactionCheckInterval / 1000:
+            if now - self._checked_at.get(message_id, 0.0) < cfg.transactionCheckInterval / 1000:
                 continue
             if count >= cfg.transactionCheckMax:
                 log.warning("transaction of message %s (topic %s) rolled back: no outcome after %d check-backs",
                             message_id, message.topic.name, count)
                 await self.writes.end_transaction(message.topic.name, message_id, message_id, commit=False)
-                self._check_counts.pop(message_id, None)
+                self._checked_at.pop(message_id, None)
                 continue
             producer_group = message.user_properties.get(PRODUCER_GROUP_PROPERTY, "")
             outboxes = self.clients.producer_outboxes(message.topic.name, send.producer_client_id, producer_group)
-            self._check_counts[message_id] = (count + 1, now)
+            self._checked_at[message_id] = now
+            try:
+                count = await self.writes.transaction_checked(message.topic.name, message_id)
+            except RocketraftError as exc:  # not the master any more, or the message is gone: the next round sees
+                log.info("transaction of message %s: check-back not counted (%s)", message_id, exc)
+                continue
+            if count is None:  # its outcome came meanwhile
+                continue
             # as RocketMQ's check-back: the transaction id and how many times it has been asked, among the properties
             message.user_properties[TRANSACTION_ID_PROPERTY] = message_id
-            message.user_properties[TRANSACTION_CHECK_TIMES_PROPERTY] = str(count + 1)
+            message.user_properties[TRANSACTION_CHECK_TIMES_PROPERTY] = str(count)
             if not outboxes:  # its producers' streams may all be on other replicas (broker/checkbacks.py)
                 if await self.checkbacks.relay(message, message_id, send.producer_client_id, producer_group) is None:
                     log.info("transaction of message %s: no producer of topic %s connected to any replica to ask "
-                             "(check %d)", message_id, message.topic.name, count + 1)
+                             "(check %d)", message_id, message.topic.name, count)
                 continue
             if not push(outboxes, check_back(message, message_id)):
                 log.info("transaction of message %s: every producer of topic %s connected here has as many replies "
                          "unread as it may hold (TELEMETRY_PENDING_MAX %d, or its caller's bytes); asked again at the "
-                         "next check (check %d)", message_id, message.topic.name, TELEMETRY_PENDING_MAX, count + 1)
-        for message_id in set(self._check_counts) - still_half:  # resolved since: forget its count
-            del self._check_counts[message_id]
+                         "next check (check %d)", message_id, message.topic.name, TELEMETRY_PENDING_MAX, count)
+        for message_id in set(self._checked_at) - still_half:  # resolved since: forget it
+            del self._checked_at[message_id]
 
 
 async def serve(config: config_mod.BrokerConfig) -> None:

@@ -245,6 +245,8 @@ class BrokerStateMachine:
             return self._offset(command.offset, txn)
         if kind == "end_transaction":
             return self._end_transaction(command.end_transaction, txn)
+        if kind == "transaction_checked":
+            return self._transaction_checked(command.transaction_checked, txn)
         if kind == "deliver_due":
             return self._deliver_due(command.deliver_due, txn)
         if kind == "recall":
@@ -557,7 +559,27 @@ class BrokerStateMachine:
         txn.delete(half_key, db=self.db[t.HALF])
         if command.commit:
             self._enqueue_stored(entry.index, entry.slot, command.now_ms, txn)
+        else:
+            txn.delete(half_key, db=self.db[t.TXCHECKS])  # never delivered: its count is of no use
         return True
+
+    def _transaction_checked(self, command: spb.TransactionCheckedCommand, txn):
+        """One more check-back about a half message: its count (int), or None when it has an outcome already."""
+        raw = self._msgid_of(command.topic, command.message_id, txn)
+        if raw is None:
+            return ApplyError(Code.NOT_FOUND, f"no half message {command.message_id} in topic {command.topic}")
+        entry = t.msgid_entry(raw)
+        key = t.position_key(entry.index, entry.slot)
+        if txn.get(key, db=self.db[t.HALF]) is None:
+            return None
+        count = self.check_times(txn, entry.index, entry.slot) + 1
+        txn.put(key, t.u64(count), db=self.db[t.TXCHECKS])
+        return count
+
+    def check_times(self, txn, index: int, slot: int) -> int:
+        """How many check-backs asked about the transactional send at (index, slot) (0: none, or not one)."""
+        raw = txn.get(t.position_key(index, slot), db=self.db[t.TXCHECKS])
+        return t.u64_of(raw) if raw else 0
 
     def _msgid_of(self, topic: str, message_id: str, txn) -> bytes | None:
         """The message-id entry; None also for an id too long to be a key (no such message can be stored)."""

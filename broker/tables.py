@@ -64,8 +64,9 @@ ATTEMPTS = b"b_attempts"
 ATTEMPT_DUE = b"b_attempt_due"
 ATTEMPT_N = b"b_attempt_n"
 RECALLED = b"b_recalled"
+TXCHECKS = b"b_txchecks"  # position of a transactional send -> how many check-backs asked about it (u64)
 ALL = (TOPICS, GROUPS, QMAX, CQ, MSGID, KEYS, TIMER, HALF, OFFSETS, POPPED, INFLIGHT, REFS, RETAIN, USERS, ACLS,
-       ATTEMPTS, ATTEMPT_DUE, ATTEMPT_N, RECALLED)
+       ATTEMPTS, ATTEMPT_DUE, ATTEMPT_N, RECALLED, TXCHECKS)
 RETAIN_FLOOR = b"floor"
 RETAIN_REFS_BUILT = b"refs"  # present: the refs table covers every entry (written at index 1, or built once)
 REF_TIMER = b"T"

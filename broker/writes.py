@@ -210,8 +210,10 @@ class Writes:
         if decided and self.traffic is not None:  # not a repeat of an outcome already decided
             self.traffic.count_transaction(topic, commit)
 
-    def half_messages(self, older_than_ms: int, limit: int = HALF_MESSAGES_SCAN_MAX) -> list[spb.SendCommand]:
-        """Transactional half messages stored at or before older_than_ms still without an outcome."""
+    def half_messages(self, older_than_ms: int, limit: int = HALF_MESSAGES_SCAN_MAX
+                      ) -> list[tuple[spb.SendCommand, int]]:
+        """Transactional half messages stored at or before older_than_ms still without an outcome, each with how
+        many check-backs asked about it so far."""
         sm = self.broker.sm
 
         def read(txn):
@@ -219,12 +221,18 @@ class Writes:
             for key, _ in txn.cursor(db=sm.db[t.HALF]):
                 if len(out) >= limit:
                     break
-                send = sm.stored_send(txn, *t.position_of(key))
+                index, slot = t.position_of(key)
+                send = sm.stored_send(txn, index, slot)
                 if send is not None and send.store_ms <= older_than_ms:
-                    out.append(send)
+                    out.append((send, sm.check_times(txn, index, slot)))
             return out
 
         return self.broker.read(read)
+
+    async def transaction_checked(self, topic: str, message_id: str) -> int | None:
+        """Count one more check-back about a half message, in the log; its count, or None if it has an outcome."""
+        return await self.broker.commit(spb.Command(transaction_checked=spb.TransactionCheckedCommand(
+            topic=topic, message_id=message_id)))
 
     async def recall(self, topic: str, handle: str) -> RecallResult:
         """Recall a message no consumer group got yet (docs/client.md, "Recall"): pops and pulls of every group skip

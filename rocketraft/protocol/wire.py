@@ -124,7 +124,8 @@ def addresses_of(eps: pb.Endpoints) -> list[str]:
 SHARDING_KEY_PROPERTY = "__SHARDINGKEY"  # RocketMQ's MessageConst names
 TRANSACTION_ID_PROPERTY = "__transactionId__"
 TRANSACTION_CHECK_TIMES_PROPERTY = "TRANSACTION_CHECK_TIMES"  # on a check-back: the how-many-th time it is asked
-DELIVERY_PROPERTIES = frozenset((SHARDING_KEY_PROPERTY, TRANSACTION_ID_PROPERTY))  # as_delivered adds them
+# what a delivery adds to the stored properties (as_delivered; broker/reads.py the check count)
+DELIVERY_PROPERTIES = frozenset((SHARDING_KEY_PROPERTY, TRANSACTION_ID_PROPERTY, TRANSACTION_CHECK_TIMES_PROPERTY))
 
 
 def as_delivered(message: pb.Message, topic: str, queue_id: int, offset: int, store_ms: int) -> pb.Message:

@@ -159,6 +159,38 @@ def test_delayed_and_half_messages_in_an_entry_of_normal_ones_wait_outside_the_q
     assert qmax(sm, "T", 0) == 6
 
 
+def test_check_backs_are_counted_in_the_log_and_a_committed_message_is_delivered_with_the_count(sm):
+    """RocketMQ stores a half message again with TRANSACTION_CHECK_TIMES at every check-back; the committed message
+    carries the count. Here the count is a table beside the half message, read with it."""
+    from broker import reads
+
+    def checked(message_id: str) -> bytes:
+        return spb.Command(transaction_checked=spb.TransactionCheckedCommand(
+            topic="T", message_id=message_id)).SerializeToString()
+
+    def end(message_id: str, commit: bool) -> bytes:
+        return spb.Command(end_transaction=spb.EndTransactionCommand(topic="T", message_id=message_id, commit=commit,
+                                                                     now_ms=2)).SerializeToString()
+
+    sm.apply_entry([topic("T", 1)])
+    sm.apply_entry([send("T", "asked", 0, half=True), send("T", "dropped", 0, half=True), send("T", "plain", 0)])
+    assert sm.apply_entry([checked("asked"), checked("asked"), checked("dropped")]) == [1, 2, 1]
+    assert sm.apply_entry([end("asked", True), end("dropped", False)]) == [True, True]
+    assert sm.apply_entry([checked("asked")]) == [None], "decided: no more check-backs to count"
+    assert read(sm, t.TXCHECKS, t.position_key(2, 1)) is None, "a rolled-back message's count is dropped"
+
+    def delivered(txn):
+        out = {}
+        for offset in (0, 1):
+            cq = t.cq_entry(txn.get(t.cq_key("T", 0, offset), db=sm.db[t.CQ]))
+            message = reads.message_at(sm, txn, "T", 0, offset, cq)
+            out[message.system_properties.message_id] = dict(message.user_properties)
+        return out
+    assert sm._store.read(delivered) == {"plain": {}, "asked": {"TRANSACTION_CHECK_TIMES": "2"}}
+    [missing] = sm.apply_entry([checked("never-sent")])
+    assert isinstance(missing, ApplyError) and missing.code == Code.NOT_FOUND, missing
+
+
 def test_a_pop_sees_the_sends_before_it_in_its_entry(sm):
     sm.apply_entry([topic("T", 1)])
     pop = spb.Command(pop=spb.PopCommand(group="G", topic="T", batch_size=10, invisible_ms=1000, now_ms=1,

@@ -15,7 +15,7 @@ import re
 import threading
 import time
 
-from conformancekit import MISSING_TOPIC, differs, topic_and_group, wait_for
+from conformancekit import MISSING_TOPIC, topic_and_group, wait_for
 from rocketmq import (
     ClientConfiguration,
     ConsumeResult,
@@ -189,9 +189,6 @@ def test_java_a_check_back_carries_the_transaction_id_and_check_count(java, targ
     assert int(checked["properties"].get("TRANSACTION_CHECK_TIMES", 0)) >= 1, checked
 
 
-@differs("the message a check-back committed is delivered without TRANSACTION_CHECK_TIMES (reference: the delivered "
-         "message has TRANSACTION_CHECK_TIMES=<checks so far>; rocketraft: the check count lives in the master's "
-         "memory, not in the log the delivered message is read from)")
 def test_java_a_message_committed_by_a_check_back_is_delivered_with_its_check_count(java, target, runs):
     run = once(runs, target, "java-tx", lambda: java_transactions(java, target))
     delivered = next(m for m in run["got"] if m["body"] == "checked-commit")
