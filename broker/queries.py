@@ -151,7 +151,7 @@ def _stored_message(broker: Broker, txn, topic: str, entry: t.MsgIdEntry) -> pb.
                or txn.get(t.timer_key(send.deliver_at_ms, entry.index, entry.slot), db=db[t.TIMER]) is not None)
     if not pending:
         return None  # a rolled-back half message or a recalled delayed one
-    message = pb.Message.FromString(send.message)
+    message = pb.Message.FromString(reads.with_check_times(broker.sm, txn, send, entry.index, entry.slot))
     message.system_properties.ClearField("queue_offset")
     return message
 

@@ -27,7 +27,13 @@ def stored_message(sm: BrokerStateMachine, txn, topic: str, queue: int, offset: 
     if send is None:
         raise RocketraftError(f"consume queue {topic}/{queue}@{offset} points at a missing message "
                               f"(log index {cq.index} slot {cq.slot})", Code.INTERNAL_ERROR)
-    checks = sm.check_times(txn, cq.index, cq.slot) if send.half else 0
+    return with_check_times(sm, txn, send, cq.index, cq.slot)
+
+
+def with_check_times(sm: BrokerStateMachine, txn, send, index: int, slot: int) -> bytes:
+    """The stored send's message (serialized), with TRANSACTION_CHECK_TIMES when check-backs asked about it: what
+    every read of a stored message returns (consume-queue reads, Remoting reads by commit log offset)."""
+    checks = sm.check_times(txn, index, slot) if send.half else 0
     if not checks:
         return send.message
     message = pb.Message.FromString(send.message)

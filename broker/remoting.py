@@ -357,7 +357,13 @@ class BrokerRemoting:
         while self.broker.status.applied_index < index <= self.broker.status.commit_index \
                 and time.monotonic() < deadline:
             await asyncio.sleep(CATCH_UP_POLL_S)
-        send = self.broker.read(lambda txn: self.broker.sm.stored_send(txn, index, slot))
+        def read(txn):
+            send = self.broker.sm.stored_send(txn, index, slot)
+            if send is not None:
+                send.message = reads.with_check_times(self.broker.sm, txn, send, index, slot)
+            return send
+
+        send = self.broker.read(read)
         if send is None:
             raise RemotingError(f"no message at commit log offset {offset} on broker group {self.config.brokerName}",
                                 Response.QUERY_NOT_FOUND)

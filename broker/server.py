@@ -423,6 +423,8 @@ class BrokerServer:
                 await self.writes.end_transaction(message.topic.name, message_id, message_id, commit=False)
                 self._checked_at.pop(message_id, None)
                 continue
+            if not self.broker.is_master:  # deposed during this round: the new master asks (and counts) now
+                return
             producer_group = message.user_properties.get(PRODUCER_GROUP_PROPERTY, "")
             outboxes = self.clients.producer_outboxes(message.topic.name, send.producer_client_id, producer_group)
             self._checked_at[message_id] = now

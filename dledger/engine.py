@@ -314,6 +314,8 @@ class RaftEngine:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            return  # still running (a stuck tick): it owns the membership asks
         asked = [self._change_in_flight, *(future for _change, future in self._membership_requests)]
         self._membership_requests.clear()
         for future in asked:  # their caller would otherwise wait out its whole timeout
@@ -590,12 +592,14 @@ class RaftEngine:
         if not records or records[-1][0] <= so.raftCommitIndex or so._SyncObj__raftState == RaftState.LEADER:
             return
         for pid, address in self._members_to_reach().items():
-            if pid == self.config.self_id or pid in self.peers or pid in self._lingering:
+            if pid == self.config.self_id or pid in self.peers:
                 continue
             self._lingering[pid] = address
             self._address_to_id[address] = pid
-            if not any(n.address == address for n in so.otherNodes):
-                so._SyncObj__doChangeCluster(["add", address])  # back in the transport: connects, accepted
+            # by presence, not by _lingering: a log cut and a new uncommitted removal in one poll drops it again
+            if any(n.address == address for n in so.otherNodes):
+                continue
+            so._SyncObj__doChangeCluster(["add", address])  # back in the transport: connects, accepted
             log.info("replica %s/%s: still connects to %s (%s): the change that removes it (index %d) is not "
                      "committed, and a master of a later term without it may be %s", self.config.group_id,
                      self.config.self_id, pid, address, records[-1][0], pid)
@@ -998,8 +1002,12 @@ class RaftEngine:
 
     def grants_vote(self, candidate_last: tuple[int, int]) -> bool:
         """A vote is given only by a voter (never a learner), and during a whole-group recovery only to the most
-        complete log."""
-        if self._removed or not self.identity.voter or self.config.self_id in self.learners:
+        complete log. A replica that only a peer said was removed still votes: that peer may hold an uncommitted
+        removal, and a candidate counts votes only from the voters of its own log, which may name this replica (5
+        members, the master and one follower stored "remove X" and are gone: without X's vote the other two could
+        never elect)."""
+        removed_by_its_log = self._removed and not self._removed_by_notice
+        if removed_by_its_log or not self.identity.voter or self.config.self_id in self.learners:
             return False
         return self._vote_floor is None or tuple(candidate_last) >= self._vote_floor
 

@@ -62,3 +62,40 @@ def test_a_follower_holding_an_uncommitted_removal_follows_the_removed_replica_w
         netfaults.heal()
         for r in replicas.values():
             r.close()
+
+
+def test_a_replica_told_of_a_removal_that_never_commits_still_votes(tmp_path, netfaults):
+    """The master and one follower F store "remove X" (X, connected, is told it was removed); A and B are cut off,
+    so the removal never commits. The master goes and F is cut off. A and B still count X (their logs never held
+    the removal) and need its vote: 3 of 5. X refused every vote once told, so the three could never elect."""
+    ips = [loopback_host(31 + i) for i in range(5)]
+    replicas = open_group(tmp_path, "vgroup", ips, leader_fallback_timeout_ms=30_000)
+    try:
+        leader = leader_of(replicas)
+        assert leader.append([b"before"]).result(timeout=10).index > 0
+        last = leader.status().last_index
+        wait_until(lambda: all(r.status().applied_index >= last for r in replicas.values()), 10,
+                   "every replica to apply everything (equal logs: any of A, B, X may lead next)")
+        # X the highest address: pysyncobj's higher address dials, so X holds connections to the others and hears
+        *others, x = sorted((rid for rid in replicas if rid != leader.config.self_id),
+                            key=lambda rid: tuple(int(p) for p in _ip(replicas[rid]).split(".")))
+        f, a, b = others
+        netfaults.cut([_ip(replicas[a]), _ip(replicas[b])], [_ip(leader), _ip(replicas[f]), _ip(replicas[x])])
+        asking = ThreadPoolExecutor(1)
+        removal = asking.submit(leader.remove_peer, x, 60)
+        wait_until(lambda: x not in replicas[f].status().members, 10, f"{f} to store the removal of {x}")
+        wait_until(lambda: replicas[x].status().removed, 10, f"{x} to be told it was removed")
+        leader.close()
+        assert removal.exception(timeout=30) is not None, "the removal never committed"
+        asking.shutdown()
+        netfaults.heal()
+        netfaults.isolate(_ip(replicas[f]), ips)
+        three = {rid: replicas[rid] for rid in (a, b, x)}
+        elected = leader_of(three, timeout_s=15)
+        assert elected.config.self_id in (a, b), elected.config.self_id  # X takes no part as a candidate
+        assert elected.append([b"after"]).result(timeout=10).index > last
+        wait_until(lambda: not replicas[x].status().removed, 10, f"{x} to count itself a member again")
+    finally:
+        netfaults.heal()
+        for r in replicas.values():
+            r.close()
