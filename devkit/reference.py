@@ -103,12 +103,6 @@ def version() -> str | None:
     return None
 
 
-def _free_port(offsets: tuple[int, ...] = (0,)) -> int:
-    """A port P with P+offset free on HOST for every offset (a broker also listens on P-2, its "fast" Remoting
-    channel, and keeps P+1 as its HA port)."""
-    return free_port_block([HOST], offsets)
-
-
 def _properties(path: str, settings: dict) -> None:
     def text(v):
         return str(v).lower() if isinstance(v, bool) else str(v)
@@ -256,7 +250,7 @@ class ReferenceCluster:
         return self
 
     def _start_namesrv(self, deadline: float) -> None:
-        port = _free_port()
+        port = free_port_block([HOST], (0,))
         home = os.path.join(self.base_dir, "namesrv")
         os.makedirs(home, exist_ok=True)
         conf = os.path.join(home, "namesrv.conf")
@@ -267,8 +261,9 @@ class ReferenceCluster:
         self._wait(lambda: self._answers(self.namesrv_addr), deadline, "the NameServer answering", [self.namesrv])
 
     def _start_brokers(self) -> None:
-        listen = [_free_port((-2, 0, 1)) for _ in range(self._size)]
-        dledger = [_free_port() for _ in range(self._size)]
+        # a broker also listens on P-2 (its "fast" Remoting channel) and keeps P+1 for its HA port
+        listen = [free_port_block([HOST], (-2, 0, 1)) for _ in range(self._size)]
+        dledger = [free_port_block([HOST], (0,)) for _ in range(self._size)]
         peers = ";".join(f"n{i}-{HOST}:{p}" for i, p in enumerate(dledger))
         for i in range(self._size):
             home = os.path.join(self.base_dir, f"broker-n{i}")
@@ -291,7 +286,7 @@ class ReferenceCluster:
             proc.start()
 
     def _start_proxy(self, deadline: float) -> None:
-        grpc_port, remoting_port = _free_port(), _free_port()
+        grpc_port, remoting_port = free_port_block([HOST], (0,)), free_port_block([HOST], (0,))
         home = os.path.join(self.base_dir, "proxy")
         os.makedirs(home, exist_ok=True)
         conf = os.path.join(home, "rmq-proxy.json")

@@ -528,7 +528,10 @@ class RaftEngine:
         return out
 
     def _node_of(self, replica_id: str):
-        address = self.peers.get(replica_id)
+        return self._node_at(self.peers.get(replica_id))
+
+    def _node_at(self, address: str | None):
+        """pysyncobj's node for a peer address, None if it does not replicate to / connect to it."""
         return next((n for n in self.so.otherNodes if n.address == address), None)
 
     # -- membership (membership.py) ---------------------------------------------------------------------------
@@ -570,13 +573,8 @@ class RaftEngine:
             if any(index > so.raftCommitIndex for index, _m in self.journal.membership_records):
                 return  # the change that dropped it is not committed yet
             address = self._lingering.pop(pid)
-            node = next((n for n in so.otherNodes if n.address == address), None)
-            if node is None:
+            if not so._SyncObj__doChangeCluster(["rem", address]):  # pysyncobj's own drop (False: not connected)
                 continue
-            so._SyncObj__otherNodes.discard(node)
-            so._SyncObj__raftNextIndex.pop(node, None)
-            so._SyncObj__raftMatchIndex.pop(node, None)
-            so._SyncObj__transport.dropNode(node)
             log.info("replica %s/%s: no longer connects to %s (%s): its removal is committed", self.config.group_id,
                      self.config.self_id, pid, address)
 
@@ -597,7 +595,7 @@ class RaftEngine:
             self._lingering[pid] = address
             self._address_to_id[address] = pid
             # by presence, not by _lingering: a log cut and a new uncommitted removal in one poll drops it again
-            if any(n.address == address for n in so.otherNodes):
+            if self._node_at(address) is not None:
                 continue
             so._SyncObj__doChangeCluster(["add", address])  # back in the transport: connects, accepted
             log.info("replica %s/%s: still connects to %s (%s): the change that removes it (index %d) is not "
@@ -770,7 +768,7 @@ class RaftEngine:
         now = seam.now()
         heard = so._SyncObj__lastResponseTime
         for address in self._lingering.values():
-            node = next((n for n in so.otherNodes if n.address == address), None)
+            node = self._node_at(address)
             if node is not None:
                 heard[node] = now
         voters_heard = 1
