@@ -31,3 +31,19 @@ def leader_of(replicas: dict[str, Replica], timeout_s: float = 10) -> Replica:
                 return r
         time.sleep(0.01)
     raise TimeoutError([r.status() for r in replicas.values()])
+
+
+def at_leader(replicas: dict[str, Replica], call: Callable[[Replica], object], timeout_s: float = 10):
+    """call(leader) on whichever replica leads, again on the new leader if leadership moved before the call
+    took (NotLeaderError, NoLeaderError: nothing was started). Under a loaded machine an election can come at
+    any moment; a caller of the API follows the master the error names, and so does a test."""
+    from dledger.errors import NoLeaderError, NotLeaderError
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call(leader_of(replicas, max(0.1, deadline - time.monotonic())))
+        except (NotLeaderError, NoLeaderError):
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)

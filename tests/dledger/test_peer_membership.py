@@ -17,7 +17,7 @@ from dledger.errors import (
     NotLeaderError,
     OutcomeUnknownError,
 )
-from tests.dledger.inproc import leader_of, open_group
+from tests.dledger.inproc import at_leader, leader_of, open_group
 
 GROUP = "mgroup"
 
@@ -251,21 +251,22 @@ def test_a_replica_added_after_compaction_catches_up_from_a_snapshot_that_carrie
         replicas.pop(gone).close()
         last = 0
         for i in range(200):
-            last = leader.append([f"c{i}".encode()]).result(timeout=5).index
+            last = at_leader(replicas, lambda r, i=i: r.append([f"c{i}".encode()]).result(timeout=5).index)
         for replica in replicas.values():
             wait_until(lambda r=replica: r.status().applied_index >= last, 10, "applied")
             replica.set_retention_floor(last - 10)
-        wait_until(lambda: leader.status().first_index > last - 50, 20, "the leader to compact its log")
+        for replica in replicas.values():  # each replica compacts its own log; either may lead from here on
+            wait_until(lambda r=replica: r.status().first_index > last - 50, 20, "both replicas to compact their logs")
         members = dict(leader.status().members)
         assert gone not in members
         fresh, address = new_replica(tmp_path, "m5", members)
         replicas["m5"] = fresh
-        leader.add_peer("m5", address)
+        at_leader(replicas, lambda r: r.add_peer("m5", address))
         wait_until(lambda: caught_up_voter(fresh), 20, "the new replica to install a snapshot and vote")
         assert fresh.stats["snapshots_installed"] >= 1, fresh.stats
         wait_until(lambda: fresh.status().members == dict(members, m5=address), 10,
                    "the new replica to hold the membership (the snapshot's, then the log's change)")
-        after = leader.append([b"after"]).result(timeout=5).index
+        after = at_leader(replicas, lambda r: r.append([b"after"]).result(timeout=5).index)
         wait_until(lambda: fresh.status().applied_index >= after, 10, "the new replica to apply new entries")
         assert fresh.read(after, 1)[0].payloads == [b"after"]
     finally:
