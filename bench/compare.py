@@ -4,6 +4,7 @@ the machine's load; a ratio taken in one run, with the systems measured in turn,
 
     python -m bench compare                               # every figure, 3 rounds, every peer found
     python -m bench compare --rounds 1 --only publish,latency
+    python -m bench compare --only publish,publish_await,publish_threads,publish_small,batch   # every publishing API
     python -m bench compare --peers nats --only drain
     python -m bench compare --peers rocketmq --rounds 1
 
@@ -22,6 +23,11 @@ Figures (rocketraft / NATS JetStream with nats-py / RabbitMQ quorum queue with p
 bench/rocketmq_peer.py):
 - publish: Producer.send_async with 256 single messages in flight / publish_async with 256 pending / confirms
   with 256 unconfirmed; one client process each.
+- publish_await, publish_threads, publish_small (rocketraft's other publishing APIs, each beside the peers'
+  publish): 256 asyncio tasks each awaiting Producer.send in a loop; the blocking API, 64 threads each calling
+  rocketraft.Producer.send in a loop; send_batch calls of 8 messages from 32 tasks. Each also as a fraction of
+  send_batch's rate in the same run (issue 34's goal: >= 0.9), and with the messages per SendMessage request the
+  producer made (its stats()).
 - batch: Producer.send_batch, 256 messages x 8 calls in flight, one process / the peers' publish.
 - latency: one Producer.send at a time / one publish at a time / one confirmed publish at a time: p50, p99.
 - drain: 200k stored, read by a PullConsumer that commits its offsets / a pull consumer with explicit acks, its
@@ -52,7 +58,7 @@ from dataclasses import dataclass, field
 from . import client as cb
 from .workdir import keep, scratch_dir
 
-FIGURES = ("publish", "batch", "latency", "drain", "failover")
+FIGURES = ("publish", "publish_await", "publish_threads", "publish_small", "batch", "latency", "drain", "failover")
 PEERS = ("nats", "rabbitmq", "rocketmq")
 SCRIPTED_PEERS = ("nats", "rabbitmq")  # measured by ../shared/peers scripts with --peers-python
 TOPIC = cb.TOPIC  # bench.client's latency scenario is this one's
@@ -62,11 +68,14 @@ LOCK = "/tmp/bench.lock"  # the peers' scripts hold it around every timed run; s
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_PEERS_DIR = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "peers"))
 # how each figure compares: higher is better for rates, lower for times
-HIGHER_IS_BETTER = {"publish": True, "batch": True, "drain": True, "latency_p50": False, "latency_p99": False,
-                    "failover": False}
+HIGHER_IS_BETTER = {"publish": True, "publish_await": True, "publish_threads": True, "publish_small": True,
+                    "batch": True, "drain": True, "latency_p50": False, "latency_p99": False, "failover": False}
 # issue 16's goals: rocketraft's figure against the best peer's (publish and batch against the peers' publish)
-GOALS = {"publish": ("x", 1.2), "batch": ("x", 2.0), "drain": ("x", 1.2), "latency_p50": ("<=", 1.0),
+# (issue 34: each publishing API also >= 90 % of send_batch 256 x 8 in the same run: the "of send_batch" column)
+GOALS = {"publish": ("x", 1.2), "publish_await": ("x", 1.2), "publish_threads": ("x", 1.2),
+         "publish_small": ("x", 1.2), "batch": ("x", 2.0), "drain": ("x", 1.2), "latency_p50": ("<=", 1.0),
          "failover": ("s", 0.1)}
+OF_BATCH_GOAL = 0.9
 
 
 @dataclass
@@ -85,70 +94,141 @@ class Figures:
 
 
 # -- rocketraft's side: a client process of our library against a fresh cluster ------------------------------------
-async def _pub_window(namesrv: str, window: int, warmup_s: float, seconds: float, batch: int,
-                      server_pids: list[int]) -> dict:
-    """Acks inside [warmup, warmup + seconds): send_async with `window` single messages in flight (batch 1), or
-    send_batch calls of `batch` messages with `window` calls in flight. Also the CPU the servers (server_pids) and
-    this client spent in that window per message acknowledged in it: a figure that other load on the machine moves
-    much less than the rate."""
-    import resource
+# How each publishing API is driven (the report's publish rows): (mode, calls in flight, messages per call).
+# Every one keeps 256 messages in flight, so the rows differ only by the API a user chose.
+PUBLISH_APIS = {
+    "publish": ("send_async", 256, 1),      # Producer.send_async, 256 outstanding
+    "publish_await": ("await", 256, 1),     # 256 asyncio tasks, each `await producer.send(m)` in a loop
+    "publish_threads": ("threads", 64, 1),  # the blocking API: 64 threads, each `producer.send(m)` in a loop
+    "publish_small": ("batch", 32, 8),      # send_batch of 8 messages from 32 tasks
+    "batch": ("batch", 8, 256),             # send_batch of 256 messages, 8 calls in flight
+}
 
+
+class _Window:
+    """Acks counted inside [warmup, warmup + seconds), and the CPU the servers and this client spent there."""
+
+    def __init__(self, warmup_s: float, seconds: float, server_pids: list[int]):
+        self.began = time.perf_counter()
+        self.window_from, self.window_to = self.began + warmup_s, self.began + warmup_s + seconds
+        self.seconds, self.server_pids = seconds, server_pids
+        self.in_window = self.acked = self.failed = 0
+        self.first_error: list[str] = []
+        self.cpu: dict[str, float] = {}
+
+    def open(self) -> bool:
+        return time.perf_counter() < self.window_to
+
+    def sample(self, at: str) -> None:
+        import resource
+
+        from .metrics_cost import cpu_s
+
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        self.cpu[f"client_{at}"] = usage.ru_utime + usage.ru_stime
+        self.cpu[f"servers_{at}"] = sum(cpu_s(pid) for pid in self.server_pids)
+
+    def sample_both_ends(self) -> None:
+        """Blocking: sleeps to the window's start, samples, sleeps to its end, samples."""
+        time.sleep(max(0.0, self.window_from - time.perf_counter()))
+        self.sample("from")
+        time.sleep(max(0.0, self.window_to - time.perf_counter()))
+        self.sample("to")
+
+    def done(self, count: int, error: BaseException | None) -> None:
+        if error is not None:
+            self.failed += count
+            self.first_error.append(f"{type(error).__name__}: {str(error)[:300]}")
+            return
+        self.acked += count
+        if self.window_from <= time.perf_counter() < self.window_to:
+            self.in_window += count
+
+    def result(self, lanes: dict[str, dict[str, int]]) -> dict:
+        """lanes: the producer's stats(), SendMessage requests and messages per broker address."""
+        acked = max(1, self.in_window)
+        requests = sum(lane["requests"] for lane in lanes.values())
+        return {"msgs_per_s": self.in_window / self.seconds, "failed": self.failed,
+                "msgs_per_request": sum(lane["messages"] for lane in lanes.values()) / max(1, requests),
+                "addresses_written": len(lanes),
+                "first_error": self.first_error[0] if self.first_error else "",
+                "servers_cpu_us_per_msg": (self.cpu["servers_to"] - self.cpu["servers_from"]) / acked * 1e6,
+                "client_cpu_us_per_msg": (self.cpu["client_to"] - self.cpu["client_from"]) / acked * 1e6}
+
+
+async def _pub_window(namesrv: str, mode: str, window: int, batch: int, warmup_s: float, seconds: float,
+                      server_pids: list[int]) -> dict:
+    """Acks inside [warmup, warmup + seconds) of one asyncio publishing API (PUBLISH_APIS), with `window` calls
+    in flight of `batch` messages each. Also the CPU the servers (server_pids) and this client spent in that
+    window per message acknowledged in it: a figure that other load on the machine moves much less than the
+    rate."""
     from rocketraft.client.message import Message
     from rocketraft.client.producer import Producer
 
-    from .metrics_cost import cpu_s
+    body = b"x" * BODY_BYTES
+    w = _Window(warmup_s, seconds, server_pids)
+    async with Producer(namesrv, topics=[TOPIC], requests_in_flight_max=max(4, window if batch > 1 else 4)) as p:
+        sampler = asyncio.ensure_future(asyncio.to_thread(w.sample_both_ends))
+        if mode == "send_async":
+            slots = asyncio.Semaphore(window)
+
+            def released(_receipt, error) -> None:
+                slots.release()
+                w.done(1, error)
+
+            while w.open():
+                await slots.acquire()
+                p.send_async(Message(TOPIC, body), released)
+            await p.flush(timeout_s=30)
+        else:
+            async def one_caller() -> None:
+                while w.open():
+                    try:
+                        if mode == "await":
+                            await p.send(Message(TOPIC, body))
+                        else:
+                            await p.send_batch([Message(TOPIC, body) for _ in range(batch)])
+                    except Exception as exc:  # noqa: BLE001 - counted and reported as the figure's failures
+                        w.done(batch, exc)
+                    else:
+                        w.done(batch, None)
+
+            await asyncio.gather(*(one_caller() for _ in range(window)))
+        await sampler
+        lanes = p.stats()
+    return w.result(lanes)
+
+
+def _pub_threads(namesrv: str, threads: int, warmup_s: float, seconds: float, server_pids: list[int]) -> dict:
+    """The blocking API (rocketraft.Producer): `threads` threads, each sending one message at a time."""
+    import threading
+
+    import rocketraft
 
     body = b"x" * BODY_BYTES
-    counts = {"in_window": 0, "acked": 0, "failed": 0}
-    first_error: list[str] = []
-    cpu: dict[str, float] = {}
+    w = _Window(warmup_s, seconds, server_pids)
+    lock = threading.Lock()
 
-    def sample(at: str) -> None:
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        cpu[f"client_{at}"] = usage.ru_utime + usage.ru_stime
-        cpu[f"servers_{at}"] = sum(cpu_s(pid) for pid in server_pids)
-
-    async with Producer(namesrv, topics=[TOPIC], requests_in_flight_max=max(4, window if batch > 1 else 4)) as p:
-        began = time.perf_counter()
-        window_from, window_to = began + warmup_s, began + warmup_s + seconds
-        slots = asyncio.Semaphore(window)
-        batches: set[asyncio.Task] = set()
-
-        async def sample_window() -> None:
-            await asyncio.sleep(window_from - time.perf_counter())
-            sample("from")
-            await asyncio.sleep(window_to - time.perf_counter())
-            sample("to")
-
-        sampler = asyncio.ensure_future(sample_window())
-
-        def done(count: int, error: BaseException | None) -> None:
-            slots.release()
-            if error is not None:
-                counts["failed"] += count
-                first_error.append(str(error)[:300])
-                return
-            counts["acked"] += count
-            if window_from <= time.perf_counter() < window_to:
-                counts["in_window"] += count
-
-        while time.perf_counter() < window_to:
-            await slots.acquire()
-            if batch == 1:
-                p.send_async(Message(TOPIC, body), lambda _r, e: done(1, e))
+    def one_caller(producer) -> None:
+        while w.open():
+            try:
+                producer.send(rocketraft.Message(TOPIC, body))
+            except Exception as exc:  # noqa: BLE001 - counted and reported as the figure's failures
+                with lock:
+                    w.done(1, exc)
             else:
-                task = asyncio.ensure_future(p.send_batch([Message(TOPIC, body) for _ in range(batch)]))
-                batches.add(task)
-                task.add_done_callback(lambda f: (batches.discard(f), done(batch, f.exception())))
-        await sampler
-        await p.flush(timeout_s=30)
-        if batches:  # send_batch calls still in flight: theirs to finish before the producer closes
-            await asyncio.wait(batches, timeout=30)
-    acked = max(1, counts["in_window"])
-    return {"msgs_per_s": counts["in_window"] / seconds, "failed": counts["failed"],
-            "first_error": first_error[0] if first_error else "",
-            "servers_cpu_us_per_msg": (cpu["servers_to"] - cpu["servers_from"]) / acked * 1e6,
-            "client_cpu_us_per_msg": (cpu["client_to"] - cpu["client_from"]) / acked * 1e6}
+                with lock:
+                    w.done(1, None)
+
+    with rocketraft.Producer(namesrv, topics=[TOPIC]) as producer:
+        callers = [threading.Thread(target=one_caller, args=(producer,), daemon=True) for _ in range(threads)]
+        for t in callers:
+            t.start()
+        w.sample_both_ends()
+        for t in callers:
+            t.join(30)
+        lanes = producer.stats()
+    return w.result(lanes)
 
 
 async def _drain(namesrv: str, prefill: int) -> dict:
@@ -176,10 +256,12 @@ async def _drain(namesrv: str, prefill: int) -> dict:
 def _worker(argv: list[str]) -> int:
     """`python -m bench compare _worker <figure> <namesrv> ...`: one rocketraft client process, one JSON line."""
     figure, namesrv, *rest = argv
-    if figure in ("publish", "batch"):
-        window, warmup_s, seconds, batch = int(rest[0]), float(rest[1]), float(rest[2]), int(rest[3])
-        pids = [int(pid) for pid in rest[4].split(",") if pid]
-        result = asyncio.run(_pub_window(namesrv, window, warmup_s, seconds, batch, pids))
+    if figure in PUBLISH_APIS:
+        mode, window, batch = PUBLISH_APIS[figure]
+        warmup_s, seconds = float(rest[0]), float(rest[1])
+        pids = [int(pid) for pid in rest[2].split(",") if pid]
+        result = (_pub_threads(namesrv, window, warmup_s, seconds, pids) if mode == "threads"
+                  else asyncio.run(_pub_window(namesrv, mode, window, batch, warmup_s, seconds, pids)))
     elif figure == "latency":  # bench.client's: 200 sends to warm up, then `count` timed ones
         result = asyncio.run(cb.latency(namesrv, int(rest[0])))
     elif figure == "drain":
@@ -211,9 +293,8 @@ def measure_rocketraft(opts, figures: Figures, base: str, round_no: int) -> None
             ns = cluster.namesrv_address
             pids = ",".join(str(proc.process.pid) for proc in [*cluster.brokers.values(), *cluster.namesrv_procs])
             with _locked():
-                if figure in ("publish", "batch"):
-                    window, batch = ("256", "1") if figure == "publish" else ("8", "256")
-                    r = _client_process(cluster, [figure, ns, window, "2", str(opts.seconds), batch, pids], 120)
+                if figure in PUBLISH_APIS:
+                    r = _client_process(cluster, [figure, ns, "2", str(opts.seconds), pids], 120)
                     if r["failed"]:  # a rate of refusals is no figure: said, with the first error and the logs
                         figures.notes.append(
                             f"rocketraft {figure} round {round_no + 1}: {r['failed']} sends failed (first: "
@@ -224,6 +305,7 @@ def measure_rocketraft(opts, figures: Figures, base: str, round_no: int) -> None
                     figures.add(figure, r["msgs_per_s"])
                     figures.add(f"{figure}_cpu_servers_us", r["servers_cpu_us_per_msg"])
                     figures.add(f"{figure}_cpu_client_us", r["client_cpu_us_per_msg"])
+                    figures.add(f"{figure}_msgs_per_request", r["msgs_per_request"])
                 elif figure == "latency":
                     r = _client_process(cluster, [figure, ns, str(opts.latency_count)], 300)
                     figures.add("latency_p50", r["p50_ms"])
@@ -330,7 +412,7 @@ def peer_figures(only: list[str]) -> list[str]:
     """What a peer measures for the figures asked: its publish stands beside both of ours (publish and batch)."""
     out = []
     for figure in only:
-        figure = "publish" if figure == "batch" else figure
+        figure = peer_figure(figure)
         if figure not in out:
             out.append(figure)
     return out
@@ -356,16 +438,24 @@ class _locked:
 
 
 # -- the report --------------------------------------------------------------------------------------------------
-ROWS = (("publish", "acked publish, 256 single messages in flight, 1 client (msgs/s)"),
-        ("batch", "acked publish with send_batch (msgs/s; peers: their publish)"),
+ROWS = (("publish", "acked publish, send_async, 256 single messages in flight, 1 client (msgs/s)"),
+        ("publish_await", "acked publish, await send from 256 tasks, 1 client (msgs/s; peers: their publish)"),
+        ("publish_threads", "acked publish, blocking send from 64 threads, 1 client (msgs/s; peers: their publish)"),
+        ("publish_small", "acked publish, send_batch of 8 from 32 tasks (msgs/s; peers: their publish)"),
+        ("batch", "acked publish, send_batch of 256, 8 calls in flight (msgs/s; peers: their publish)"),
         ("latency_p50", "one sync send at a time, p50 (ms)"),
         ("latency_p99", "one sync send at a time, p99 (ms)"),
         ("drain", "drain 200k stored, acked (msgs/s)"),
         ("failover", "kill -9 of the leader/master -> next ack (s)"))
 
 
+def peer_figure(name: str) -> str:
+    """The peer's figure that stands beside one of ours: every publishing API of ours beside the peer's publish."""
+    return "publish" if name in PUBLISH_APIS else name
+
+
 def best_peer(name: str, peers: dict[str, Figures]) -> tuple[str, float] | None:
-    peer_name = "publish" if name == "batch" else name
+    peer_name = peer_figure(name)
     got = [(p, f.median(peer_name)) for p, f in peers.items() if f.median(peer_name) is not None]
     if not got:
         return None
@@ -380,9 +470,12 @@ def report(ours: Figures, peers: dict[str, Figures]) -> list[dict]:
         if mine is None:
             continue
         best = best_peer(name, peers)
-        row = {"figure": label, "rocketraft": mine, "rocketraft_runs": ours.values[name]}
+        row = {"name": name, "figure": label, "rocketraft": mine, "rocketraft_runs": ours.values[name]}
         for peer, f in peers.items():
-            row[peer] = f.median("publish" if name == "batch" else name)
+            row[peer] = f.median(peer_figure(name))
+        if name in PUBLISH_APIS and name != "batch" and ours.median("batch"):
+            row["of_batch"] = mine / ours.median("batch")
+            row["of_batch_met"] = row["of_batch"] >= OF_BATCH_GOAL
         if best is not None:
             row["best_peer"] = best[0]
             row["ratio"] = mine / best[1] if best[1] else None
@@ -407,13 +500,14 @@ def print_report(rows: list[dict], peers: list[str], notes: list[str]) -> None:
             return "yes" if v else "no"
         return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
 
-    header = ["figure", *peers, "rocketraft", "ratio to best", "goal", "met"]
+    header = ["figure", *peers, "rocketraft", "ratio to best", "goal", "met", "of send_batch (goal >= 0.9)"]
     print(" | ".join(header))
     print(" | ".join("---" for _ in header))
     for r in rows:
         ratio = f"{r['ratio']:.2f} ({r['best_peer']})" if r.get("ratio") else "-"
         print(" | ".join([r["figure"], *(cell(r.get(p)) for p in peers), cell(r["rocketraft"]), ratio,
-                          r.get("goal", "-"), cell(r.get("met"))]))
+                          r.get("goal", "-"), cell(r.get("met")),
+                          f"{r['of_batch']:.2f} ({cell(r['of_batch_met'])})" if "of_batch" in r else "-"]))
     for note in notes:
         print(f"note: {note}")
 
@@ -480,11 +574,12 @@ def main(argv: list[str]) -> int:
     rows = report(ours, peers)
     notes = ours.notes + [n for f in peers.values() for n in f.notes]
     print_report(rows, peer_names, notes)
-    for figure in ("publish", "batch"):
+    for figure in PUBLISH_APIS:
         servers, client = ours.median(f"{figure}_cpu_servers_us"), ours.median(f"{figure}_cpu_client_us")
         if servers is not None:
             print(f"rocketraft {figure}: CPU per acknowledged message {servers:.0f} us in the servers (3 brokers and "
-                  f"the NameServer), {client:.0f} us in the client (medians)")
+                  f"the NameServer), {client:.0f} us in the client; "
+                  f"{ours.median(f'{figure}_msgs_per_request'):.1f} messages per SendMessage request (medians)")
     os.makedirs(opts.out, exist_ok=True)
     path = os.path.join(opts.out, f"compare-{time.strftime('%Y%m%d-%H%M%S')}.json")
     with open(path, "w") as f:

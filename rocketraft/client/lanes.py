@@ -1,9 +1,10 @@
 """Per-broker send lanes: messages bound for one master share SendMessage requests.
 
-A lane sends at once while it has a free slot in its in-flight window; messages that arrive while the
-window is full, or within `linger_ms`, go out together in the next request (up to `batch_messages_max`
-messages / `batch_bytes_max` bytes; a burst is spread over the free slots). So a lone sync send pays no extra
-latency, and concurrent sends batch themselves.
+A lane sends at once while it has a free slot in its in-flight window, except that a small request (fewer than
+SPLIT_MESSAGES_MIN messages) waits while SMALL_REQUESTS_IN_FLIGHT_MAX requests are in flight already; messages
+that arrive while the lane waits, or within `linger_ms`, go out together in the next request (up to
+`batch_messages_max` messages / `batch_bytes_max` bytes; a burst is spread over the free slots). So a lone sync
+send pays no extra latency, and concurrent sends, whichever API made them, batch themselves.
 """
 
 from __future__ import annotations
@@ -29,6 +30,14 @@ MESSAGE_FRAMING_BYTES = 6  # tag + length of each entry in the request
 # 14.6-15.1k, python -m bench compare --only publish --peers none; bench/README.md, issue 16). A send_batch call's
 # messages are not split (its caller chose the batch; smaller requests cost the servers more per message).
 SPLIT_MESSAGES_MIN = 128
+# Small requests wait their turn: a request of fewer than SPLIT_MESSAGES_MIN messages goes out only while fewer than
+# this many requests of its lane are in flight; the messages that arrive meanwhile join the next request. Sending
+# every trickle at once while the in-flight window had room made many small requests, and a broker's CPU per
+# message grows fast as requests shrink (one SendMessage request and its Raft entry cost the group about 2.5 ms
+# of CPU whatever they carry): send_batch calls of 8 messages from 32 tasks went from 11.9 to 30 messages per
+# request and from 5.1-7.2k to 9.6-9.9k msgs/s; 1 in flight gave 54 per request and the same rate (bench/README.md,
+# "Every publishing API", issue 34). Two keep a lone pair of senders pipelined.
+SMALL_REQUESTS_IN_FLIGHT_MAX = 2
 
 
 @dataclass(frozen=True)
@@ -106,6 +115,7 @@ class Lane:
         self._slots = asyncio.Semaphore(limits.requests_in_flight_max)
         self._requests: set[asyncio.Task] = set()
         self.requests_sent = 0
+        self._in_flight = 0
         self.messages_sent = 0
         self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -153,11 +163,19 @@ class Lane:
                     wait_s = self._items[0].queued_at + limits.linger_ms / 1000 - time.monotonic()
                     if wait_s > 0 and not self._full():
                         await asyncio.sleep(wait_s)
+                if self._small_waits():
+                    break  # a request in flight ends (or more messages come) and wakes the loop again
                 await self._slots.acquire()
                 batch = self._take()
+                self._in_flight += 1
                 task = asyncio.get_running_loop().create_task(self._send(batch))
                 self._requests.add(task)
                 task.add_done_callback(self._requests.discard)
+
+    def _small_waits(self) -> bool:
+        """The queued messages would make a small request, and enough requests are in flight already."""
+        return (self._in_flight >= SMALL_REQUESTS_IN_FLIGHT_MAX and len(self._items) < SPLIT_MESSAGES_MIN
+                and not self._full())
 
     def _full(self) -> bool:
         return (len(self._items) >= self._limits.batch_messages_max
@@ -193,7 +211,9 @@ class Lane:
         except Exception as exc:  # noqa: BLE001 - every waiting sender must hear about it
             self._fail(batch, exc)
         finally:
+            self._in_flight -= 1
             self._slots.release()
+            self._wake.set()
 
     @staticmethod
     def _fail(batch: list[_Item], exc: BaseException) -> None:

@@ -234,6 +234,32 @@ def test_a_send_whose_master_lost_its_quorum_mid_send_is_unknown_never_not_store
     assert no_master_seen, "the master never stepped down: the test did not reach the no-master path"
 
 
+def test_small_send_batches_from_many_tasks_wait_their_turn_and_share_requests(shared_cluster):
+    """Small requests wait their turn (lanes.SMALL_REQUESTS_IN_FLIGHT_MAX): 32 tasks sending batches of 8 through a
+    producer that allows 16 requests in flight fill far fewer, larger requests than one per call: 111 messages per
+    request here, against 38-44 when every request went out while the window had room."""
+    topic = "p-small-batches"
+    shared_cluster.create_topic(topic)
+
+    async def scenario():
+        async with aio.Producer(shared_cluster.namesrv_address, topics=[topic], requests_in_flight_max=16,
+                                spread_writes=False) as producer:
+            async def caller(c: int) -> list:
+                await asyncio.sleep(c / 2000)  # callers out of step, as independent ones are
+                return [r for b in range(10) for r in await producer.send_batch(
+                    [rocketraft.Message(topic, f"{c}-{b}-{i}".encode()) for i in range(8)])]
+
+            receipts = [r for got in await asyncio.gather(*(caller(c) for c in range(32))) for r in got]
+            return receipts, producer.stats()
+
+    receipts, stats = asyncio.run(scenario())
+    requests = sum(s["requests"] for s in stats.values())
+    messages = sum(s["messages"] for s in stats.values())
+    assert messages == 32 * 10 * 8, stats
+    assert messages / requests >= 64, f"{messages} messages took {requests} requests: small requests did not wait"
+    assert {r.message_id for r in receipts} == set(stored(shared_cluster, topic))
+
+
 def test_concurrent_send_batches_share_the_groups_replicas_and_every_message_is_stored_once(shared_cluster):
     """spread_writes: a send_batch whose master's lane is busy goes through the next replica, which forwards it to
     the master through Raft; FIFO batches stay on the master (two paths could reorder a message group)."""
