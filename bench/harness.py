@@ -17,6 +17,7 @@
     python -m bench soak --minutes 30 --retention-s 60                 (disk, memory, gaps, loss over time: soak.py)
     python -m bench compare --rounds 3                                 (beside NATS JetStream and RabbitMQ: compare.py)
     python -m bench hotpath                                            (CPU per message of each send step: hotpath.py)
+    python -m bench sendcost --concurrency 1,16,256                    (CPU per send by process and thread: sendcost.py)
     python -m bench remoting --kills 3                                 (RocketMQ 4.x clients beside gRPC: remoting.py)
 
 Each run starts its own local cluster (a NameServer and a 3-replica group, ASYNC_FLUSH unless --flush) under
@@ -108,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["hotpath"]:
         from . import hotpath
         return hotpath.main(argv[1:])
+    if argv[:1] == ["sendcost"]:
+        from . import sendcost
+        return sendcost.main(argv[1:])
     if argv[:1] == ["remoting"]:
         from . import remoting
         return remoting.main(argv[1:])

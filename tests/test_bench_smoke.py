@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -95,6 +96,24 @@ def test_the_hotpath_benchmark_prints_the_cpu_per_message_of_each_send_step(tmp_
     figures = json.load(open(out))
     assert set(figures) == {"client", "door", "apply-256", "apply-1"}, figures
     assert all(f["lowest_us"] > 0 for f in figures.values()), figures
+
+
+def test_the_sendcost_benchmark_names_each_process_and_thread_and_what_a_send_costs_it(tmp_path):
+    """`python -m bench sendcost` on its own cluster: one request per send at 1 in flight, shared at 4; every broker,
+    the NameServer and the client have a figure, and so have the master's threads."""
+    run = subprocess.run([sys.executable, "-m", "bench", "sendcost", "--concurrency", "1,4", "--seconds", "0.5",
+                          "--dir", str(tmp_path / "c")], capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    out = run.stdout
+    assert "1 in flight:" in out and "4 in flight:" in out, out
+    assert re.search(r"1 in flight: [\d,]+ sends/s, 1\.0 messages per request", out), out
+    processes = re.findall(r"processes: (.*)", out)
+    assert len(processes) == 2 and all("(master)" in p and "namesrv" in p and "client" in p for p in processes), out
+    # Python's names when py-spy is installed (the Raft thread's), else the kernel's ("python", gRPC's event_engine)
+    assert re.search(r"\(master\) threads: \S.* \d+", out), out
+    bad = subprocess.run([sys.executable, "-m", "bench", "sendcost", "--concurrency", "0"], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "--concurrency" in bad.stderr
 
 
 def test_a_bench_scratch_directory_is_removed_at_exit_unless_named_kept_or_asked_to_keep(tmp_path):
