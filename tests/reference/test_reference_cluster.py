@@ -1,12 +1,16 @@
 """Apache RocketMQ itself as the reference (devkit/reference.py, issue 33): its NameServer, three DLedger brokers
 and a cluster-mode proxy start from the Maven Central jars (tests/reference, installed by scripts/setup.sh --tests),
-the official Java SDK's driver (tests/sdk_java) sends and receives through the proxy's gRPC port, and a kill -9 of
-the master elects another while sends go on. One reference for the whole module (it takes 20-30 s to start)."""
+the official Java SDK's driver (tests/sdk_java) sends and receives through the proxy's gRPC port. One reference for the
+whole module (it takes 20-30 s to start).
+
+The reference's own failover (kill -9 of its master) is measured by `python -m bench compare --peers rocketmq --only
+failover`, not here: in CI its new master answered "topic ... not exist" for over 45 s in 2 of 3 runs (bench/README.md,
+"Beside Apache RocketMQ with DLedger"), which says nothing about rocketraft, and a test that only records it cannot
+fail."""
 
 from __future__ import annotations
 
 import os
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -23,7 +27,6 @@ java_sdk, java = driver_fixtures("java")
 # route from the NameServer 20 s after it last did (topicRouteServiceCacheRefreshSeconds): after a master's kill it
 # sent to no master for 19-50 s (the later when a reload came before the new master registered); here every 1 s.
 PROXY_SETTINGS = {"grpcClientConsumerMinLongPollingTimeoutMillis": 1000, "topicRouteServiceCacheRefreshSeconds": 1}
-FAILOVER_BOUND_S = 45.0
 
 
 @pytest.fixture(scope="module")
@@ -89,31 +92,3 @@ def test_through_the_proxy_a_topic_is_never_created_by_a_send_even_with_the_brok
     assert [e["event"] for e in events] == ["fatal"], events
     assert "CODE: 17  DESC: No topic route info in name server for the topic: ref-never-created" in events[0]["error"]
     assert "response-code=40402" in events[0]["error"], events  # NOT_FOUND
-
-
-@pytest.mark.xfail(strict=False, reason=(
-    "Apache RocketMQ's own failover, not rocketraft's: in 2 of 3 CI runs (2026-11-27) the new master answered "
-    "'topic[ref-failover] not exist, apply first please!' for over 45 s after kill -9 of the old one, even with the "
-    "topic created on every broker of the group; not understood yet (issue 33). Run alone it passes"))
-def test_a_kill_9_of_the_master_elects_another_and_sends_go_on(ref, java):
-    ref.create_topic("ref-failover")
-    loop = java("send_loop", ref.proxy_grpc_endpoint, "ref-failover")
-    loop.wait_for("send", 5, TIMEOUT_S)
-    old = ref.master()
-    killed_at = time.monotonic()
-    old.kill()
-    new = ref.wait_master(timeout_s=FAILOVER_BOUND_S, other_than=old)
-    elected_s = time.monotonic() - killed_at
-    assert new is not old and new.alive
-
-    def ok_after_kill():
-        return [t for t, e in list(loop.lines) if e["event"] == "send" and e["ok"] and t > killed_at]
-
-    deadline = killed_at + FAILOVER_BOUND_S
-    while len(ok_after_kill()) < 5 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    resumed = ok_after_kill()
-    assert len(resumed) >= 5, f"sends did not go on within {FAILOVER_BOUND_S}s of the kill: {loop.tail()}"
-    failed = [e for t, e in list(loop.lines) if e["event"] == "send" and not e["ok"] and t > killed_at]
-    print(f"reference failover: new master {new.name} named after {elected_s:.1f}s, first send after the kill "
-          f"at {resumed[0] - killed_at:.1f}s, {len(failed)} failed sends in between")
