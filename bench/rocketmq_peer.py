@@ -63,7 +63,7 @@ def missing() -> str | None:
     return None
 
 
-def _driver(args: list[str], log_dir: str, timeout_s: float) -> dict:
+def java_driver(args: list[str], log_dir: str, timeout_s: float) -> dict:
     """One bench_ run of the Java driver: its one result line."""
     os.makedirs(log_dir, exist_ok=True)
     command = ["java", *JAVA_OPTIONS, f"-Drocketmq.log.root={log_dir}", "-jar", sdkdrivers.JAVA_JAR, *args]
@@ -156,7 +156,7 @@ def _measure(opts, figures: Figures, ref, figure: str, topic: str, log_dir: str,
     """One figure on the running reference; True when something failed (the logs are worth keeping)."""
     endpoint = ref.proxy_grpc_endpoint
     if figure == "publish":
-        r = _driver(["bench_publish", endpoint, topic, "256", str(BODY_BYTES), "2", str(opts.seconds)], log_dir,
+        r = java_driver(["bench_publish", endpoint, topic, "256", str(BODY_BYTES), "2", str(opts.seconds)], log_dir,
                     opts.seconds + 120)
         if r["failed"]:
             figures.notes.append(f"{where} publish: {r['failed']} sends failed (first: {r['first_error']}); "
@@ -164,7 +164,7 @@ def _measure(opts, figures: Figures, ref, figure: str, topic: str, log_dir: str,
         figures.add("publish", r["msgs_per_s"] or None)
         return bool(r["failed"])
     elif figure == "latency":
-        r = _driver(["bench_latency", endpoint, topic, str(BODY_BYTES), str(WARMUP_SENDS), str(opts.latency_count)],
+        r = java_driver(["bench_latency", endpoint, topic, str(BODY_BYTES), str(WARMUP_SENDS), str(opts.latency_count)],
                     log_dir, 600)
         if r["failed"]:
             figures.notes.append(f"{where} latency: {r['failed']} sends failed (first: {r['first_error']})")
@@ -172,7 +172,7 @@ def _measure(opts, figures: Figures, ref, figure: str, topic: str, log_dir: str,
         figures.add("latency_p99", r["p99_ms"])
         return bool(r["failed"])
     elif figure == "drain":
-        r = _driver(["bench_drain", endpoint, "bench-compare-drain", topic, str(BODY_BYTES), str(opts.prefill),
+        r = java_driver(["bench_drain", endpoint, "bench-compare-drain", topic, str(BODY_BYTES), str(opts.prefill),
                      str(DRAIN_S_MAX_S), ",".join(DRAIN_CONSUMERS)], log_dir, 3600)
         if r["fill_failed"]:
             figures.notes.append(f"{where} drain: {r['fill_failed']} of the stores failed ({r['fill_error']})")
