@@ -4,7 +4,7 @@ the machine's load; a ratio taken in one run, with the systems measured in turn,
 
     python -m bench compare                               # every figure, 3 rounds, every peer found
     python -m bench compare --rounds 1 --only publish,latency
-    python -m bench compare --only publish,publish_await,publish_threads,publish_small,batch   # every publishing API
+    python -m bench compare --only publish,publish_await,publish_threads,publish_small,publish_sdk,batch
     python -m bench compare --peers nats --only drain
     python -m bench compare --peers rocketmq --rounds 1
 
@@ -28,6 +28,9 @@ bench/rocketmq_peer.py):
   rocketraft.Producer.send in a loop; send_batch calls of 8 messages from 32 tasks. Each also as a fraction of
   send_batch's rate in the same run (issue 34's goal: >= 0.9), and with the messages per SendMessage request the
   producer made (its stats()).
+- publish_sdk: the official Java SDK's single sends against rocketraft (its driver's bench_publish, 256 sendAsync
+  outstanding, plaintext; scripts/setup.sh --tests builds it, else the row is skipped with a note): one message per
+  request, so the brokers' group commit is all that batches them.
 - batch: Producer.send_batch, 256 messages x 8 calls in flight, one process / the peers' publish.
 - latency: one Producer.send at a time / one publish at a time / one confirmed publish at a time: p50, p99.
 - drain: 200k stored, read by a PullConsumer that commits its offsets / a pull consumer with explicit acks, its
