@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from devkit.localcluster import free_port
 from dledger import Replica, ReplicaConfig, Role
+from dledger.errors import NoLeaderError, NotLeaderError
 
 
 def peers_on(ips: list[str], prefix: str) -> dict[str, str]:
@@ -37,8 +38,6 @@ def at_leader(replicas: dict[str, Replica], call: Callable[[Replica], object], t
     """call(leader) on whichever replica leads, again on the new leader if leadership moved before the call
     took (NotLeaderError, NoLeaderError: nothing was started). Under a loaded machine an election can come at
     any moment; a caller of the API follows the master the error names, and so does a test."""
-    from dledger.errors import NoLeaderError, NotLeaderError
-
     deadline = time.monotonic() + timeout_s
     while True:
         try:
