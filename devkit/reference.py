@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from rocketraft.remoting import frame
 from rocketraft.remoting.codes import Request
 
-from .localcluster import free_port_block
+from .localcluster import free_port, free_port_block
 from .logtail import log_tail
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -250,7 +250,7 @@ class ReferenceCluster:
         return self
 
     def _start_namesrv(self, deadline: float) -> None:
-        port = free_port_block([HOST], (0,))
+        port = free_port(HOST)
         home = os.path.join(self.base_dir, "namesrv")
         os.makedirs(home, exist_ok=True)
         conf = os.path.join(home, "namesrv.conf")
@@ -263,7 +263,7 @@ class ReferenceCluster:
     def _start_brokers(self) -> None:
         # a broker also listens on P-2 (its "fast" Remoting channel) and keeps P+1 for its HA port
         listen = [free_port_block([HOST], (-2, 0, 1)) for _ in range(self._size)]
-        dledger = [free_port_block([HOST], (0,)) for _ in range(self._size)]
+        dledger = [free_port(HOST) for _ in range(self._size)]
         peers = ";".join(f"n{i}-{HOST}:{p}" for i, p in enumerate(dledger))
         for i in range(self._size):
             home = os.path.join(self.base_dir, f"broker-n{i}")
@@ -286,7 +286,7 @@ class ReferenceCluster:
             proc.start()
 
     def _start_proxy(self, deadline: float) -> None:
-        grpc_port, remoting_port = free_port_block([HOST], (0,)), free_port_block([HOST], (0,))
+        grpc_port, remoting_port = free_port(HOST), free_port(HOST)
         home = os.path.join(self.base_dir, "proxy")
         os.makedirs(home, exist_ok=True)
         conf = os.path.join(home, "rmq-proxy.json")
