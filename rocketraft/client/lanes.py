@@ -115,7 +115,6 @@ class Lane:
         self._slots = asyncio.Semaphore(limits.requests_in_flight_max)
         self._requests: set[asyncio.Task] = set()
         self.requests_sent = 0
-        self._in_flight = 0
         self.messages_sent = 0
         self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -167,14 +166,13 @@ class Lane:
                     break  # a request in flight ends (or more messages come) and wakes the loop again
                 await self._slots.acquire()
                 batch = self._take()
-                self._in_flight += 1
                 task = asyncio.get_running_loop().create_task(self._send(batch))
                 self._requests.add(task)
                 task.add_done_callback(self._requests.discard)
 
     def _small_waits(self) -> bool:
         """The queued messages would make a small request, and enough requests are in flight already."""
-        return (self._in_flight >= SMALL_REQUESTS_IN_FLIGHT_MAX and len(self._items) < SPLIT_MESSAGES_MIN
+        return (len(self._requests) >= SMALL_REQUESTS_IN_FLIGHT_MAX and len(self._items) < SPLIT_MESSAGES_MIN
                 and not self._full())
 
     def _full(self) -> bool:
@@ -211,7 +209,9 @@ class Lane:
         except Exception as exc:  # noqa: BLE001 - every waiting sender must hear about it
             self._fail(batch, exc)
         finally:
-            self._in_flight -= 1
+            # out of the in-flight set before the loop wakes (the done callback would come a loop round later,
+            # and a lane waiting on a small request would sleep with nothing left to wake it)
+            self._requests.discard(asyncio.current_task())
             self._slots.release()
             self._wake.set()
 
