@@ -70,9 +70,11 @@ class Scraper:
                     self.failures.append(f"{address}: {exc}")
 
 
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (/proc/<pid>/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
+def cpu_s(pid: int, tid: int | None = None) -> float:
+    """User + system CPU seconds so far of a process (/proc/<pid>/stat), or of one of its threads
+    (/proc/<pid>/task/<tid>/stat)."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    with open(path) as f:
         fields = f.read().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 

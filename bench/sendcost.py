@@ -23,23 +23,21 @@ import subprocess
 import sys
 import time
 
+from .compare import BODY_BYTES
 from .metrics_cost import cpu_s
 from .workdir import scratch_dir
 
 TOPIC = "bench-sendcost"
-BODY_BYTES = 1024
 
 
 def thread_cpu(pid: int) -> dict[int, float]:
-    """CPU seconds of each thread of a process so far (/proc/<pid>/task/<tid>/stat)."""
+    """CPU seconds of each thread of a process so far."""
     out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                fields = f.read().rpartition(")")[2].split()
+            out[int(tid)] = cpu_s(pid, int(tid))
         except FileNotFoundError:  # a thread that ended
             continue
-        out[int(tid)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return out
 
 
