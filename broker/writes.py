@@ -11,7 +11,13 @@ from dataclasses import dataclass
 
 from rocketraft.proto import store_pb2 as spb
 from rocketraft.protocol.errors import BadRequestError, RocketraftError
-from rocketraft.protocol.limits import DELAY_LEVEL_PROPERTY, QUEUE_ID_PROPERTY, RECALL_TOKEN_BYTES
+from rocketraft.protocol.limits import (
+    DELAY_LEVEL_PROPERTY,
+    QUEUE_ID_PROPERTY,
+    RECALL_TOKEN_BYTES,
+    TIMER_DELAY_MS_PROPERTY,
+    TIMER_DELAY_SEC_PROPERTY,
+)
 from rocketraft.protocol.routing import PERM_WRITE, message_group_slot
 from rocketraft.protocol.rules import body_md5_hex, parse_recall_handle, recall_handle
 from rocketraft.protocol.wire import Code, MessageType, ipb, pb
@@ -27,6 +33,29 @@ DIGEST_MD5 = pb.DigestType.MD5  # a plain int: see validation.NORMAL
 DELIVER_DUE_MESSAGES_MAX = 1024  # delayed messages one DeliverDue command moves into their queues
 HALF_MESSAGES_SCAN_MAX = 1000  # half messages one transaction check-back round looks at
 TOKEN_COUNTER_BYTES = 4  # of a recall token: the message's place in its request (a request has at most 1,024)
+RELATIVE_DELAY_DIGITS_MAX = 15  # a TIMER_DELAY_SEC/MS value longer than this is out of every range
+
+
+def _relative_delay_ms(user, delay_ms_max: int) -> int | None:
+    """The delay RocketMQ 5's relative timer properties ask for (removed from the message), or None: TIMER_DELAY_SEC
+    (decimal seconds) if set, else TIMER_DELAY_MS (decimal milliseconds), each at most timerMaxDelayMillis."""
+    found = None
+    for name, unit_ms in ((TIMER_DELAY_MS_PROPERTY, 1), (TIMER_DELAY_SEC_PROPERTY, 1000)):  # SEC read last: it wins
+        if name in user:
+            found = (name, user[name], unit_ms)
+            del user[name]
+    if found is None:
+        return None
+    name, value, unit_ms = found
+    unit = "seconds" if unit_ms == 1000 else "milliseconds"
+    if not (value.isascii() and value.isdigit() and len(value) <= RELATIVE_DELAY_DIGITS_MAX):
+        raise BadRequestError(f"{name} {value[:40]!r} is not a whole number of {unit}; give the delay in decimal "
+                              f"digits", Code.ILLEGAL_DELIVERY_TIME)
+    delay_ms = int(value) * unit_ms
+    if delay_ms > delay_ms_max:
+        raise BadRequestError(f"{name} {value} asks for a delay of {delay_ms} ms, more than timerMaxDelayMillis="
+                              f"{delay_ms_max} ms", Code.ILLEGAL_DELIVERY_TIME)
+    return delay_ms
 
 
 def set_timestamp_ms(timestamp, ms: int) -> None:
@@ -163,17 +192,25 @@ class Writes:
         return sent
 
     def _deliver_at_ms(self, message: pb.Message, kind: int, now: int) -> int:
-        """0, or when a delayed message enters its queue (validation made `kind` DELAY iff it has a
-        delivery_timestamp)."""
-        level = message.user_properties.get(DELAY_LEVEL_PROPERTY)
-        if level is None:  # (validation checked the delivery timestamp of a DELAY message)
+        """0, or when a delayed message enters its queue: its delivery_timestamp (validation made `kind` DELAY iff it
+        has one), or `now` (the group time) plus a delay level (the DELAY property) or RocketMQ 5's relative timer
+        (TIMER_DELAY_SEC, else TIMER_DELAY_MS), each a routing property read here and dropped. As RocketMQ's broker:
+        a delay level wins over a timer, and a relative timer over an absolute time."""
+        user = message.user_properties
+        if not user:
+            return message.system_properties.delivery_timestamp.ToMilliseconds() if kind == validation.DELAY else 0
+        level = user.get(DELAY_LEVEL_PROPERTY)
+        relative_ms = _relative_delay_ms(user, self.config.timerMaxDelayMillis)
+        if level is None and relative_ms is None:
             return message.system_properties.delivery_timestamp.ToMilliseconds() if kind == validation.DELAY else 0
         props = message.system_properties
-        delay_ms = self.config.delay_levels_ms[validation.delay_level(level, self.config) - 1]
-        if props.message_type not in (validation.TYPE_UNSPECIFIED, validation.DELAY, validation.NORMAL):
-            raise RocketraftError("a delay level can only be set on a NORMAL or DELAY message",
+        if kind not in (validation.DELAY, validation.NORMAL):  # (kind: the type given, or the one validation inferred)
+            what = "a delay level" if level is not None else "a relative timer (TIMER_DELAY_SEC or TIMER_DELAY_MS)"
+            raise RocketraftError(f"{what} can only be set on a NORMAL or DELAY message",
                                   Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)
-        props.delivery_timestamp.FromMilliseconds(now + delay_ms)
+        if level is not None:
+            relative_ms = self.config.delay_levels_ms[validation.delay_level(level, self.config) - 1]
+        props.delivery_timestamp.FromMilliseconds(now + relative_ms)
         props.message_type = validation.DELAY
         return props.delivery_timestamp.ToMilliseconds()
 

@@ -41,7 +41,12 @@ DELIVERY_OVERHEAD_BYTES_MAX = 2048
 RESERVED_PROPERTY_PREFIX = "__"       # user property keys may not start with it
 DELAY_LEVEL_PROPERTY = "DELAY"        # RocketMQ's delayTimeLevel: 1..len(DELAY_LEVELS)
 QUEUE_ID_PROPERTY = "QUEUE_ID"        # the queue the producer chose (decimal); routing only, not stored
-RESERVED_PROPERTIES = frozenset({DELAY_LEVEL_PROPERTY, QUEUE_ID_PROPERTY})
+# RocketMQ 5's relative timers (a 5.x client's setDelayTimeSec/setDelayTimeMs): the delivery time is the broker
+# group's time at the send plus this delay, decimal seconds or milliseconds; read at the send, not stored
+TIMER_DELAY_SEC_PROPERTY = "TIMER_DELAY_SEC"
+TIMER_DELAY_MS_PROPERTY = "TIMER_DELAY_MS"
+RESERVED_PROPERTIES = frozenset({DELAY_LEVEL_PROPERTY, QUEUE_ID_PROPERTY, TIMER_DELAY_SEC_PROPERTY,
+                                 TIMER_DELAY_MS_PROPERTY})
 # A recall handle (SendResultEntry.recall_handle, every message): "<broker group>:<token>:<message id>", the token
 # RECALL_TOKEN_BYTES random bytes in hex chosen by the master when it stored the message (docs/client.md, "Recall").
 RECALL_TOKEN_BYTES = 12

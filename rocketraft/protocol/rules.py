@@ -170,9 +170,9 @@ def check_body_size(body_bytes: int, body_bytes_max: int) -> None:
 def check_user_properties(properties: dict[str, str], bytes_max: int = limits.PROPERTIES_BYTES_MAX,
                           reserved_ok: bool = False) -> None:
     """User property keys are 1..64 of [a-zA-Z0-9_.-], not starting with '__'; keys and values together take at
-    most `bytes_max` bytes. The routing properties (DELAY, QUEUE_ID) are the client's to set: a user's message
-    may not carry them (`reserved_ok` is for the wire form the client built itself), and they do not count
-    against `bytes_max` (each is checked where it is read), so what a client accepts a broker accepts."""
+    most `bytes_max` bytes. The routing properties (DELAY, QUEUE_ID, TIMER_DELAY_SEC/MS) are the client's to set:
+    a user's message may not carry them (`reserved_ok` is for the wire form the client built itself), and they do
+    not count against `bytes_max` (each is checked where it is read), so what a client accepts a broker accepts."""
     size = 0
     for key, value in properties.items():
         if not PROPERTY_KEY_RE.fullmatch(key) or key.startswith(limits.RESERVED_PROPERTY_PREFIX):
@@ -181,7 +181,8 @@ def check_user_properties(properties: dict[str, str], bytes_max: int = limits.PR
                                   Code.ILLEGAL_MESSAGE_PROPERTY_KEY)
         if key in limits.RESERVED_PROPERTIES:
             if not reserved_ok:
-                raise BadRequestError(f"property {key!r} is reserved; use delay_level / a queue selector instead",
+                raise BadRequestError(f"property {key!r} is reserved; use delay_level, delivery_timestamp or a queue "
+                                      "selector instead",
                                       Code.ILLEGAL_MESSAGE_PROPERTY_KEY)
             continue
         size += utf8_bytes(key) + utf8_bytes(value)

@@ -3,8 +3,9 @@ apache.rocketmq.v2 Message): its properties string, the stored-message records o
 batch send, and the offset message id.
 
 A message sent through the Remoting door is stored as any other (a v2 Message): the client's UNIQ_KEY is its message
-id, TAGS its tag, KEYS its keys, __SHARDINGKEY its message group, TRAN_MSG makes it a transaction's half message, a
-DELAY level stays the DELAY property the broker reads for both doors; every other property is a user property. A
+id, TAGS its tag, KEYS its keys, __SHARDINGKEY its message group, TRAN_MSG makes it a transaction's half message,
+TIMER_DELIVER_MS its delivery time; a DELAY level and RocketMQ 5's relative timers (TIMER_DELAY_SEC, TIMER_DELAY_MS)
+stay properties that the broker reads for both doors (broker/writes.py); every other property is a user property. A
 consumer of either door sees the same id, tag, keys and properties.
 
 The physical offset of a stored message is its Raft log position, (index << 16) | slot: the same on every replica,
@@ -51,7 +52,6 @@ RETRY_TOPIC = "RETRY_TOPIC"
 ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 RECONSUME_TIME = "RECONSUME_TIME"
 TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
-RELATIVE_TIMERS = ("TIMER_DELAY_SEC", "TIMER_DELAY_MS")
 # properties a send carries that describe the send itself, not the message: not stored
 SEND_ONLY = frozenset((WAIT,))
 SLOT_BITS = 16
@@ -125,10 +125,6 @@ def as_message(send: Send, born_host: str, body_bytes_max: int) -> pb.Message:
     props = dict(send.properties)
     for name in SEND_ONLY:
         props.pop(name, None)
-    for name in RELATIVE_TIMERS:
-        if name in props:
-            raise BadRequestError(f"property {name} (a delay relative to the send) is not supported through the "
-                                  f"Remoting door; set {TIMER_DELIVER_MS} (an absolute time) or a delay level")
     message = pb.Message(body=_body(send, body_bytes_max))
     message.topic.name = send.topic
     sp = message.system_properties

@@ -231,6 +231,46 @@ def test_pull_members_get_disjoint_contiguous_shares_and_a_survivor_gets_every_q
     assert assigned(cluster, "member-a", "rebalanced", "g-rebalance") == [("broker-a", q) for q in range(8)]
 
 
+@pytest.mark.parametrize("properties, delay_ms", [
+    ({"TIMER_DELAY_MS": "1500"}, 1500),
+    ({"TIMER_DELAY_SEC": "7"}, 7000),
+    ({"TIMER_DELAY_SEC": "2", "TIMER_DELAY_MS": "900"}, 2000),  # seconds win, as RocketMQ's broker reads them
+    ({"DELAY": "1", "TIMER_DELAY_SEC": "60"}, 1000),  # a delay level wins over a timer (level 1 = 1 s)
+])
+def test_a_relative_timer_is_delivered_its_delay_after_the_groups_time_at_the_send(cluster, properties, delay_ms):
+    cluster.create_topic("relative-timer")
+    message = with_properties(raw_message("relative-timer", b"later"), **properties)
+    response = send(cluster, message)
+    assert response.status.code == Code.OK, response.status
+    _, [found] = query(cluster, topic="relative-timer", message_id=message.system_properties.message_id)
+    props = found.system_properties
+    assert props.message_type == MessageType.DELAY
+    assert props.delivery_timestamp.ToMilliseconds() - props.store_timestamp.ToMilliseconds() == delay_ms
+    assert not {"TIMER_DELAY_SEC", "TIMER_DELAY_MS"} & set(found.user_properties)  # read at the send, not stored
+
+
+@pytest.mark.parametrize("properties, words", [
+    ({"TIMER_DELAY_SEC": "soon"}, "TIMER_DELAY_SEC 'soon' is not a whole number of seconds"),
+    ({"TIMER_DELAY_MS": "-5"}, "TIMER_DELAY_MS '-5' is not a whole number of milliseconds"),
+    ({"TIMER_DELAY_SEC": "3456001"}, "more than timerMaxDelayMillis=3456000000 ms"),
+])
+def test_a_relative_timer_out_of_range_is_refused_by_name(cluster, properties, words):
+    cluster.create_topic("relative-timer")
+    response = send(cluster, with_properties(raw_message("relative-timer", b"never"), **properties))
+    assert response.entries[0].status.code == Code.ILLEGAL_DELIVERY_TIME, response.entries[0].status
+    assert words in response.entries[0].status.message
+
+
+@pytest.mark.parametrize("timer", [{"TIMER_DELAY_SEC": "1"}, {"DELAY": "1"}])
+def test_a_timer_on_a_fifo_message_is_refused_by_name(cluster, timer):
+    cluster.create_topic("relative-timer")
+    message = with_properties(raw_message("relative-timer", b"fifo", message_group="g1"), **timer)  # FIFO, untyped
+    response = send(cluster, message)
+    assert response.entries[0].status.code == Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+    what = "a delay level" if "DELAY" in timer else "a relative timer (TIMER_DELAY_SEC or TIMER_DELAY_MS)"
+    assert f"{what} can only be set on a NORMAL or DELAY message" in response.entries[0].status.message
+
+
 def test_a_delay_level_property_makes_a_delayed_message_with_a_recall_handle(cluster):
     cluster.create_topic("delay-level")
     message = with_properties(raw_message("delay-level", b"later"), DELAY="3")  # level 3 = 10 s

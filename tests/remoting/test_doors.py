@@ -343,6 +343,23 @@ def test_a_batch_with_one_refused_message_stores_none(cluster):
     assert call(master, query).code == Response.QUERY_NOT_FOUND  # the valid one was not stored either
 
 
+def test_a_relative_timer_from_a_5x_client_is_delivered_after_its_delay(cluster):
+    """RocketMQ 5's Message.setDelayTimeSec sends TIMER_DELAY_SEC: delivered that long after the group's time at the
+    send, its TIMER_DELIVER_MS as RocketMQ's pull shows it; a value that is not a number is refused by name."""
+    master = brokers(route(cluster, "Doors"))["broker-a"]["0"]
+    offset = int(pull(master, "Doors", 0, 0).ext["maxOffset"])
+    answer = send(master, "Doors", 0, b"in a second", {"UNIQ_KEY": "DOORS-TIMER-1", "TIMER_DELAY_SEC": "1"})
+    assert answer.code == Response.SUCCESS, answer.remark
+    sent_at = time.monotonic()
+    assert pull(master, "Doors", 0, offset).code == Response.PULL_NOT_FOUND  # not in its queue yet
+    got = pull(master, "Doors", 0, offset, sysFlag="2", suspendTimeoutMillis="5000")
+    assert got.code == Response.SUCCESS and b"in a second" in got.body
+    assert time.monotonic() - sent_at >= 0.5
+    assert b"TIMER_DELIVER_MS" in got.body and b"TIMER_DELAY_SEC" not in got.body
+    bad = send(master, "Doors", 0, b"never", {"UNIQ_KEY": "DOORS-TIMER-2", "TIMER_DELAY_SEC": "soon"})
+    assert bad.code != Response.SUCCESS and "TIMER_DELAY_SEC 'soon' is not a whole number of seconds" in bad.remark
+
+
 def test_every_member_of_a_group_is_told_when_its_members_change_the_newcomer_too(cluster):
     """NOTIFY_CONSUMER_IDS_CHANGED (40) on each member's own connection when another joins, the newcomer included (a
     4.x lite pull consumer does not rebalance at its start: it waited 20 s for its queues)."""
