@@ -16,8 +16,12 @@ ahead would expire every message on every replica. So time is measured by the gr
 - Peers that answer without a clock (a replica of an older version, during a rolling upgrade) are counted as
   "clockless": only when they are what keeps the fresh clocks below a majority does the replica fall back to its
   own wall clock (floored, never backwards), and says so (`source`).
-- No group time yet (a new leader before the first answers, a follower that has not heard its leader): `now_ms`
-  raises NoGroupTimeError; the caller waits (a leader hears its followers within a heartbeat interval).
+- A new leader waits `LEADERSHIP_GRACE_MS` for every voter's clock before it settles for a bare majority; in that
+  time it runs on the group time it last heard as a follower (its previous leader's, moved on by its monotonic clock,
+  as long as a follower would), so a failover does not stop the group's time: the survivors' writes need it at once.
+- No group time yet (a new leader that heard no previous leader, before the first answers; a follower that has not
+  heard its leader): `now_ms` raises NoGroupTimeError; the caller waits (a leader hears its followers within a
+  heartbeat interval).
 
 Everything here runs on the tick thread except `now_ms` and `view`, which the broker calls from its own threads:
 one lock guards the samples. Clocks are injected, so the rules are tested without processes
@@ -41,6 +45,8 @@ NS_PER_MS = 1_000_000
 DRIFT_ALLOWANCE = 0.001
 # A new leader waits this long for every voter's clock before it settles for a bare majority: with two clocks of three,
 # one of them far behind, the majority rule gives the slower one, which a third clock a moment later would outvote.
+# Meanwhile it runs on the group time it heard as a follower, if it heard one (as its followers still do), and has
+# none otherwise.
 LEADERSHIP_GRACE_MS = 500
 STAMP_FIELD = CLOCK_STAMP  # the field both stamped messages carry: [monotonic ns or echo, milliseconds]
 
@@ -90,6 +96,8 @@ class GroupClock:
         # first value and again whenever more clocks than before answer
         self._anchor: tuple[int, int] | None = None
         self._leader_time: tuple[int, int] | None = None  # follower: (leader's group ms, our mono ns at receipt)
+        # new leader: the _leader_time it heard as a follower, run on during its grace (LEADERSHIP_GRACE_MS)
+        self._inherited: tuple[int, int] | None = None
         self._leader_clockless_ns = 0   # follower: when the leader last sent an append_entries without a clock
         self._heard: tuple[int, int] | None = None  # follower: the leader's last stamp (its mono ns, our mono ns)
         self._voters: list[str] | None = None   # the voting members (set_voters)
@@ -108,10 +116,12 @@ class GroupClock:
         self._clockless.clear()
         self._anchor = None
         self._anchor_clocks = 0
-        self._leading_since_ns = self._mono_ns()
-        heard = self._follower_estimate(self._mono_ns())
+        now = self._mono_ns()
+        self._leading_since_ns = now
+        heard = self._follower_estimate(self._leader_time, now)
         if heard is not None:
             self._last_ms = max(self._last_ms, heard)
+        self._inherited = self._leader_time if heard is not None else None
         self._leader_time = None
         self._leading_term = term
 
@@ -203,7 +213,7 @@ class GroupClock:
     def _compute(self) -> tuple[int | None, ClockSource]:
         now = self._mono_ns()
         if self._leading_term is None:
-            estimate = self._follower_estimate(now)
+            estimate = self._follower_estimate(self._leader_time, now)
             if estimate is not None:
                 return estimate, ClockSource.GROUP
             if now - self._leader_clockless_ns <= self._max_age_ns and self._leader_clockless_ns:
@@ -211,6 +221,7 @@ class GroupClock:
             return None, ClockSource.NONE
         members = self._voters or [self.self_id]
         majority = len(members) // 2 + 1
+        in_grace = now - self._leading_since_ns < LEADERSHIP_GRACE_MS * NS_PER_MS
         clocks = [self._wall_ns() / NS_PER_MS]
         clockless = 0
         for pid in members:
@@ -221,11 +232,17 @@ class GroupClock:
                 clocks.append(self._estimate(sample, now))
             elif now - self._clockless.get(pid, -self._max_age_ns - 1) <= self._max_age_ns:
                 clockless += 1
+        if len(clocks) < len(members) and in_grace:
+            # not every voter's clock yet (one may be the previous leader, dead): the group time heard as a
+            # follower runs on, if there is one, as it does on the followers
+            inherited = self._follower_estimate(self._inherited, now)
+            if inherited is not None:
+                return inherited, ClockSource.GROUP
         if len(clocks) < majority:
             if len(clocks) + clockless >= majority:
                 return self._own(), ClockSource.OWN
             return None, ClockSource.NONE
-        if len(clocks) < len(members) and now - self._leading_since_ns < LEADERSHIP_GRACE_MS * NS_PER_MS:
+        if len(clocks) < len(members) and in_grace:
             return None, ClockSource.NONE
         reached = sorted(clocks, reverse=True)[majority - 1]  # the latest time a majority of clocks have reached
         if self._anchor is None or len(clocks) > self._anchor_clocks:
@@ -239,8 +256,8 @@ class GroupClock:
     def _own(self) -> int:
         return self._wall_ns() // NS_PER_MS
 
-    def _follower_estimate(self, now_ns: int) -> int | None:
-        known = self._leader_time
+    def _follower_estimate(self, known: tuple[int, int] | None, now_ns: int) -> int | None:
+        """A leader's group time `known` (group ms, our mono ns at receipt) moved on to now, while it is fresh."""
         if known is None or now_ns - known[1] > self._max_age_ns:
             return None
         group_ms, received_ns = known
@@ -256,6 +273,6 @@ class GroupClock:
             return (f"no group time yet: the leader has heard the clocks of {1 + len(self._samples)} of the "
                     f"{len(members)} voters within the last {self._max_age_ns // NS_PER_MS} ms and needs a majority "
                     f"({len(members) // 2 + 1}), or all of them in the first {LEADERSHIP_GRACE_MS} ms of its "
-                    "leadership")
+                    "leadership (when it heard no previous leader's time)")
         return (f"no group time yet: this replica has not heard its leader within the last "
                 f"{self._max_age_ns // NS_PER_MS} ms")

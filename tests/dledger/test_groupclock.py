@@ -134,6 +134,38 @@ def test_without_a_majority_of_clocks_there_is_no_group_time():
         world.clocks["c"].now_ms()
 
 
+def test_a_leader_elected_after_its_leader_died_runs_on_the_time_it_heard_while_it_waits_for_the_third_clock():
+    """A failover (the master killed): the new leader has a group time at once, continuing what it heard as a
+    follower, as its follower still does (issue 33: sends on a new master waited out the 500 ms grace)."""
+    world = World({"a": 0, "b": 0, "c": 0})
+    settle(world, "a")
+    heard = world.clocks["b"].now_ms()
+    world.advance(20)  # a dies; b is elected
+    world.clocks["b"].lead(2)
+    assert world.clocks["b"].now_ms() >= heard + 20
+    assert abs(world.clocks["b"].now_ms() - world.true_ms) < 10
+    assert world.clocks["b"].view().source is ClockSource.GROUP
+    settle(world, "b", term=2, reachable=("c",))  # c answers; a never does
+    assert abs(world.clocks["b"].now_ms() - world.true_ms) < 10
+    assert abs(world.clocks["c"].now_ms() - world.true_ms) < 10
+    before = world.clocks["b"].now_ms()
+    world.advance(LEADERSHIP_GRACE_MS)  # then its own majority (b, c) decides, never below what it handed out
+    settle(world, "b", term=2, reachable=("c",))
+    assert before <= world.clocks["b"].now_ms() and abs(world.clocks["b"].now_ms() - world.true_ms) < 10
+
+
+def test_a_new_leader_does_not_run_on_a_time_it_heard_too_long_ago():
+    world = World({"a": 0, "b": 0, "c": 0})
+    settle(world, "a")
+    world.advance(MAX_AGE_MS + 1)
+    world.clocks["b"].lead(2)
+    with pytest.raises(NoGroupTimeError, match="majority"):
+        world.clocks["b"].now_ms()
+    settle(world, "b", term=2, reachable=("c",))
+    with pytest.raises(NoGroupTimeError, match="all of them in the first"):
+        world.clocks["b"].now_ms()
+
+
 def test_two_of_three_clocks_with_one_far_behind_hold_the_time_still_rather_than_move_it_back():
     world = World({"a": 0, "b": -3 * DAY_MS, "c": 0})
     settle(world, "a")
