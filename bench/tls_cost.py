@@ -13,6 +13,12 @@ SimpleConsumer.receive calls of one ready message each, the ReceiveMessage round
     permissive-tls    the same cluster, TLS client: the splice and TLS
     enforcing-tls     tlsMode enforcing, TLS client: TLS alone (grpc's own, no splice)
 The order of the clusters alternates between rounds so a machine that slows down during the run favours no side.
+
+    python -m bench tls --splice-ab 40   (the splice alone: one permissive cluster, the same moment)
+
+sends one 1-message SendMessage at a time (raw gRPC, plaintext) to the master through its public port (the splice)
+and straight to the gRPC server's plaintext loopback port behind it, alternating blocks of 50 sends (40 blocks
+each), and prints both p50s and their difference: what the splice adds, free of the drift between clusters.
 Every side but raft-no-password has the same dLegerPassword. Printed: each run's msgs/s and p50/p99 send latency,
 and the medians of each side against disabled. A publish in which sends failed is printed with its failures and
 left out of its side's msgs/s median (a rate of refusals is no figure); its cluster's directory is kept for the logs.
@@ -74,6 +80,55 @@ def one_cluster(base: str, name: str, args) -> list[dict]:
         cluster.stop()
 
 
+def splice_ab(base: str, blocks: int, per_block: int = 50) -> dict:
+    """The splice's own cost (see the module's docstring): p50 of each path and the difference, in ms."""
+    import re
+    import uuid
+
+    import grpc
+
+    from rocketraft.protocol.wire import pb, svc, svc_grpc
+
+    cluster = DevCluster(base, log_level="INFO", metrics=False, tls_mode="permissive",
+                         broker_settings={"dLegerPassword": RAFT_PASSWORD})
+    cluster.start()
+    try:
+        master = cluster.wait_master()
+        cluster.create_topic(cb.TOPIC)
+        with open(cluster.brokers[master].log_path) as f:
+            found = re.search(r"permissive TLS on \S+ TLS -> \S+, plaintext -> (127\.0\.0\.1:\d+)", f.read())
+        if found is None:
+            raise RuntimeError(f"the master's log {cluster.brokers[master].log_path} names no plaintext loopback port")
+        channels = {"spliced": grpc.insecure_channel(cluster.address_of[master]),
+                    "direct": grpc.insecure_channel(found.group(1))}
+        stubs = {side: svc_grpc.MessagingServiceStub(channel) for side, channel in channels.items()}
+        body = os.urandom(1024)
+
+        def send(stub) -> float:
+            message = pb.Message(topic=pb.Resource(name=cb.TOPIC), body=body, system_properties=pb.SystemProperties(
+                message_id=uuid.uuid4().hex, body_encoding=pb.Encoding.IDENTITY))
+            began = time.perf_counter()
+            response = stub.SendMessage(svc.SendMessageRequest(messages=[message]), timeout=10)
+            if response.status.code != 20000:
+                raise RuntimeError(f"a send failed: {response.status}")
+            return (time.perf_counter() - began) * 1000
+
+        for stub in stubs.values():  # warm up both connections
+            for _ in range(per_block * 4):
+                send(stub)
+        samples: dict[str, list[float]] = {side: [] for side in stubs}
+        for block in range(blocks):
+            for side in (list(stubs) if block % 2 == 0 else list(reversed(stubs))):
+                samples[side] += [send(stubs[side]) for _ in range(per_block)]
+        for channel in channels.values():
+            channel.close()
+        p50 = {side: round(statistics.median(values), 3) for side, values in samples.items()}
+        return {"sends_each": blocks * per_block, "spliced_p50_ms": p50["spliced"], "direct_p50_ms": p50["direct"],
+                "splice_adds_ms": round(p50["spliced"] - p50["direct"], 3)}
+    finally:
+        cluster.stop()
+
+
 def run(args) -> dict:
     base = scratch_dir(args.dir, "bench-tls-")
     runs = []
@@ -126,11 +181,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dir", help="where the clusters keep their data and logs (default: a temp dir)")
     p.add_argument("--out", default=RESULTS_DIR, help="results directory (default bench/results)")
     p.add_argument("--quick", action="store_true", help="a smoke run: 1 round of 3,000 messages, 100 sends")
+    p.add_argument("--splice-ab", type=int, metavar="BLOCKS", default=0,
+                   help="only the splice's own cost: BLOCKS blocks of 50 sends each way on one permissive cluster")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.splice_ab:
+        base = scratch_dir(args.dir, "bench-tls-")
+        for round_no in range(args.rounds):
+            result = splice_ab(os.path.join(base, f"splice-ab{round_no}"), args.splice_ab)
+            print(json.dumps({"round": round_no, **result}), flush=True)
+        return 0
     if args.quick:
         args.rounds, args.messages, args.latency, args.receives = 1, 3_000, 100, 50
     result = run(args)

@@ -116,6 +116,17 @@ def test_the_sendcost_benchmark_names_each_process_and_thread_and_what_a_send_co
     assert bad.returncode == 2 and "--concurrency" in bad.stderr
 
 
+def test_the_splice_ab_benchmark_measures_both_paths_to_one_permissive_master(tmp_path):
+    """`python -m bench tls --splice-ab`: sends through the permissive public port and straight to the loopback port
+    behind it, on one cluster; both have a p50 and the difference is printed."""
+    run = subprocess.run([sys.executable, "-m", "bench", "tls", "--splice-ab", "2", "--rounds", "1", "--dir",
+                          str(tmp_path / "t")], capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    [line] = [json.loads(x) for x in run.stdout.splitlines() if x.startswith("{")]
+    assert line["sends_each"] == 100 and line["spliced_p50_ms"] > 0 and line["direct_p50_ms"] > 0, line
+    assert line["splice_adds_ms"] == round(line["spliced_p50_ms"] - line["direct_p50_ms"], 3)
+
+
 def test_a_bench_scratch_directory_is_removed_at_exit_unless_named_kept_or_asked_to_keep(tmp_path):
     """A bench command's own temporary directory (its stores reach gigabytes) goes when the process exits; a --dir
     the user named, one whose logs explain an error (keep), and any with BENCH_KEEP=1 stay."""

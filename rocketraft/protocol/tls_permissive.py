@@ -5,18 +5,28 @@ and a Splicer owns the public port: it reads a connection's first bytes, 0x16 (a
 "P" (the HTTP/2 preface "PRI * HTTP/2.0"), and copies bytes both ways between the caller and the matching
 loopback port. Anything else is closed and logged (bounded: `BadHandshakeLog`).
 
-The gRPC server then sees every caller as 127.0.0.1; `real_peer` maps the loopback address of each spliced
+The copying runs in a child process of its own (splicer_child.py: one epoll loop, standard library only), so it
+never waits for this server's interpreter lock: as a thread here it did, on every chunk, and each ReceiveMessage
+took about 0.5 ms longer than on a plaintext port. The server binds the public port (a port in use fails the
+server's start), hands the socket to the child, and restarts a child that dies (its connections are lost; the
+port stays bound, so callers that connect meanwhile wait in its backlog). The child ends when the server closes
+the splicer or dies (its control socket reads end of file).
+
+The gRPC server sees every spliced caller as 127.0.0.1; `real_peer` maps the loopback address of each spliced
 connection back to the caller's ("ipv4:10.0.0.7:51234"), so ACL source IPs see the caller (serving.client_peer).
-The Splicer runs its own event loop on a thread of its own, so it neither waits for the server's loop nor slows it.
-Limits still apply: the gRPC server's RPC bound and idle timeout close the loopback side, which closes the
-caller's; a caller that sends nothing for FIRST_BYTES_TIMEOUT_MS is closed.
+The child tells the server each connection's loopback port and caller and forwards the caller's first bytes only
+once the server has recorded them. Limits still apply: the gRPC server's RPC bound and idle timeout close the
+loopback side, which closes the caller's; a caller that sends nothing for FIRST_BYTES_TIMEOUT_MS is closed.
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import logging
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -25,12 +35,11 @@ from .wire import split_address, tcp_listener
 log = logging.getLogger(__name__)
 
 FIRST_BYTES_TIMEOUT_MS = 10_000  # a caller that sends nothing this long after connecting is closed
-CHUNK_BYTES = 256 * 1024  # one read of a splice
 BACKLOG = 1024
 STOP_TIMEOUT_S = 5.0
-TLS_RECORD_HANDSHAKE = 0x16
-TLS_RECORD_ALERT = 0x15
-HTTP2_PREFACE_FIRST = ord("P")
+CHILD_START_TIMEOUT_S = 10.0  # from starting the splicer process to its "ready"
+RESTART_INTERVAL_S = 1.0  # a splicer process that dies is started again, at most once per interval
+CHILD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "splicer_child.py")
 BAD_LOG_INTERVAL_S = 10.0  # bad first bytes: one line per peer IP per interval, at most BAD_LOG_LINES_MAX lines
 BAD_LOG_LINES_MAX = 10
 
@@ -41,11 +50,6 @@ _real_peers: dict[str, str] = {}
 def real_peer(peer: str) -> str:
     """The caller behind a gRPC peer string: itself unless it is the loopback side of a spliced connection."""
     return _real_peers.get(peer, peer)
-
-
-def grpc_peer(sockname) -> str:
-    host, port = sockname[0], sockname[1]
-    return f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
 
 
 class BadHandshakeLog:
@@ -75,119 +79,130 @@ class BadHandshakeLog:
 
 
 class Splicer:
+    """The public port of a permissive server: its listening socket, bound here, served by a child process of its own
+    (splicer_child.py) that this object starts, answers and restarts if it dies."""
+
     def __init__(self, listen: str, tls_port: int, plain_port: int,
                  first_bytes_timeout_ms: int = FIRST_BYTES_TIMEOUT_MS):
         self.listen = listen
         self._backends = {True: tls_port, False: plain_port}
-        self._first_bytes_timeout_s = first_bytes_timeout_ms / 1000
-        self._loop = asyncio.new_event_loop()
+        self._first_bytes_timeout_ms = first_bytes_timeout_ms
+        self._sock: socket.socket | None = None
+        self._child: subprocess.Popen | None = None
+        self._control: socket.socket | None = None
+        self._send_lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._server: asyncio.base_events.Server | None = None
-        self._conns: set[asyncio.Task] = set()
+        self._closing = threading.Event()
         self._bad = BadHandshakeLog()
+        self._mine: set[str] = set()  # the loopback peers this splicer mapped (dropped when its child ends)
 
     def start(self) -> int:
-        """Bind `listen` (here, so a port in use fails the caller) and serve; the bound port, 0 if it cannot bind."""
+        """Bind `listen` (here, so a port in use fails the caller) and serve; the bound port, 0 if it cannot bind
+        or its process does not start."""
         host, port = split_address(self.listen)
         try:
-            sock = tcp_listener(host, port, BACKLOG)  # accepted callers get TCP_NODELAY (see tcp_listener)
+            self._sock = tcp_listener(host, port, BACKLOG)  # accepted callers get TCP_NODELAY (see tcp_listener)
         except OSError as exc:
             log.error("cannot listen on %s: %s", self.listen, exc)
             return 0
-        self._thread = threading.Thread(target=self._loop.run_forever, name=f"tls-permissive {self.listen}",
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._supervise, args=(ready,), name=f"tls-permissive {self.listen}",
                                         daemon=True)
         self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._serve(sock), self._loop).result()
-        log.info("permissive TLS on %s: TLS -> 127.0.0.1:%d, plaintext -> 127.0.0.1:%d", self.listen,
-                 self._backends[True], self._backends[False])
-        return sock.getsockname()[1]
-
-    async def _serve(self, sock: socket.socket) -> None:
-        self._server = await asyncio.start_server(self._accept, sock=sock, limit=CHUNK_BYTES)
+        if not ready.wait(CHILD_START_TIMEOUT_S) or self._child is None:
+            log.error("permissive TLS on %s: the splicer process did not start in %g s", self.listen,
+                      CHILD_START_TIMEOUT_S)
+            self.close()
+            return 0
+        log.info("permissive TLS on %s: TLS -> 127.0.0.1:%d, plaintext -> 127.0.0.1:%d (splicer process %d)",
+                 self.listen, self._backends[True], self._backends[False], self._child.pid)
+        return self._sock.getsockname()[1]
 
     @property
     def connections(self) -> int:
-        """Callers spliced (or being read) right now."""
-        return len(self._conns)
+        """Callers spliced right now (one still to send its first bytes is not counted)."""
+        return len(self._mine)
 
     def close(self) -> None:
-        if self._thread is None:
-            return
-        asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(STOP_TIMEOUT_S)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(STOP_TIMEOUT_S)
-        self._thread = None
+        self._closing.set()
+        control = self._control
+        if control is not None:
+            with contextlib.suppress(OSError):
+                control.shutdown(socket.SHUT_RDWR)  # the child's end reads EOF: it closes everything and exits
+        if self._thread is not None:
+            self._thread.join(STOP_TIMEOUT_S)
+            self._thread = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
 
-    async def _close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        for task in list(self._conns):
-            task.cancel()
-        await asyncio.gather(*self._conns, return_exceptions=True)
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        self._conns.add(task)
-        try:
-            await self._splice(reader, writer)
-        except (OSError, asyncio.IncompleteReadError):
-            pass  # the caller or the loopback side went away: both are closed below
-        finally:
-            self._conns.discard(task)
-            writer.close()
-
-    async def _splice(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        caller = grpc_peer(writer.get_extra_info("peername"))
-        try:
-            first = await asyncio.wait_for(reader.read(CHUNK_BYTES), self._first_bytes_timeout_s)
-        except TimeoutError:
-            self._bad.refused(caller, f"nothing sent in {self._first_bytes_timeout_s:g} s")
-            return
-        if not first:
-            return
-        if first[0] not in (TLS_RECORD_HANDSHAKE, HTTP2_PREFACE_FIRST):
-            self._bad.refused(caller, f"first byte 0x{first[0]:02x}")
-            return
-        is_tls = first[0] == TLS_RECORD_HANDSHAKE
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._backends[is_tls])
-        inner = grpc_peer(up_writer.get_extra_info("sockname"))
-        _real_peers[inner] = caller
-        try:
-            up_writer.write(first)
-            first_reply = self._check_tls_reply(caller) if is_tls else None
-            pumps = [asyncio.ensure_future(_pump(reader, up_writer)),
-                     asyncio.ensure_future(_pump(up_reader, writer, first_reply))]
+    # -- the child process ----------------------------------------------------------------------------------------
+    def _supervise(self, ready: threading.Event) -> None:
+        """Run the child and answer it; start another if it dies (at most one start per RESTART_INTERVAL_S)."""
+        while not self._closing.is_set():
+            started = time.monotonic()
             try:
-                await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for pump in pumps:
-                    pump.cancel()
-                await asyncio.gather(*pumps, return_exceptions=True)
+                self._run_child(ready)
+            except Exception:  # noqa: BLE001 - the supervisor must outlive any one child
+                log.exception("permissive TLS on %s: the splicer process failed", self.listen)
+            if self._closing.is_set() or not ready.is_set():
+                return
+            self._closing.wait(max(0.0, RESTART_INTERVAL_S - (time.monotonic() - started)))
+
+    def _run_child(self, ready: threading.Event) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            command = [sys.executable, "-I", "-S", CHILD_SCRIPT, "--listen-fd", str(self._sock.fileno()),
+                       "--control-fd", str(theirs.fileno()), "--tls-port", str(self._backends[True]),
+                       "--plain-port", str(self._backends[False]),
+                       "--first-bytes-timeout-ms", str(self._first_bytes_timeout_ms)]
+            child = subprocess.Popen(command, pass_fds=(self._sock.fileno(), theirs.fileno()),
+                                     stdin=subprocess.DEVNULL, start_new_session=False)
         finally:
+            theirs.close()
+        self._control = ours
+        try:
+            reader = ours.makefile("rb")
+            first = reader.readline()
+            if first != b"R\n":
+                log.error("permissive TLS on %s: the splicer process exited before it served (exit code %s)",
+                          self.listen, child.wait(STOP_TIMEOUT_S))
+                return
+            self._child = child
+            ready.set()
+            for line in reader:
+                self._on_line(line.decode(errors="replace").rstrip("\n"))
+        finally:
+            with contextlib.suppress(OSError):
+                ours.close()
+            for inner in self._mine:
+                _real_peers.pop(inner, None)
+            self._mine.clear()
+            try:
+                code = child.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                code = child.wait()
+            if not self._closing.is_set() and ready.is_set():
+                log.error("permissive TLS on %s: the splicer process exited (exit code %s); its connections are "
+                          "closed, starting another", self.listen, code)
+
+    def _on_line(self, line: str) -> None:
+        word, _, rest = line.partition(" ")
+        if word == "M":  # a spliced connection's loopback port and its caller: recorded before it is served
+            port, _, caller = rest.partition(" ")
+            inner = f"ipv4:127.0.0.1:{port}"
+            _real_peers[inner] = caller
+            self._mine.add(inner)
+            with self._send_lock:
+                self._control.sendall(f"A {port}\n".encode())
+        elif word == "U":
+            inner = f"ipv4:127.0.0.1:{rest}"
             _real_peers.pop(inner, None)
-            up_writer.close()
-
-
-    def _check_tls_reply(self, caller: str):
-        """The server's first bytes to a TLS caller: an alert record (0x15), or none at all, is a failed handshake
-        (grpc does not tell us, and its own line per failed handshake is off: GRPC_VERBOSITY, docs/security.md)."""
-        def check(data: bytes) -> None:
-            if not data or data[0] == TLS_RECORD_ALERT:
-                self._bad.refused(caller, "a TLS handshake that did not complete (a bad ClientHello or version, "
-                                          "or the caller left)", tls=True)
-        return check
-
-
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, on_first=None) -> None:
-    try:
-        while data := await reader.read(CHUNK_BYTES):
-            if on_first is not None:
-                on_first(data)
-                on_first = None
-            writer.write(data)
-            await writer.drain()
-    except OSError:
-        pass
-    finally:
-        if on_first is not None:
-            on_first(b"")
+            self._mine.discard(inner)
+        elif word == "B":
+            tls, _, rest = rest.partition(" ")
+            caller, _, what = rest.partition(" ")
+            self._bad.refused(caller, what, tls=tls == "1")
+        elif word == "W":
+            log.warning("permissive TLS on %s: %s", self.listen, rest)
