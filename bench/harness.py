@@ -19,6 +19,7 @@
     python -m bench hotpath                                            (CPU per message of each send step: hotpath.py)
     python -m bench sendcost --concurrency 1,16,256                    (CPU per send by process and thread: sendcost.py)
     python -m bench remoting --kills 3                                 (RocketMQ 4.x clients beside gRPC: remoting.py)
+    python -m bench groups --levels 1,2,4                              (publish over 1, 2, 4 broker groups: groups.py)
 
 Each run starts its own local cluster (a NameServer and a 3-replica group, ASYNC_FLUSH unless --flush) under
 --dir, or targets a running one with --namesrv (not for failover and scale log, which kill replicas). It shows
@@ -115,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["remoting"]:
         from . import remoting
         return remoting.main(argv[1:])
+    if argv[:1] == ["groups"]:
+        from . import groups
+        return groups.main(argv[1:])
     args = parser().parse_args(argv)
     name = args.scenario + (f"-{args.kind}" if args.kind else "")
     if args.scenario == "scale" and args.kind not in ("topics", "producers", "log"):

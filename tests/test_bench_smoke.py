@@ -116,6 +116,25 @@ def test_the_sendcost_benchmark_names_each_process_and_thread_and_what_a_send_co
     assert bad.returncode == 2 and "--concurrency" in bad.stderr
 
 
+def test_the_groups_benchmark_publishes_over_every_group_and_prints_each_ones_cpu_per_message(tmp_path):
+    """`python -m bench groups` at its smallest: 2 broker groups (6 replicas) behind one NameServer; every group
+    stores a share of the messages and has a CPU figure; nothing fails."""
+    run = subprocess.run([sys.executable, "-m", "bench", "groups", "--levels", "2", "--messages", "4096",
+                          "--producers", "1", "--window", "4", "--idle-s", "1", "--dir", str(tmp_path / "g"), "--out",
+                          str(tmp_path / "out")], capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    [line] = [json.loads(x) for x in run.stdout.splitlines() if x.startswith("{")]
+    assert line["groups"] == 2 and line["failed"] == 0 and line["acked"] == 4096, line
+    shares = line["per_group"]
+    assert set(shares) == {"broker-0", "broker-1"} and sum(g["stored"] for g in shares.values()) == 4096, shares
+    assert all(g["stored"] > 0 and g["cpu_us_per_msg"] > 0 for g in shares.values()), shares
+    assert all(g["idle_cpu_pct"] >= 0 for g in shares.values()), shares
+    assert re.search(r"^\s+2\s+[\d,]+\s+1\.00\s+[\d.]+\s+[\d.]+\s+[\d.]+$", run.stdout, re.M), run.stdout
+    bad = subprocess.run([sys.executable, "-m", "bench", "groups", "--levels", "0"], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "--levels" in bad.stderr
+
+
 def test_the_splice_ab_benchmark_measures_both_paths_to_one_permissive_master(tmp_path):
     """`python -m bench tls --splice-ab`: sends through the permissive public port and straight to the loopback port
     behind it, on one cluster; both have a p50 and the difference is printed."""
