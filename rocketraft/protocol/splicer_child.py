@@ -31,6 +31,9 @@ TLS_RECORD_ALERT = 0x15
 HTTP2_PREFACE_FIRST = ord("P")
 IN, OUT, GONE = select.EPOLLIN, select.EPOLLOUT, select.EPOLLHUP | select.EPOLLERR
 
+ACCEPT_RETRY_PAUSE_S = 0.05  # after a failed accept (no file descriptor left): the listener stays readable
+ACCEPT_FAILURE_LOG_INTERVAL_S = 10.0
+
 FIRST, CONNECTING, AWAITING_PEER, SPLICING = range(4)
 
 
@@ -70,6 +73,7 @@ class Loop:
         self.waiting_first: set[Conn] = set()
         self.waiting_peer: dict[int, Conn] = {}
         self.control_in = b""
+        self.accept_failed_at = -ACCEPT_FAILURE_LOG_INTERVAL_S
         self.buffer = bytearray(CHUNK_BYTES)
         self.view = memoryview(self.buffer)
         listener.setblocking(False)
@@ -126,7 +130,11 @@ class Loop:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:  # out of file descriptors and the like: the caller waits in the backlog
-                self.tell("W", f"cannot accept a connection: {exc}")
+                now = time.monotonic()
+                if now - self.accept_failed_at >= ACCEPT_FAILURE_LOG_INTERVAL_S:
+                    self.accept_failed_at = now
+                    self.tell("W", f"cannot accept a connection: {exc} (callers wait in the port's backlog)")
+                time.sleep(ACCEPT_RETRY_PAUSE_S)  # the listener stays readable: do not spin on it
                 return
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -228,7 +236,7 @@ class Loop:
         if other.out:
             other.out += self.view[:n].tobytes()
         else:
-            sent = other.sock.send(self.view[:n])
+            sent = _send(other.sock, self.view[:n])
             if sent < n:
                 other.out = self.view[sent:n].tobytes()
         if other.out:
@@ -238,7 +246,7 @@ class Loop:
 
     def _flush(self, side: Side) -> None:
         """Write what waits for `side`; its other side is read again once nothing does."""
-        sent = side.sock.send(side.out)
+        sent = _send(side.sock, side.out)
         side.out = side.out[sent:]
         side.other.reading = not side.out
         self._update(side.other)
@@ -248,7 +256,7 @@ class Loop:
         for side in (conn.caller, conn.up):
             if side is not None and side.out:
                 try:
-                    side.sock.send(side.out)  # what fits now; a caller gone away gets nothing more anyway
+                    _send(side.sock, side.out)  # what fits now; a caller gone away gets nothing more anyway
                 except OSError:
                     pass
         self._close(conn)
@@ -292,6 +300,14 @@ class Loop:
     def _failed_tls(self, conn: Conn) -> None:
         self.tell("B", 1, conn.peer, "a TLS handshake that did not complete (a bad ClientHello or version, or the "
                                      "caller left)")
+
+
+def _send(sock: socket.socket, data) -> int:
+    """The bytes a non-blocking socket took now: 0 when its buffer is full (send raises then, it does not return 0)."""
+    try:
+        return sock.send(data)
+    except (BlockingIOError, InterruptedError):
+        return 0
 
 
 def main(argv: list[str] | None = None) -> int:

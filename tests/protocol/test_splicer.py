@@ -109,6 +109,7 @@ def test_large_transfers_both_ways_arrive_whole_while_a_slow_reader_holds_the_ot
         with socket.create_connection(("127.0.0.1", port), timeout=10) as caller:
             writer = threading.Thread(target=caller.sendall, args=(payload,), daemon=True)
             writer.start()
+            time.sleep(0.5)  # nothing read yet: every buffer on the way back fills up
             while len(received) < len(payload):
                 chunk = caller.recv(256 * 1024)
                 assert chunk, f"closed after {len(received)} bytes"
@@ -120,6 +121,22 @@ def test_large_transfers_both_ways_arrive_whole_while_a_slow_reader_holds_the_ot
     finally:
         splicer.close()
         server.close()
+
+
+def test_a_full_socket_takes_nothing_and_is_not_an_error():
+    """The child writes to non-blocking sockets: a full one makes send raise, which must mean "nothing taken now"
+    (the bytes wait in the child), not a closed connection."""
+    from rocketraft.protocol.splicer_child import _send
+
+    a, b = socket.socketpair()
+    with a, b:
+        a.setblocking(False)
+        chunk = b"x" * 65536
+        while _send(a, chunk):
+            pass  # until its buffers are full
+        with pytest.raises(BlockingIOError):
+            a.send(chunk)
+        assert _send(a, chunk) == 0
 
 
 def test_bad_first_bytes_are_refused_and_logged_by_the_server(backend, caplog):
