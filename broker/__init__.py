@@ -8,4 +8,10 @@
   reads.py        reading stored messages and queue positions
   batcher.py      group commit; errors.py the one mapping to protocol errors; guards.py disk and LMDB map
   statemachine.py, tables.py    what applying a committed entry does to the broker's LMDB tables
+  attempts.py, expiry.py        apply's parts: idempotent receive attempts; retention's deletions
+  remoting.py     the Remoting door (RocketMQ 4.x clients): conversion only, as service.py
+  clients.py, outboxes.py, checkbacks.py, renewal.py    client sessions and their streams: Telemetry settings,
+                  bounded outboxes, transaction check-backs, push consumers' auto-renewal
+  retention.py    the master's retention timer; auth_service.py, auth_store.py ACL 2.0 users and policies
+  config.py       the typed configuration; metrics.py, traffic.py    Prometheus metrics and what the doors count
 """

@@ -10,8 +10,10 @@ patches pysyncobj), journal (pysyncobj's journal interface over LMDB), store (th
 logformat (the stored layout), groupclock (the group time: a majority of the voters' clocks, carried
 by Raft's heartbeats), peermessages (the shape of every Raft message, checked before it is read), codec
 (a batch of payloads, with its checksum), repair (fetching a verified copy of a corrupt entry from a peer),
-scrub (background verification of the stored log), snapshot (compaction and snapshot transfer), config,
-errors.
+scrub (background verification of the stored log), snapshot (compaction and snapshot transfer), membership
+(members, learners and how they change), identity (whose store this is, and whether its vote can be trusted),
+plainpickle (pickle restricted to plain data, for everything a peer or a store sends), storefile and storecheck
+(a data file checked before it is mapped; the tree check in a child process, _storecheck_child), config, errors.
 """
 
 from . import logformat

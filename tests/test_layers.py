@@ -1,5 +1,6 @@
-"""Layers: library code never imports the tooling, nothing outside dledger/ reaches into dledger's engine, and the
-chaos runs and the audit stay independent of each other.
+"""Layers: the library's ranks (docs/architecture.md, "The map"): each unit imports only units of lower rank;
+library code never imports the tooling, nothing outside dledger/ reaches into dledger's engine, and the chaos runs
+and the audit stay independent of each other.
 
 Every .py file is parsed with `ast` (nothing is imported), so a violation is reported as file:line and module.
 """
@@ -139,6 +140,55 @@ def test_nothing_outside_dledger_imports_pysyncobj_or_a_private_dledger_module()
     assert not violations, "only dledger/ may use pysyncobj and dledger._* modules:\n" + report(violations)
     stale = PENDING - {(imp.path, imp.module) for imp in found}
     assert not stale, f"no longer imported: delete {sorted(stale)} from PENDING in tests/test_layers.py"
+
+
+# The library's units by rank, lowest first (docs/architecture.md, "The map"); a unit may import its own modules
+# and those of lower ranks only: never up, never sideways (broker and namesrv, for instance, share rank 5).
+RANKS = {"dledger": 0, "rocketraft.proto": 1, "rocketraft.parentwatch": 1, "rocketraft.protocol": 2,
+         "rocketraft.remoting": 3, "rocketraft.client": 4, "broker": 5, "namesrv": 5, "rocketraft.dashboard": 5,
+         "rocketraft.cli": 6}
+
+
+def library_unit(module: str) -> str | None:
+    """The rank table's unit of a library module ("broker.writes" -> "broker"; "rocketraft.aio" and the package's
+    own __init__ are the client; rocketraft.cli_* are the command line), None outside the library."""
+    parts = module.split(".")
+    if parts[0] != "rocketraft":
+        return parts[0] if parts[0] in RANKS else None
+    second = parts[1] if len(parts) > 1 else "__init__"
+    if second == "cli" or second.startswith("cli_"):
+        return "rocketraft.cli"
+    if second in ("aio", "__init__"):
+        return "rocketraft.client"
+    unit = f"rocketraft.{second}"
+    return unit if unit in RANKS else None
+
+
+def test_every_library_unit_imports_only_lower_ranks():
+    violations = []
+    for imp in all_imports():
+        if not under(imp, *LIBRARY):
+            continue
+        source = library_unit(imp.path.removesuffix(".py").replace("/", "."))
+        target = library_unit(imp.module)
+        if source and target and source != target and RANKS[target] >= RANKS[source]:
+            violations.append(imp)
+    assert not violations, "an import up or sideways in the rank table:\n" + report(violations)
+
+
+def test_every_library_module_has_a_rank():
+    unranked = sorted({p.relative_to(ROOT).as_posix() for p in python_files() if p.relative_to(ROOT).parts[0] in
+                       LIBRARY and library_unit(".".join(p.relative_to(ROOT).with_suffix("").parts)) is None})
+    assert not unranked, f"modules outside the rank table (add their unit to RANKS and the map): {unranked}"
+
+
+def test_the_rank_check_sees_an_import_from_storage_up_to_a_server(tmp_path):
+    (tmp_path / "dledger").mkdir()
+    source = tmp_path / "dledger" / "engine.py"
+    source.write_text("from broker import writes\nfrom rocketraft.protocol import wire\n")
+    found = [i for i in imports_of(source, tmp_path)
+             if RANKS[library_unit(i.module)] >= RANKS[library_unit(i.path.removesuffix(".py").replace("/", "."))]]
+    assert {library_unit(i.module) for i in found} == {"broker", "rocketraft.protocol"}
 
 
 def test_the_audit_and_the_chaos_runs_do_not_import_each_other():
