@@ -165,6 +165,8 @@ class Loop:
                 self._connected(conn)
             elif event & GONE:  # a side went away while the loopback side connects or the server records the caller
                 self._close(conn)
+        except (BlockingIOError, InterruptedError):
+            pass  # nothing to read or write after all (an event for a descriptor reused in the same batch)
         except OSError:
             self._close(conn)  # the caller or the loopback side went away: both are closed
 

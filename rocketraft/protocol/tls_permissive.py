@@ -161,6 +161,8 @@ class Splicer:
         finally:
             theirs.close()
         self._control = ours
+        if self._closing.is_set():  # close() came while this child started: it found no control socket to shut
+            ours.shutdown(socket.SHUT_RDWR)
         try:
             reader = ours.makefile("rb")
             first = reader.readline()
