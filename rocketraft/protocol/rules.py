@@ -181,8 +181,8 @@ def check_user_properties(properties: dict[str, str], bytes_max: int = limits.PR
                                   Code.ILLEGAL_MESSAGE_PROPERTY_KEY)
         if key in limits.RESERVED_PROPERTIES:
             if not reserved_ok:
-                raise BadRequestError(f"property {key!r} is reserved; use delay_level, delivery_timestamp or a queue "
-                                      "selector instead",
+                raise BadRequestError(f"property {key!r} is reserved; use delay_level, deliver_at_ms (v2's "
+                                      "delivery_timestamp) or a queue selector instead",
                                       Code.ILLEGAL_MESSAGE_PROPERTY_KEY)
             continue
         size += utf8_bytes(key) + utf8_bytes(value)

@@ -96,6 +96,8 @@ def test_a_message_group_always_lands_in_one_queue_and_a_custom_selector_is_obey
     (dict(topic="t", body=b""), BadRequestError, "empty"),
     (dict(topic="t", body=b"x" * (4 * 1024 * 1024 + 1)), BodyTooLargeError, "4194304"),
     (dict(topic="t", body=b"x", properties={"QUEUE_ID": "1"}), BadRequestError, "reserved"),
+    (dict(topic="t", body=b"x", properties={"TIMER_DELAY_SEC": "5"}), BadRequestError,
+     "'TIMER_DELAY_SEC' is reserved; use delay_level, deliver_at_ms"),
     (dict(topic="t", body=b"x", delay_level=19), BadRequestError, "1..18"),
     (dict(topic="t", body=b"x", message_group="g", delay_level=2), BadRequestError, "FIFO"),
 ])
