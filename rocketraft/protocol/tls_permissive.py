@@ -145,7 +145,10 @@ class Splicer:
                 self._run_child(ready)
             except Exception:  # noqa: BLE001 - the supervisor must outlive any one child
                 log.exception("permissive TLS on %s: the splicer process failed", self.listen)
-            if self._closing.is_set() or not ready.is_set():
+            if not ready.is_set():  # the first child never served: start() reports it (no _child) at once
+                ready.set()
+                return
+            if self._closing.is_set():
                 return
             self._closing.wait(max(0.0, RESTART_INTERVAL_S - (time.monotonic() - started)))
 
@@ -166,9 +169,9 @@ class Splicer:
         try:
             reader = ours.makefile("rb")
             first = reader.readline()
-            if first != b"R\n":
-                log.error("permissive TLS on %s: the splicer process exited before it served (exit code %s)",
-                          self.listen, child.wait(STOP_TIMEOUT_S))
+            if first != b"R\n":  # its own error, if it wrote one, is on this server's standard error
+                log.error("permissive TLS on %s: the splicer process ended before it served (%s)", self.listen,
+                          "still running: stopped" if child.poll() is None else f"exit code {child.returncode}")
                 return
             self._child = child
             ready.set()
@@ -196,7 +199,7 @@ class Splicer:
             inner = f"ipv4:127.0.0.1:{port}"
             _real_peers[inner] = caller
             self._mine.add(inner)
-            with self._send_lock:
+            with self._send_lock, contextlib.suppress(OSError):  # a child gone meanwhile: its end of file follows
                 self._control.sendall(f"A {port}\n".encode())
         elif word == "U":
             inner = f"ipv4:127.0.0.1:{rest}"

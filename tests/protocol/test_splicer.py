@@ -168,6 +168,16 @@ def test_a_splicer_process_that_dies_is_started_again_on_the_same_port(backend, 
     assert wait_for(lambda: _gone(splicer._child.pid))
 
 
+def test_a_splicer_process_that_cannot_start_fails_the_start_at_once_and_says_so(backend, caplog, monkeypatch):
+    monkeypatch.setattr(tls_permissive, "CHILD_SCRIPT", "/nonexistent/splicer_child.py")
+    splicer = Splicer("127.0.0.1:0", tls_port=backend.port, plain_port=backend.port)
+    began = time.monotonic()
+    with caplog.at_level("ERROR", logger=tls_permissive.__name__):
+        assert splicer.start() == 0
+    assert time.monotonic() - began < tls_permissive.CHILD_START_TIMEOUT_S / 2
+    assert any("the splicer process ended before it served (exit code 2)" in r.getMessage() for r in caplog.records)
+
+
 def test_the_splicer_process_ends_with_the_server_that_started_it(backend, tmp_path):
     server = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
