@@ -36,17 +36,20 @@ TOKEN_COUNTER_BYTES = 4  # of a recall token: the message's place in its request
 RELATIVE_DELAY_DIGITS_MAX = 15  # a TIMER_DELAY_SEC/MS value longer than this is out of every range
 
 
-def _relative_delay_ms(user, delay_ms_max: int) -> int | None:
-    """The delay RocketMQ 5's relative timer properties ask for (removed from the message), or None: TIMER_DELAY_SEC
-    (decimal seconds) if set, else TIMER_DELAY_MS (decimal milliseconds), each at most timerMaxDelayMillis."""
+def _pop_relative_timer(user) -> tuple[str, str, int] | None:
+    """RocketMQ 5's relative timer properties, removed from the message: (name, value, unit in ms) of the one that
+    counts, TIMER_DELAY_SEC if set, else TIMER_DELAY_MS; None if neither is set."""
     found = None
     for name, unit_ms in ((TIMER_DELAY_MS_PROPERTY, 1), (TIMER_DELAY_SEC_PROPERTY, 1000)):  # SEC read last: it wins
         if name in user:
             found = (name, user[name], unit_ms)
             del user[name]
-    if found is None:
-        return None
-    name, value, unit_ms = found
+    return found
+
+
+def _relative_delay_ms(timer: tuple[str, str, int], delay_ms_max: int) -> int:
+    """The delay a relative timer asks for: decimal digits, at most timerMaxDelayMillis."""
+    name, value, unit_ms = timer
     unit = "seconds" if unit_ms == 1000 else "milliseconds"
     if not (value.isascii() and value.isdigit() and len(value) <= RELATIVE_DELAY_DIGITS_MAX):
         raise BadRequestError(f"{name} {value[:40]!r} is not a whole number of {unit}; give the delay in decimal "
@@ -200,8 +203,8 @@ class Writes:
         if not user:
             return message.system_properties.delivery_timestamp.ToMilliseconds() if kind == validation.DELAY else 0
         level = user.get(DELAY_LEVEL_PROPERTY)
-        relative_ms = _relative_delay_ms(user, self.config.timerMaxDelayMillis)
-        if level is None and relative_ms is None:
+        timer = _pop_relative_timer(user)  # (dropped unread when a delay level wins, as RocketMQ's broker does)
+        if level is None and timer is None:
             return message.system_properties.delivery_timestamp.ToMilliseconds() if kind == validation.DELAY else 0
         props = message.system_properties
         if kind not in (validation.DELAY, validation.NORMAL):  # (kind: the type given, or the one validation inferred)
@@ -209,8 +212,10 @@ class Writes:
             raise RocketraftError(f"{what} can only be set on a NORMAL or DELAY message",
                                   Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)
         if level is not None:
-            relative_ms = self.config.delay_levels_ms[validation.delay_level(level, self.config) - 1]
-        props.delivery_timestamp.FromMilliseconds(now + relative_ms)
+            delay_ms = self.config.delay_levels_ms[validation.delay_level(level, self.config) - 1]
+        else:
+            delay_ms = _relative_delay_ms(timer, self.config.timerMaxDelayMillis)
+        props.delivery_timestamp.FromMilliseconds(now + delay_ms)
         props.message_type = validation.DELAY
         return props.delivery_timestamp.ToMilliseconds()
 

@@ -236,6 +236,7 @@ def test_pull_members_get_disjoint_contiguous_shares_and_a_survivor_gets_every_q
     ({"TIMER_DELAY_SEC": "7"}, 7000),
     ({"TIMER_DELAY_SEC": "2", "TIMER_DELAY_MS": "900"}, 2000),  # seconds win, as RocketMQ's broker reads them
     ({"DELAY": "1", "TIMER_DELAY_SEC": "60"}, 1000),  # a delay level wins over a timer (level 1 = 1 s)
+    ({"DELAY": "1", "TIMER_DELAY_SEC": "soon"}, 1000),  # ... which is then dropped unread
 ])
 def test_a_relative_timer_is_delivered_its_delay_after_the_groups_time_at_the_send(cluster, properties, delay_ms):
     cluster.create_topic("relative-timer")
