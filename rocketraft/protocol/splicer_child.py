@@ -34,7 +34,8 @@ IN, OUT, GONE = select.EPOLLIN, select.EPOLLOUT, select.EPOLLHUP | select.EPOLLE
 ACCEPT_RETRY_PAUSE_S = 0.05  # after a failed accept (no file descriptor left): the listener stays readable
 ACCEPT_FAILURE_LOG_INTERVAL_S = 10.0
 
-FIRST, CONNECTING, AWAITING_PEER, SPLICING = range(4)
+FIRST, CONNECTING, AWAITING_PEER, SPLICING = range(4)  # a connection's states
+UNREGISTERED, CLOSED = -1, -2  # a side's mask when it is not in the epoll set
 
 
 def grpc_peer(address) -> str:
@@ -50,7 +51,7 @@ class Side:
         self.sock, self.conn, self.other = sock, conn, None
         self.out = b""
         self.reading = False
-        self.mask = -1  # not registered yet
+        self.mask = UNREGISTERED  # else the epoll mask it is registered with
 
 
 class Conn:
@@ -269,13 +270,13 @@ class Loop:
             conn.tls_reply_pending = False
             self._failed_tls(conn)
         for side in (conn.caller, conn.up):
-            if side is not None and side.mask != -2:
+            if side is not None and side.mask != CLOSED:
                 fd = side.sock.fileno()
-                if side.mask >= 0:
+                if side.mask != UNREGISTERED:
                     self.epoll.unregister(fd)
                 self.sides.pop(fd, None)
                 side.sock.close()
-                side.mask = -2  # closed
+                side.mask = CLOSED
         if conn.port:
             self.waiting_peer.pop(conn.port, None)
             self.tell("U", conn.port)
@@ -288,7 +289,7 @@ class Loop:
         self.epoll.register(side.sock.fileno(), side.mask)
 
     def _update(self, side: Side) -> None:
-        if side.mask < 0:
+        if side.mask in (UNREGISTERED, CLOSED):
             return
         mask = (IN if side.reading else 0) | (OUT if side.out else 0)
         if mask != side.mask:

@@ -90,7 +90,6 @@ class Splicer:
         self._sock: socket.socket | None = None
         self._child: subprocess.Popen | None = None
         self._control: socket.socket | None = None
-        self._send_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
         self._bad = BadHandshakeLog()
@@ -170,8 +169,11 @@ class Splicer:
             reader = ours.makefile("rb")
             first = reader.readline()
             if first != b"R\n":  # its own error, if it wrote one, is on this server's standard error
-                log.error("permissive TLS on %s: the splicer process ended before it served (%s)", self.listen,
-                          "still running: stopped" if child.poll() is None else f"exit code {child.returncode}")
+                try:  # (its end of file can come before it can be reaped)
+                    how = f"exit code {child.wait(STOP_TIMEOUT_S)}"
+                except subprocess.TimeoutExpired:
+                    how = f"still running {STOP_TIMEOUT_S:g} s after its control socket closed: killed"
+                log.error("permissive TLS on %s: the splicer process ended before it served (%s)", self.listen, how)
                 return
             self._child = child
             ready.set()
@@ -199,7 +201,7 @@ class Splicer:
             inner = f"ipv4:127.0.0.1:{port}"
             _real_peers[inner] = caller
             self._mine.add(inner)
-            with self._send_lock, contextlib.suppress(OSError):  # a child gone meanwhile: its end of file follows
+            with contextlib.suppress(OSError):  # (this thread alone writes to the child) a child gone: its EOF follows
                 self._control.sendall(f"A {port}\n".encode())
         elif word == "U":
             inner = f"ipv4:127.0.0.1:{rest}"
