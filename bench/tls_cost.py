@@ -14,14 +14,15 @@ SimpleConsumer.receive calls of one ready message each, the ReceiveMessage round
     enforcing-tls     tlsMode enforcing, TLS client: TLS alone (grpc's own, no splice)
 The order of the clusters alternates between rounds so a machine that slows down during the run favours no side.
 
+Every side but raft-no-password has the same dLegerPassword. Printed: each run's msgs/s and p50/p99 send latency,
+and the medians of each side against disabled. A publish in which sends failed is printed with its failures and
+left out of its side's msgs/s median (a rate of refusals is no figure); its cluster's directory is kept for the logs.
+
     python -m bench tls --splice-ab 40   (the splice alone: one permissive cluster, the same moment)
 
 sends one 1-message SendMessage at a time (raw gRPC, plaintext) to the master through its public port (the splice)
 and straight to the gRPC server's plaintext loopback port behind it, alternating blocks of 50 sends (40 blocks
 each), and prints both p50s and their difference: what the splice adds, free of the drift between clusters.
-Every side but raft-no-password has the same dLegerPassword. Printed: each run's msgs/s and p50/p99 send latency,
-and the medians of each side against disabled. A publish in which sends failed is printed with its failures and
-left out of its side's msgs/s median (a rate of refusals is no figure); its cluster's directory is kept for the logs.
 """
 
 from __future__ import annotations
@@ -30,14 +31,19 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import statistics
 import sys
 import time
+import uuid
 from datetime import date
+
+import grpc
 
 from devkit.devcluster import DevCluster
 from rocketraft.client.config import ClientConfig
 from rocketraft.protocol import tls
+from rocketraft.protocol.wire import Code, pb, svc, svc_grpc
 
 from . import client as cb
 from .workdir import keep, scratch_dir
@@ -82,13 +88,6 @@ def one_cluster(base: str, name: str, args) -> list[dict]:
 
 def splice_ab(base: str, blocks: int, per_block: int = 50) -> dict:
     """The splice's own cost (see the module's docstring): p50 of each path and the difference, in ms."""
-    import re
-    import uuid
-
-    import grpc
-
-    from rocketraft.protocol.wire import pb, svc, svc_grpc
-
     cluster = DevCluster(base, log_level="INFO", metrics=False, tls_mode="permissive",
                          broker_settings={"dLegerPassword": RAFT_PASSWORD})
     cluster.start()
@@ -109,7 +108,7 @@ def splice_ab(base: str, blocks: int, per_block: int = 50) -> dict:
                 message_id=uuid.uuid4().hex, body_encoding=pb.Encoding.IDENTITY))
             began = time.perf_counter()
             response = stub.SendMessage(svc.SendMessageRequest(messages=[message]), timeout=10)
-            if response.status.code != 20000:
+            if response.status.code != Code.OK:
                 raise RuntimeError(f"a send failed: {response.status}")
             return (time.perf_counter() - began) * 1000
 

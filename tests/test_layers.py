@@ -149,6 +149,11 @@ RANKS = {"dledger": 0, "rocketraft.proto": 1, "rocketraft.parentwatch": 1, "rock
          "rocketraft.cli": 6}
 
 
+def module_of(path: str) -> str:
+    """The module a repository-relative .py path holds ("broker/writes.py" -> "broker.writes")."""
+    return path.removesuffix(".py").replace("/", ".")
+
+
 def library_unit(module: str) -> str | None:
     """The rank table's unit of a library module ("broker.writes" -> "broker"; "rocketraft.aio" and the package's
     own __init__ are the client; rocketraft.cli_* are the command line), None outside the library."""
@@ -169,7 +174,7 @@ def test_every_library_unit_imports_only_lower_ranks():
     for imp in all_imports():
         if not under(imp, *LIBRARY):
             continue
-        source = library_unit(imp.path.removesuffix(".py").replace("/", "."))
+        source = library_unit(module_of(imp.path))
         target = library_unit(imp.module)
         if source and target and source != target and RANKS[target] >= RANKS[source]:
             violations.append(imp)
@@ -178,7 +183,7 @@ def test_every_library_unit_imports_only_lower_ranks():
 
 def test_every_library_module_has_a_rank():
     unranked = sorted({p.relative_to(ROOT).as_posix() for p in python_files() if p.relative_to(ROOT).parts[0] in
-                       LIBRARY and library_unit(".".join(p.relative_to(ROOT).with_suffix("").parts)) is None})
+                       LIBRARY and library_unit(module_of(p.relative_to(ROOT).as_posix())) is None})
     assert not unranked, f"modules outside the rank table (add their unit to RANKS and the map): {unranked}"
 
 
@@ -187,7 +192,7 @@ def test_the_rank_check_sees_an_import_from_storage_up_to_a_server(tmp_path):
     source = tmp_path / "dledger" / "engine.py"
     source.write_text("from broker import writes\nfrom rocketraft.protocol import wire\n")
     found = [i for i in imports_of(source, tmp_path)
-             if RANKS[library_unit(i.module)] >= RANKS[library_unit(i.path.removesuffix(".py").replace("/", "."))]]
+             if RANKS[library_unit(i.module)] >= RANKS[library_unit(module_of(i.path))]]
     assert {library_unit(i.module) for i in found} == {"broker", "rocketraft.protocol"}
 
 
