@@ -14,10 +14,10 @@ import time
 from dataclasses import dataclass, field
 
 from rocketraft.protocol.auth_acl import AuthorizationError
-from rocketraft.protocol.auth_guard import caller_name
 from rocketraft.protocol.errors import RocketraftError
-from rocketraft.protocol.refusals import RefusalLog
 from rocketraft.protocol.wire import Code, pb
+from serverkit.auth_guard import caller_name
+from serverkit.refusals import RefusalLog
 
 from .outboxes import Budget, Outbox
 

@@ -17,8 +17,9 @@ import tomllib
 from dataclasses import dataclass, field, fields
 
 import dledger
-from rocketraft.protocol import auth_acl, auth_guard, auth_internal, limits, tls
+from rocketraft.protocol import auth_acl, auth_internal, limits, tls
 from rocketraft.protocol.limits import DELAY_LEVELS
+from serverkit import auth_guard
 
 STORE_MAP_SIZE_BYTES_MIN = 16 * 1024 * 1024
 ENTRY_OVERHEAD_BYTES = 64 * 1024  # a send command's fields around the message, and the batch header

@@ -15,8 +15,8 @@ from __future__ import annotations
 import time
 
 import dledger
-from rocketraft.protocol import metrics as m
 from rocketraft.protocol.wire import Code, pb
+from serverkit import metrics as m
 
 from .clients import ClientRegistry
 from .config import BrokerConfig

@@ -15,7 +15,6 @@ import zlib
 from dataclasses import dataclass
 
 from rocketraft.protocol.auth_acl import pub
-from rocketraft.protocol.auth_guard import caller_name
 from rocketraft.protocol.errors import BadRequestError, OffsetMovedError, RocketraftError, TopicNotFoundError
 from rocketraft.protocol.limits import (
     DELAY_LEVEL_COUNT,
@@ -31,10 +30,11 @@ from rocketraft.protocol.routing import MASTER_BROKER_ID, PERM_READ_WRITE
 from rocketraft.protocol.tls import TLS_OFF, ServerTls
 from rocketraft.protocol.wire import as_delivered, ipb, pb, svc
 from rocketraft.remoting import records
-from rocketraft.remoting.acl import RemotingGuard, topic_sub
 from rocketraft.remoting.codes import SERVER_VERSION, RemotingError, Request, Response
 from rocketraft.remoting.frame import Command
-from rocketraft.remoting.server import Connection, RemotingServer
+from serverkit.auth_guard import caller_name
+from serverkit.remoting_acl import RemotingGuard, topic_sub
+from serverkit.remoting_server import Connection, RemotingServer
 
 from . import reads, validation
 from . import tables as t
@@ -86,7 +86,7 @@ class BrokerRemoting:
                  clients: ClientRegistry, queries: Queries, guard: RemotingGuard | None = None,
                  server_tls: ServerTls = TLS_OFF):
         self.config = config
-        self.guard = guard  # ACL 2.0 on: every request signed and allowed (rocketraft/remoting/acl.py)
+        self.guard = guard  # ACL 2.0 on: every request signed and allowed (serverkit/remoting_acl.py)
         self.server_tls = server_tls
         self.queries = queries
         self.topics, self.writes, self.consume, self.clients = topics, writes, consume, clients

@@ -20,18 +20,12 @@ import time
 import grpc
 
 from dledger import DledgerError
-from rocketraft import parentwatch
 from rocketraft.proto import auth_pb2 as apb
 from rocketraft.protocol import auth_internal, tls
-from rocketraft.protocol.auth_audience import Audiences
-from rocketraft.protocol.auth_guard import Guard, admin_paths, guarded, guarded_admin
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.limits import TELEMETRY_PENDING_MAX
-from rocketraft.protocol.metrics import MetricsServer
-from rocketraft.protocol.namespaced import namespaced
 from rocketraft.protocol.routing import LANGUAGE_HEADER
 from rocketraft.protocol.rules import stored_digest_as_md5
-from rocketraft.protocol.serving import add_service, new_server
 from rocketraft.protocol.wire import (
     GRPC_OPTIONS,
     TRANSACTION_CHECK_TIMES_PROPERTY,
@@ -44,8 +38,14 @@ from rocketraft.protocol.wire import (
     svc,
     svc_grpc,
 )
-from rocketraft.remoting.acl import RemotingGuard
 from rocketraft.remoting.records import PRODUCER_GROUP as PRODUCER_GROUP_PROPERTY
+from serverkit import auth_verify, parentwatch
+from serverkit.auth_audience import Audiences
+from serverkit.auth_guard import Guard, admin_paths, guarded, guarded_admin
+from serverkit.metrics import MetricsServer
+from serverkit.namespaced import namespaced
+from serverkit.remoting_acl import RemotingGuard
+from serverkit.serving import add_service, new_server
 
 from . import config as config_mod
 from . import metrics
@@ -244,7 +244,7 @@ class BrokerServer:
         admin_descriptor = ipb.DESCRIPTOR.services_by_name["BrokerAdmin"]
         audiences = Audiences(listening=[cfg.listenAddress], addresses=[
             cfg.advertised, cfg.internalAddress, *cfg.cluster_auth_audiences])
-        interceptors = auth_internal.server_interceptors(
+        interceptors = auth_verify.server_interceptors(
             cfg.cluster_secret, cfg.clusterAuthWindowMillis, who=f"broker {cfg.brokerName}/{cfg.dLegerSelfId}",
             user_methods=admin_paths(admin_descriptor) if guard is not None else frozenset(), audiences=audiences,
             legacy_proofs=cfg.clusterAuthLegacyProofs)

@@ -14,7 +14,6 @@ import time
 from collections.abc import Awaitable, Callable
 
 from rocketraft.protocol.auth_acl import peer_ip
-from rocketraft.protocol.auth_guard import caller_name
 from rocketraft.protocol.errors import OffsetMovedError, RocketraftError, UnsupportedError
 from rocketraft.protocol.limits import (
     PRODUCER_BACKOFF_INITIAL_MS,
@@ -33,9 +32,10 @@ from rocketraft.protocol.routing import (
     readable_master_queues,
 )
 from rocketraft.protocol.rules import recall_answer
-from rocketraft.protocol.serving import Undecodable, client_peer
 from rocketraft.protocol.wire import Code, cpb, cpb_grpc, ipb, ipb_grpc, pb, svc, svc_grpc
 from rocketraft.protocol.wire import ok as ok_status
+from serverkit.auth_guard import caller_name
+from serverkit.serving import Undecodable, client_peer
 
 from . import checkbacks, validation
 from .clients import ClientRegistry

@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 
 from rocketraft.proto import store_pb2 as spb
-from rocketraft.protocol.configs import check_group_config, check_topic_config
 from rocketraft.protocol.errors import BadRequestError, TopicNotFoundError
 from rocketraft.protocol.routing import PERM_READ_WRITE
 from rocketraft.protocol.wire import ipb
+from serverkit.configs import check_group_config, check_topic_config
 
 from . import tables as t
 from . import validation

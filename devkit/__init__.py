@@ -1,7 +1,7 @@
 """Development and test tooling: local clusters of real processes, the `rocketraft dev` / `rocketraft demo`
 commands, fault helpers and the chaos-history file format. Used by tests/, bench/, jepsen_tests/ and audit/.
 
-Library code (dledger/, broker/, namesrv/, rocketraft/) never imports this package; only rocketraft/cli.py does,
+Library code (dledger/, broker/, namesrv/, rocketraft/) never imports this package; only cli/main.py does,
 inside the subcommands that run it (tests/test_layers.py checks both).
 
     devcluster   DevCluster: NameServers + one broker group of real processes (`python -m namesrv` / `broker`)

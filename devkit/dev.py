@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def start_dashboard(cluster: DevCluster, port: int, allow_changes: bool) -> tuple[Proc | None, str]:
     """The dashboard as a process of its own (it stops with us, even on SIGKILL: parentwatch); its URL, or why
     it did not start (dev goes on without it)."""
-    args = [sys.executable, "-m", "rocketraft.dashboard", "--namesrv", ";".join(cluster.namesrv_addresses),
+    args = [sys.executable, "-m", "dashboard", "--namesrv", ";".join(cluster.namesrv_addresses),
             "--listen", f"127.0.0.1:{port}"] + (["--allow-changes"] if allow_changes else [])
     proc = Proc("dashboard", args, os.path.join(cluster.base_dir, "dashboard.log"))
     try:

@@ -32,10 +32,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from broker import config as broker_config
-from rocketraft import parentwatch
 from rocketraft.protocol import auth_internal, tls
 from rocketraft.protocol.routing import MASTER_BROKER_ID
 from rocketraft.protocol.wire import GRPC_OPTIONS, Code, ipb, ipb_grpc, pb, svc, svc_grpc
+from serverkit import parentwatch
 
 from . import certs as dev_certs
 from .clockshift import ClockShift

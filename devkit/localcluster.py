@@ -5,7 +5,7 @@ devkit/workerslot.py) so a firewall rule can isolate one of them; all replicas u
 control) on their own address.
 
 Replicas run in sessions of their own (a terminal's Ctrl-C reaches only the parent, which stops them) and watch
-their parent (rocketraft/parentwatch.py): when the process that started them dies, even by SIGKILL, they stop
+their parent (serverkit/parentwatch.py): when the process that started them dies, even by SIGKILL, they stop
 instead of holding their ports and stores.
 """
 
@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from dledger import FlushPolicy, ReplicaConfig
-from rocketraft import parentwatch
+from serverkit import parentwatch
 
 from .control import KEY_ENV, ControlClient, new_key
 from .logtail import log_tail

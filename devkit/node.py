@@ -2,7 +2,7 @@
 
 The JSON file holds ReplicaConfig fields. Used by the demo, the tests and the benchmarks; the broker
 embeds dledger instead. Stops cleanly on SIGTERM/SIGINT, the control op `shutdown`, or when the process named by
-ROCKETRAFT_PARENT_PID (LocalCluster's) is gone (rocketraft/parentwatch.py).
+ROCKETRAFT_PARENT_PID (LocalCluster's) is gone (serverkit/parentwatch.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 import threading
 
 from dledger import FlushPolicy, Replica, ReplicaConfig
-from rocketraft import parentwatch
+from serverkit import parentwatch
 
 from .control import ControlServer, control_key
 from .counting import CountingStateMachine

@@ -49,7 +49,7 @@ PARENT_CHECK_INTERVAL_S = 0.5
 
 def exit_when_orphaned(parent_pid: int) -> None:
     """The check reads the whole store (about a minute for 20 GB): a replica killed meanwhile must not leave it
-    reading on, orphaned, beside the replica's restart (and its own check). rocketraft.parentwatch's loop, kept here:
+    reading on, orphaned, beside the replica's restart (and its own check). serverkit.parentwatch's loop, kept here:
     dledger does not import rocketraft, and this child starts at every store open (asyncio alone costs it 45 ms)."""
     def watch() -> None:
         while os.getppid() == parent_pid:

@@ -13,8 +13,8 @@ import concurrent.futures
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rocketraft.protocol import metrics as m
 from rocketraft.protocol.wire import ipb
+from serverkit import metrics as m
 
 from .registry import ROLE_MASTER, RouteRegistry
 

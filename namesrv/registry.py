@@ -23,11 +23,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from rocketraft.protocol.configs import check_topic_config
 from rocketraft.protocol.errors import BadRequestError, TopicNotFoundError
 from rocketraft.protocol.limits import HEARTBEAT_TIMEOUT_MS_MAX, QUEUE_NUMS_MAX, QUEUES_PER_TOPIC_DEFAULT
 from rocketraft.protocol.routing import MASTER_BROKER_ID, PERM_READ, PERM_WRITE, permission_of
 from rocketraft.protocol.wire import ALL_MESSAGE_TYPES, endpoints, ipb, pb, split_address
+from serverkit.configs import check_topic_config
 
 from .auth_registry import check_identity
 
@@ -220,7 +220,7 @@ class RouteRegistry:
     def route(self, topic: str, now_ms: int | None = None, scheme_in_host: bool = False,
               list_only: bool = False) -> list[pb.MessageQueue]:
         """Every queue of topic (its stored name: a namespaced topic's is <namespace>%<name>, which the v2 door,
-        rocketraft.protocol.namespaced, gives the client back as name and namespace) on every group that has it:
+        serverkit.namespaced, gives the client back as name and namespace) on every group that has it:
         master (brokerId 0) first, then every replica's READ entry by brokerId (followers, and the master under its
         own follower_broker_id).
 

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 
 from rocketraft.protocol.errors import TopicNotFoundError
 from rocketraft.protocol.tls import TLS_OFF, ServerTls
-from rocketraft.remoting.acl import RemotingGuard
 from rocketraft.remoting.codes import RemotingError, Request, Response
 from rocketraft.remoting.frame import Command
-from rocketraft.remoting.server import Connection, RemotingServer
+from serverkit.remoting_acl import RemotingGuard
+from serverkit.remoting_server import Connection, RemotingServer
 
 if TYPE_CHECKING:
     from .server import NameServer

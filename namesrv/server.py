@@ -20,12 +20,8 @@ from dataclasses import dataclass
 
 import grpc
 
-from rocketraft import parentwatch
 from rocketraft.protocol import auth_internal, tls
 from rocketraft.protocol.auth_acl import AUTH_WINDOW_MS_DEFAULT
-from rocketraft.protocol.auth_audience import Audiences
-from rocketraft.protocol.auth_guard import Guard, GuardConfig, admin_paths, check_config, guarded, guarded_admin
-from rocketraft.protocol.configs import check_group_config, check_topic_config
 from rocketraft.protocol.errors import (
     BadRequestError,
     OutcomeUnknownError,
@@ -34,10 +30,7 @@ from rocketraft.protocol.errors import (
     to_status,
 )
 from rocketraft.protocol.names import check_topic_name
-from rocketraft.protocol.namespaced import namespaced
-from rocketraft.protocol.refusals import RefusalLog
 from rocketraft.protocol.routing import PERM_READ_WRITE, language_of, needs_scheme_in_host, wants_list_only
-from rocketraft.protocol.serving import add_service, new_server
 from rocketraft.protocol.wire import (
     ALL_MESSAGE_TYPES,
     GRPC_OPTIONS,
@@ -52,7 +45,14 @@ from rocketraft.protocol.wire import (
     svc,
     svc_grpc,
 )
-from rocketraft.remoting.acl import RemotingGuard
+from serverkit import auth_verify, parentwatch
+from serverkit.auth_audience import Audiences
+from serverkit.auth_guard import Guard, GuardConfig, admin_paths, check_config, guarded, guarded_admin
+from serverkit.configs import check_group_config, check_topic_config
+from serverkit.namespaced import namespaced
+from serverkit.refusals import RefusalLog
+from serverkit.remoting_acl import RemotingGuard
+from serverkit.serving import add_service, new_server
 
 from . import metrics
 from .auth_lookup import CACHE_MS_DEFAULT, SubjectLookup
@@ -150,7 +150,7 @@ class NameServer:
         internal = ipb.DESCRIPTOR.services_by_name["NameServer"]
         guard = Guard(self.guard_config, SubjectLookup(self.registry, self.channel, self.clock_ms, self.auth_cache_ms)
                       ) if self.guard_config.on else None
-        server = new_server(interceptors=auth_internal.server_interceptors(  # the bounds every server has
+        server = new_server(interceptors=auth_verify.server_interceptors(  # the bounds every server has
             self.cluster_secret, self.cluster_auth_window_ms, who=f"NameServer {self.listen}",
             user_methods=admin_paths(internal) if guard is not None else frozenset(), audiences=self.audiences,
             legacy_proofs=self.cluster_auth_legacy_proofs))

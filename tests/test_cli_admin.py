@@ -8,9 +8,9 @@ import time
 
 import pytest
 
+from cli import main as cli
+from cli.admin import CLUSTER_VERBS, VERBS
 from devkit.devcluster import DevCluster
-from rocketraft import cli
-from rocketraft.cli_admin import CLUSTER_VERBS, VERBS
 
 
 @pytest.fixture(scope="module")

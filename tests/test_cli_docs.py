@@ -9,7 +9,9 @@ import re
 
 import pytest
 
-from rocketraft import cli_admin, cli_auth, cli_client
+from cli import admin as cli_admin
+from cli import auth as cli_auth
+from cli import messaging as cli_client
 
 DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "client.md"
 COMMANDS = {"send": cli_client.add_send_arguments, "recall": cli_client.add_recall_arguments,

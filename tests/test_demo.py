@@ -8,7 +8,7 @@ import sys
 def test_demo_runs_a_group_appends_survives_a_leader_kill_and_stops_cleanly(tmp_path):
     data_dir = tmp_path / "demo"
     proc = subprocess.run(
-        [sys.executable, "-m", "rocketraft.cli", "demo", "--fresh", "--data-dir", str(data_dir),
+        [sys.executable, "-m", "cli", "demo", "--fresh", "--data-dir", str(data_dir),
          "--seconds", "6", "--kill-leader-every", "3", "--rate", "50"],
         capture_output=True, text=True, timeout=120)
     out = proc.stdout

@@ -13,7 +13,7 @@ from tests.remoting.rclient import call
 def test_dev_cluster_serves_fails_over_and_stops_cleanly(tmp_path):
     (namesrv_port, broker_port), dashboard_port = free_dev_ports(), free_port()
     out = subprocess.run(
-        [sys.executable, "-m", "rocketraft.cli", "dev", "--fresh", "--data-dir", str(tmp_path / "dev"),
+        [sys.executable, "-m", "cli", "dev", "--fresh", "--data-dir", str(tmp_path / "dev"),
          "--namesrv-port", str(namesrv_port), "--broker-port", str(broker_port), "--seconds", "9",
          "--kill-master-every", "4", "--no-view", "--dashboard-port", str(dashboard_port)],
         capture_output=True, text=True, timeout=90)
@@ -33,7 +33,7 @@ def test_sigterm_stops_every_process_of_the_dev_cluster(tmp_path):
     import time
 
     namesrv_port, broker_port = free_dev_ports()
-    dev = subprocess.Popen([sys.executable, "-m", "rocketraft.cli", "dev", "--fresh", "--data-dir", str(tmp_path / "d"),
+    dev = subprocess.Popen([sys.executable, "-m", "cli", "dev", "--fresh", "--data-dir", str(tmp_path / "d"),
                             "--namesrv-port", str(namesrv_port), "--broker-port", str(broker_port), "--no-view"],
                            stdout=subprocess.PIPE, text=True)
     try:
@@ -64,7 +64,7 @@ def test_dev_names_the_port_in_use_and_the_flag_that_moves_it(tmp_path):
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", broker_port + 1 + 2830))
         squatter.listen()
-        out = subprocess.run([sys.executable, "-m", "rocketraft.cli", "dev", "--fresh", "--data-dir",
+        out = subprocess.run([sys.executable, "-m", "cli", "dev", "--fresh", "--data-dir",
                               str(tmp_path / "d"), "--namesrv-port", str(namesrv_port), "--broker-port",
                               str(broker_port), "--seconds", "1", "--no-view", "--dashboard-port", "0"],
                              capture_output=True, text=True, timeout=60)

@@ -1,7 +1,7 @@
 """docker/docker-compose.yml and docker/Dockerfile: checked without an engine, then run on a real Docker engine.
 
 The first tests need no engine: every service's `command:` is run through the real `rocketraft` CLI
-(rocketraft.cli.main, with the server's `run` replaced by a hook that keeps the parsed arguments), each broker's
+(cli.main.main, with the server's `run` replaced by a hook that keeps the parsed arguments), each broker's
 arguments go through broker.config.from_args, and the resulting settings are checked against the compose file's
 ports, volumes and service names; `config -q` runs with every Compose installed (v2 and v1). The last test starts
 the cluster as docker/README.md says wherever a Docker engine answers (scripts/setup.sh --tests installs and starts
@@ -137,13 +137,13 @@ def is_under(path: str, directory: str) -> bool:
 
 # Runs in a fresh interpreter in the repo root: under pytest, tests/ is on sys.path and its dledger/ and broker/
 # directories (no __init__.py) would shadow the real packages, which broker.server needs whole. The script runs
-# rocketraft.cli.main exactly as the image's ENTRYPOINT would, with the servers' `run` replaced by a hook that
+# cli.main.main exactly as the image's ENTRYPOINT would, with the servers' `run` replaced by a hook that
 # keeps the parsed arguments, and turns each broker's arguments into its BrokerConfig (broker.config.from_args).
 _PARSE_SCRIPT = """
 import contextlib, dataclasses, io, json, logging, sys
 from broker import config as broker_config, server as broker_server
 from namesrv import server as namesrv_server
-from rocketraft import cli
+from cli import main as cli
 
 captured = []
 broker_server.run = namesrv_server.run = lambda args: captured.append(args) or 0
@@ -159,7 +159,7 @@ for name, argv in json.load(sys.stdin).items():
         out[name] = {"error": f"the rocketraft CLI refuses it (exit {e.code}): {err.getvalue().strip()}"}
         continue
     if rc != 0 or len(captured) != 1:
-        out[name] = {"error": "rocketraft.cli.main did not reach broker.server.run / namesrv.server.run; it "
+        out[name] = {"error": "cli.main.main did not reach broker.server.run / namesrv.server.run; it "
                               "dispatches differently now: update _PARSE_SCRIPT in this test"}
         continue
     args = captured[0]
@@ -183,7 +183,7 @@ def parse_with_cli(commands: dict[str, list[str]], secret_file: str) -> dict[str
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROCKETRAFT_")}  # the containers set none
     proc = subprocess.run([sys.executable, "-c", _PARSE_SCRIPT], input=json.dumps(commands), cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, f"parsing the compose commands with rocketraft.cli crashed:\n{proc.stderr}"
+    assert proc.returncode == 0, f"parsing the compose commands with cli.main crashed:\n{proc.stderr}"
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     for name, result in results.items():
         assert "error" not in result, f"service {name}: `rocketraft {shlex.join(commands[name])}`: {result['error']}"
@@ -473,7 +473,7 @@ def test_dockerfile_entrypoint_is_the_rocketraft_console_script():
     assert json.loads(entrypoints[-1]) == ["rocketraft"], f"ENTRYPOINT {entrypoints[-1]}: expected [\"rocketraft\"]"
     with open(ROOT / "pyproject.toml", "rb") as f:
         scripts = tomllib.load(f)["project"].get("scripts", {})
-    assert scripts.get("rocketraft") == "rocketraft.cli:main", f"pyproject's rocketraft script is {scripts}"
+    assert scripts.get("rocketraft") == "cli.main:main", f"pyproject's rocketraft script is {scripts}"
 
 
 def test_dockerfile_copies_exist_and_cover_every_package():

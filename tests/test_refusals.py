@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import logging
 
-from rocketraft.protocol.refusals import RefusalLog
+from serverkit.refusals import RefusalLog
 
 log = logging.getLogger("test-refusals")
 
 
 def test_the_first_refusal_is_logged_at_once_then_one_line_per_interval_with_the_count(caplog, monkeypatch):
     now = [1000.0]
-    monkeypatch.setattr("rocketraft.protocol.refusals.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("serverkit.refusals.time.monotonic", lambda: now[0])
     refusals = RefusalLog("thing", log, interval_s=10)
     with caplog.at_level("WARNING", logger="test-refusals"):
         assert refusals.note("first") is True

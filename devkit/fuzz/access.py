@@ -3,7 +3,7 @@ requests, and who may be answered with success on which call.
 
 The rights each call needs are written here from docs/security.md's tables ("Authorization", "Admin calls as a
 user", "RocketMQ 4.x clients"), not read from the servers' code (rocketraft.protocol.auth_acl.needs_of,
-rocketraft.remoting.acl.needs_of): where the two disagree, the fuzzer reports a defect and one of them is wrong. A
+serverkit.remoting_acl.needs_of): where the two disagree, the fuzzer reports a defect and one of them is wrong. A
 request without valid credentials, or of a user lacking the right, that is answered with success on a guarded call
 is a defect ("answered without authorization"); a refusal is never one.
 """
@@ -25,8 +25,8 @@ from google.protobuf.message_factory import GetMessageClass
 from rocketraft.protocol import auth_acl, auth_internal
 from rocketraft.protocol.limits import RETRY_TOPIC_PREFIX
 from rocketraft.protocol.wire import pb
-from rocketraft.remoting import acl as remoting_acl
 from rocketraft.remoting.codes import Request as R
+from serverkit import remoting_acl
 
 from .templates import Names
 
@@ -147,7 +147,7 @@ class Credentials:
         return options[variant % len(options)]
 
     def remoting_signer(self, kind: str):
-        """ACL 1.0's signature (rocketraft.remoting.acl.sign, as a 4.x client's AclClientRPCHook signs) for one
+        """ACL 1.0's signature (serverkit.remoting_acl.sign, as a 4.x client's AclClientRPCHook signs) for one
         credential kind: header fields and body -> the header fields sent."""
         user = self.user_of(kind)
         if user is not None:
@@ -170,7 +170,7 @@ class Credentials:
 
 
 def signature(ext: dict[str, str], body: bytes, secret: str) -> str:
-    """ACL 1.0's signature (rocketraft.remoting.acl.signature); of values holding a lone surrogate (which a Java
+    """ACL 1.0's signature (serverkit.remoting_acl.signature); of values holding a lone surrogate (which a Java
     client can hold and the fuzzer sends), over their bytes as the fuzzer encodes them."""
     try:
         return remoting_acl.signature(ext, body, secret)

@@ -27,9 +27,9 @@ from rocketraft.client.auth_admin import AuthAdmin
 from rocketraft.client.config import ClientConfig
 from rocketraft.proto import auth_pb2 as apb
 from rocketraft.protocol.wire import GRPC_OPTIONS, cpb, ipb, svc
-from rocketraft.remoting import acl as remoting_acl
 from rocketraft.remoting import records
 from rocketraft.remoting.codes import Request
+from serverkit import remoting_acl
 
 from . import access, frames, templates
 from .access import Credentials, Who
@@ -59,7 +59,7 @@ TRACEBACK_MARKS = ("Traceback (most recent call last)", "Exception calling appli
 TRACEBACK_AT = re.compile(r"(?m)^(?:\d{4}-\d\d-\d\d [\d:,.]+ [A-Z]+ (?:\S+ )*?\S+: )?(?:"
                           + "|".join(re.escape(mark) for mark in TRACEBACK_MARKS) + ")")
 EXAMPLES_KEPT = 3
-# A malformed frame closes its connection with one such line (rocketraft/remoting/server.py), naming the problem
+# A malformed frame closes its connection with one such line (serverkit/remoting_server.py), naming the problem
 REMOTING_CLOSED_AT = re.compile(r"(?m)^.* WARNING .*Remoting connection from \S+ closed: (\S.*)$")
 DOORS = ("grpc", "remoting")
 SETUP_TIMEOUT_S = 30.0

@@ -3,7 +3,7 @@
 A server's `tlsMode`:
     disabled    plaintext only (the default, as in `rocketraft dev`)
     permissive  TLS and plaintext on the same port (RocketMQ 5 proxy's permissive mode): the Java SDK's
-                TLS-by-default and the Python SDK's plaintext both connect (rocketraft/protocol/tls_permissive.py)
+                TLS-by-default and the Python SDK's plaintext both connect (serverkit/tls_permissive.py)
     enforcing   TLS only: grpc's own TLS on the port
 `tlsClientAuth` = none | require: with require every caller of the port (clients too) must present a certificate
 signed by `tlsCaFile`'s CA; it needs enforcing (permissive accepts plaintext callers, who present none).

@@ -1,3 +1,3 @@
-"""RocketMQ's Remoting protocol, spoken by 4.x clients: its frames (frame.py), codes (codes.py), message records
-(records.py) and a server for its ports (server.py). The NameServer's and the broker's doors (namesrv/remoting.py,
-broker/remoting.py) turn its requests into the same jobs the gRPC doors call."""
+"""RocketMQ's Remoting protocol, spoken by 4.x clients: its frames (frame.py), codes (codes.py) and message records
+(records.py). The port that serves it is serverkit/remoting_server.py; the NameServer's and the broker's doors
+(namesrv/remoting.py, broker/remoting.py) turn its requests into the same jobs the gRPC doors call."""

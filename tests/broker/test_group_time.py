@@ -92,7 +92,7 @@ def test_a_replica_three_days_ahead_that_becomes_master_deletes_nothing_and_says
     wait_until(lambda: "this host's wall clock is +259" in log_of(group, ahead), 10, f"{ahead} logging its skew")
     # clusterList shows what the NameServer last heard: the replica's next registration, within its interval
     wait_until(lambda: registered_out_of_bound(group, ahead), 15, f"{ahead}'s registration saying it is out of bound")
-    shown = subprocess.run([sys.executable, "-m", "rocketraft.cli", "admin", "clusterList", "-n",
+    shown = subprocess.run([sys.executable, "-m", "cli", "admin", "clusterList", "-n",
                             group.namesrv_address], capture_output=True, text=True, timeout=60)
     row = next(line for line in shown.stdout.splitlines() if f" {ahead} " in line)  # docs/operations.md, "Clocks"
     assert "OUT OF BOUND +259" in row, shown.stdout

@@ -71,7 +71,7 @@ def test_the_documented_recovery_from_losing_a_majority_of_disks_keeps_every_ack
     said = f"NO MASTER CAN BE ELECTED: only 1 of its 3 voters can vote ({survivor});"
     wait_until(lambda: all(said in _notices(cluster, i) for i in cluster.ids), 30, "every replica to say so")
     assert cluster.master() is None
-    listed = subprocess.run([sys.executable, "-m", "rocketraft.cli", "admin", "clusterList", "-n",
+    listed = subprocess.run([sys.executable, "-m", "cli", "admin", "clusterList", "-n",
                              cluster.namesrv_address], capture_output=True, text=True, timeout=60)
     assert said in listed.stdout, listed.stdout
     assert "It waits for them" in _log(cluster, survivor)

@@ -18,7 +18,7 @@ from rocketraft.protocol.errors import RocketraftError
 
 
 def cli(cluster, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rocketraft.cli", "admin", *args, "-n", cluster.namesrv_address],
+    return subprocess.run([sys.executable, "-m", "cli", "admin", *args, "-n", cluster.namesrv_address],
                           capture_output=True, text=True, timeout=60)
 
 
@@ -115,7 +115,7 @@ def test_the_master_killed_right_after_addReplica_leaves_a_group_that_elects_wit
     with Sends(cluster, "learners") as sends:
         wait_until(lambda: len(sends.acked) > 30, 20, "sends before the add")
         spec = cluster.new_replica("n3", [i for i in cluster.ids if i != "n3"])
-        adding = subprocess.Popen([sys.executable, "-m", "rocketraft.cli", "admin", "addReplica", "--group",
+        adding = subprocess.Popen([sys.executable, "-m", "cli", "admin", "addReplica", "--group",
                                    cluster.group, "--replica", spec, "-n", cluster.namesrv_address],
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         wait_until(lambda: "membership change committed (add n3" in _log(master_log), 20,
@@ -167,7 +167,7 @@ def test_a_master_killed_with_an_uncommitted_removal_rejoins_the_master_of_the_n
             producer.send(rocketraft.Message("stale", f"before-{i}".encode()))
     for follower in (removed, other):
         cluster.brokers[follower].signal(signal.SIGSTOP)
-    removing = subprocess.Popen([sys.executable, "-m", "rocketraft.cli", "admin", "removeReplica", "--group",
+    removing = subprocess.Popen([sys.executable, "-m", "cli", "admin", "removeReplica", "--group",
                                  cluster.group, "--replica", removed, "-n", cluster.namesrv_address],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -326,7 +326,7 @@ def test_admin_calls_and_routes_take_a_namespace(cluster):
 
 
 def test_the_admin_command_line_takes_a_namespace(cluster):
-    run = subprocess.run([sys.executable, "-m", "rocketraft.cli", "admin", "topicList", "-n", cluster.namesrv_address,
+    run = subprocess.run([sys.executable, "-m", "cli", "admin", "topicList", "-n", cluster.namesrv_address,
                           "--namespace", B, "--json"], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stdout + run.stderr
     listed = json.loads(run.stdout)
@@ -335,7 +335,7 @@ def test_the_admin_command_line_takes_a_namespace(cluster):
 
 def test_the_command_line_shows_a_refusal_with_its_brackets_and_needs_no_cluster_to_refuse_a_namespace(capsys):
     """The rule's text ("[a-zA-Z0-9_-]") once lost its brackets to the console's markup."""
-    from rocketraft.cli import main
+    from cli.main import main
 
     assert main(["admin", "topicList", "-n", "127.0.0.1:1", "--namespace", "no spaces"]) == 1
     assert main(["send", "-t", "orders", "--body", "x", "-n", "127.0.0.1:1", "--namespace", "no spaces"]) == 1

@@ -24,7 +24,7 @@ SHUTDOWN_BUDGET_MS = 3000
 
 
 def cli(cluster, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rocketraft.cli", "admin", *args, "-n", cluster.namesrv_address],
+    return subprocess.run([sys.executable, "-m", "cli", "admin", *args, "-n", cluster.namesrv_address],
                           capture_output=True, text=True, timeout=60)
 
 
@@ -54,7 +54,7 @@ def test_transfer_leader_moves_the_master_to_the_named_replica_then_the_best_and
 
 
 def test_transfer_leader_without_a_group_is_a_usage_error():
-    run = subprocess.run([sys.executable, "-m", "rocketraft.cli", "admin", "transferLeader", "-n", "127.0.0.1:9"],
+    run = subprocess.run([sys.executable, "-m", "cli", "admin", "transferLeader", "-n", "127.0.0.1:9"],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and "transferLeader needs --group" in run.stdout, run.stdout
 

@@ -45,7 +45,7 @@ def stored(a, b, topic):
 
 
 def cli(namesrv, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rocketraft.cli", *args, "-n", namesrv], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "cli", *args, "-n", namesrv], capture_output=True,
                           text=True, timeout=60)
 
 

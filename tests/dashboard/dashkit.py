@@ -39,7 +39,7 @@ def start_dashboard(cluster: DevCluster, allow_changes: bool, poll_interval_s: f
     """`rocketraft dashboard` as a real process on a free port; (process, base URL)."""
     port = free_port()
     name = "dashboard-rw" if allow_changes else "dashboard-ro"
-    args = [sys.executable, "-m", "rocketraft.cli", "dashboard", "--namesrv", cluster.namesrv_address,
+    args = [sys.executable, "-m", "cli", "dashboard", "--namesrv", cluster.namesrv_address,
             "--listen", f"127.0.0.1:{port}", "--poll-interval", str(poll_interval_s)]
     proc = Proc(name, args + (["--allow-changes"] if allow_changes else []),
                 os.path.join(cluster.base_dir, "logs", f"{name}.log"))

@@ -5,8 +5,8 @@ rendering of the same registration fields."""
 
 from __future__ import annotations
 
+from dashboard.pages import _group_html
 from rocketraft.client.admin import GroupInfo, ReplicaInfo
-from rocketraft.dashboard.pages import _group_html
 
 
 def replica(replica_id: str, broker_id: int, skew_ms: int, in_bound: bool, source: str = "group") -> ReplicaInfo:

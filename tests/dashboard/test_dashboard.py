@@ -63,7 +63,7 @@ def rows_of(browser, table_id: str) -> list[list[str]]:
 
 def admin_topic_list(cluster) -> list[str]:
     """What `rocketraft admin topicList` prints, word by word (the CLI run as a process)."""
-    listed = subprocess.run([sys.executable, "-m", "rocketraft.cli", "admin", "topicList", "-n",
+    listed = subprocess.run([sys.executable, "-m", "cli", "admin", "topicList", "-n",
                              cluster.namesrv_address], capture_output=True, text=True, timeout=30)
     assert listed.returncode == 0, listed.stderr
     return listed.stdout.split()
@@ -117,7 +117,7 @@ def test_every_page_shows_live_data_of_the_cluster(cluster, read_only, browser):
 def test_the_users_page_flags_a_user_made_without_a_cluster_secret(cluster, read_only, browser):
     """Issue 30, item 5: a user made where nobody is authenticated (this cluster has no secret) is shown unconfirmed,
     with what to do."""
-    made = subprocess.run([sys.executable, "-m", "rocketraft.cli", "admin", "createUser", "-u", "walk-in", "-p",
+    made = subprocess.run([sys.executable, "-m", "cli", "admin", "createUser", "-u", "walk-in", "-p",
                            "walk-in-secret", "-n", cluster.namesrv_address], capture_output=True, text=True,
                           timeout=30)
     assert made.returncode == 0, made.stdout + made.stderr

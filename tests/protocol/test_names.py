@@ -1,4 +1,4 @@
-"""The namespace rule (rocketraft.protocol.names) and the v2 door that applies it (rocketraft.protocol.namespaced),
+"""The namespace rule (rocketraft.protocol.names) and the v2 door that applies it (serverkit.namespaced),
 without a cluster: stored names are one-to-one, every Resource of every v2 message is found, a call has one
 namespace, and answers go back in the client's namespace."""
 
@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from rocketraft.protocol import names
 from rocketraft.protocol.errors import BadRequestError
 from rocketraft.protocol.limits import NAMESPACE_CHARS_MAX
-from rocketraft.protocol.namespaced import inbound, outbound, resource_paths
 from rocketraft.protocol.wire import Code, pb, svc
+from serverkit.namespaced import inbound, outbound, resource_paths
 
 NAMESPACES = st.one_of(st.just(""), st.text("abcZ09_-", min_size=1, max_size=NAMESPACE_CHARS_MAX))
 BARE = st.text("abcXYZ09_|-", min_size=1, max_size=40)  # a name as a client gives it in a namespace

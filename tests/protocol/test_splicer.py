@@ -1,4 +1,4 @@
-"""The permissive TLS splicer's process (rocketraft/protocol/tls_permissive.py, splicer_child.py): a real child
+"""The permissive TLS splicer's process (serverkit/tls_permissive.py, splicer_child.py): a real child
 process between real sockets. Each caller's loopback address maps back to the caller before its first bytes are
 served; a child that dies is started again on the same port; the child ends with the server that started it."""
 
@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from rocketraft.protocol import tls_permissive
-from rocketraft.protocol.tls_permissive import Splicer, real_peer
+from serverkit import tls_permissive
+from serverkit.tls_permissive import Splicer, real_peer
 
 
 class PeerBackend:
@@ -126,7 +126,7 @@ def test_large_transfers_both_ways_arrive_whole_while_a_slow_reader_holds_the_ot
 def test_a_full_socket_takes_nothing_and_is_not_an_error():
     """The child writes to non-blocking sockets: a full one makes send raise, which must mean "nothing taken now"
     (the bytes wait in the child), not a closed connection."""
-    from rocketraft.protocol.splicer_child import _send
+    from serverkit.splicer_child import _send
 
     a, b = socket.socketpair()
     with a, b:
@@ -181,7 +181,7 @@ def test_a_splicer_process_that_cannot_start_fails_the_start_at_once_and_says_so
 def test_the_splicer_process_ends_with_the_server_that_started_it(backend, tmp_path):
     server = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
-        from rocketraft.protocol.tls_permissive import Splicer
+        from serverkit.tls_permissive import Splicer
         s = Splicer("127.0.0.1:0", {backend.port}, {backend.port})
         print(s.start(), s._child.pid, flush=True)
         time.sleep(600)

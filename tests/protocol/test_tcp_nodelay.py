@@ -10,8 +10,8 @@ import socket
 import threading
 import time
 
-from rocketraft.protocol.tls_permissive import Splicer
 from rocketraft.protocol.wire import tcp_listener
+from serverkit.tls_permissive import Splicer
 
 ROUND_TRIPS = 20
 GAP_S = 0.005

@@ -10,10 +10,10 @@ import pytest
 
 from rocketraft.proto import auth_pb2 as apb
 from rocketraft.protocol.auth_acl import AuthorizationError, Policy
-from rocketraft.protocol.auth_guard import GuardConfig
-from rocketraft.remoting.acl import RemotingGuard, sign, topic_sub
 from rocketraft.remoting.codes import Request
 from rocketraft.remoting.frame import Command
+from serverkit.auth_guard import GuardConfig
+from serverkit.remoting_acl import RemotingGuard, sign, topic_sub
 
 USERS = {"root": apb.User(username="root", password="root-key", type=apb.SUPER, status=apb.ENABLE),
          "stranger": apb.User(username="stranger", password="stranger-key", type=apb.NORMAL, status=apb.ENABLE)}

@@ -9,8 +9,9 @@ import pytest
 from sdkkit import SECRET, auth, permissive_cluster
 
 from devkit.remotingdrivers import of, summary
-from rocketraft.remoting import acl, frame
+from rocketraft.remoting import frame
 from rocketraft.remoting.codes import Request, Response
+from serverkit import remoting_acl as acl
 from tests.remoting.rclient import call
 
 TIMEOUT_S = 40

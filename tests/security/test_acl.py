@@ -198,7 +198,7 @@ def admin_cli(cluster: DevCluster, *args: str, secret: str = SECRET) -> subproce
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROCKETRAFT_CLUSTER_SECRET")}
     if secret:
         env["ROCKETRAFT_CLUSTER_SECRET"] = secret
-    return subprocess.run([sys.executable, "-m", "rocketraft.cli", "admin", *args, "-n", cluster.namesrv_address],
+    return subprocess.run([sys.executable, "-m", "cli", "admin", *args, "-n", cluster.namesrv_address],
                           env=env, capture_output=True, text=True, timeout=60)
 
 

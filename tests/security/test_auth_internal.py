@@ -7,8 +7,9 @@ import asyncio
 import pytest
 
 from rocketraft.protocol import auth_internal
-from rocketraft.protocol.auth_audience import Audiences
-from rocketraft.protocol.auth_internal import SecretError, Verifier, load_secret, proof
+from rocketraft.protocol.auth_internal import SecretError, load_secret, proof
+from serverkit.auth_audience import Audiences
+from serverkit.auth_verify import Verifier
 
 SECRET = "0123456789abcdef0123"
 METHOD = "/rocketraft.internal.v1.NameServer/DeleteTopic"

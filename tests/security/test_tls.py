@@ -23,9 +23,10 @@ from rocketraft.client.config import ClientConfig
 from rocketraft.client.message import Message
 from rocketraft.client.producer import Producer
 from rocketraft.client.simple_consumer import SimpleConsumer
-from rocketraft.protocol import serving, tls, tls_permissive
+from rocketraft.protocol import tls
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.wire import GRPC_OPTIONS, ipb, ipb_grpc
+from serverkit import serving, tls_permissive
 
 SECRET = "tls-test-cluster-secret-0123456789"
 
@@ -257,7 +258,7 @@ def test_rocketraft_dev_tls_makes_a_ca_and_0600_keys_serves_permissive_and_print
 
     data = tmp_path / "dev"
     namesrv_port, broker_port = free_dev_ports()
-    out = subprocess.run([sys.executable, "-m", "rocketraft.cli", "dev", "--tls", "--fresh", "--data-dir", str(data),
+    out = subprocess.run([sys.executable, "-m", "cli", "dev", "--tls", "--fresh", "--data-dir", str(data),
                           "--namesrv-port", str(namesrv_port), "--broker-port", str(broker_port), "--seconds", "0.5",
                           "--no-view", "--dashboard-port", "0"], capture_output=True, text=True, timeout=90)
     assert out.returncode == 0, out.stderr[-3000:]

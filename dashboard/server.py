@@ -17,8 +17,8 @@ import socket
 
 import uvicorn
 
-from rocketraft import parentwatch
 from rocketraft.protocol.wire import address_argument, split_address, tcp_listener
+from serverkit import parentwatch
 
 from .app import ALLOW_FLAG, POLL_INTERVAL_S_DEFAULT, create_app
 

@@ -31,13 +31,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from cli import auth as cli_auth
+from cli import tls as cli_tls
+from rocketraft.client.admin import Admin, plain
+from rocketraft.client.message import ReceivedMessage
 from rocketraft.protocol import tls
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.wire import MessageType
-
-from . import cli_auth, cli_tls
-from .client.admin import Admin, plain
-from .client.message import ReceivedMessage
 
 VERBS = ("clusterList", "topicList", "topicRoute", "updateTopic", "deleteTopic", "updateSubGroup",
          "queryMsgByKey", "queryMsgById", "consumerProgress", "transferLeader", "addReplica", "removeReplica",

@@ -20,9 +20,10 @@ import functools
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, ServiceDescriptor
 from google.protobuf.message_factory import GetMessageClass
 
-from . import names, serving
-from .errors import RocketraftError
-from .wire import pb
+from rocketraft.protocol import names
+from rocketraft.protocol.errors import RocketraftError
+from rocketraft.protocol.wire import pb
+from serverkit import serving
 
 _RESOURCE = pb.Resource.DESCRIPTOR
 Path = tuple[FieldDescriptor, ...]

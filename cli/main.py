@@ -12,10 +12,11 @@ import sys
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 from broker import server as broker_server
+from cli import admin as cli_admin
+from cli import messaging
+from dashboard import server as dashboard_server
 from namesrv import server as namesrv_server
-
-from . import __version__, cli_admin, cli_client
-from .dashboard import server as dashboard_server
+from rocketraft import __version__
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,19 +43,19 @@ def main(argv: list[str] | None = None) -> int:
                                       formatter_class=argparse.RawDescriptionHelpFormatter)
     dashboard_server.add_arguments(dashboard_parser)
     dashboard_parser.set_defaults(run=dashboard_server.run)
-    send_parser = sub.add_parser("send", help="send messages", description=cli_client.__doc__,
+    send_parser = sub.add_parser("send", help="send messages", description=messaging.__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    cli_client.add_send_arguments(send_parser)
-    send_parser.set_defaults(run=cli_client.run_send)
+    messaging.add_send_arguments(send_parser)
+    send_parser.set_defaults(run=messaging.run_send)
     recall_parser = sub.add_parser("recall", help="recall a sent message no consumer group got yet",
-                                   description=cli_client.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    cli_client.add_recall_arguments(recall_parser)
-    recall_parser.set_defaults(run=cli_client.run_recall)
+                                   description=messaging.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    messaging.add_recall_arguments(recall_parser)
+    recall_parser.set_defaults(run=messaging.run_recall)
     consume_parser = sub.add_parser("consume", help="consume (and acknowledge) messages",
-                                    description=cli_client.__doc__,
+                                    description=messaging.__doc__,
                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    cli_client.add_consume_arguments(consume_parser)
-    consume_parser.set_defaults(run=cli_client.run_consume)
+    messaging.add_consume_arguments(consume_parser)
+    consume_parser.set_defaults(run=messaging.run_consume)
     _add_tool(sub, "bench", "benchmarks and reproductions (python -m bench)", _bench)
     args, rest = parser.parse_known_args(argv)
     if rest and not args.tool:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from .client.config import ClientConfig
-from .protocol import tls
+from rocketraft.client.config import ClientConfig
+from rocketraft.protocol import tls
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

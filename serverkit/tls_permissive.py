@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 
-from .wire import split_address, tcp_listener
+from rocketraft.protocol.wire import split_address, tcp_listener
 
 log = logging.getLogger(__name__)
 

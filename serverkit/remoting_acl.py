@@ -18,15 +18,15 @@ import json
 import logging
 
 from rocketraft.proto import auth_pb2 as apb
-from rocketraft.protocol import auth_acl, auth_guard
+from rocketraft.protocol import auth_acl
 from rocketraft.protocol.auth_acl import Action, AuthenticationError, Need, group, pub, sub, topic
-from rocketraft.protocol.auth_guard import GuardConfig, Lookup
 from rocketraft.protocol.limits import RETRY_TOPIC_PREFIX
-from rocketraft.protocol.refusals import RefusalLog
-
-from .codes import Request
-from .frame import Command
-from .records import send_header
+from rocketraft.remoting.codes import Request
+from rocketraft.remoting.frame import Command
+from rocketraft.remoting.records import send_header
+from serverkit import auth_guard
+from serverkit.auth_guard import GuardConfig, Lookup
+from serverkit.refusals import RefusalLog
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ _REQUEST_CALLER: contextvars.ContextVar[tuple[apb.User, object] | None] = contex
 
 
 class RemotingGuard:
-    """The Authorizer of a Remoting port (rocketraft.remoting.server) under ACL 2.0: every request must be signed by
+    """The Authorizer of a Remoting port (serverkit.remoting_server) under ACL 2.0: every request must be signed by
     a user (authenticationEnabled) and, with authorizationEnabled, allowed by its ACL. A refusal is answered
     NO_PERMISSION with what is missing, and logged at a bounded rate."""
 

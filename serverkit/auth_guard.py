@@ -22,11 +22,11 @@ from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message_factory import GetMessageClass
 
 from rocketraft.proto import auth_pb2 as apb
-
-from . import auth_acl, auth_internal, serving
-from .auth_acl import AuthenticationError, AuthorizationError
-from .errors import RocketraftError
-from .refusals import RefusalLog
+from rocketraft.protocol import auth_acl, auth_internal
+from rocketraft.protocol.auth_acl import AuthenticationError, AuthorizationError
+from rocketraft.protocol.errors import RocketraftError
+from serverkit import auth_verify, serving
+from serverkit.refusals import RefusalLog
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +109,8 @@ class Guard:
         ACL 2.0 user (AuthenticationError if neither can be established)."""
         metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
         source_ip = auth_acl.peer_ip(serving.client_peer(context))
-        proof_refused = auth_internal.call_proof()  # decided over the call's request by auth_internal's interceptor
-        if proof_refused == auth_internal.PROVEN:
+        proof_refused = auth_verify.call_proof()  # decided over the call's request by auth_internal's interceptor
+        if proof_refused == auth_verify.PROVEN:
             return Caller(None, None, source_ip)
         cred = auth_acl.credential(metadata)
         if cred is None and proof_refused is not None:  # a server's or admin's call with a bad proof: say why
@@ -146,7 +146,7 @@ class Guard:
 
 def _carries_internal_proof(context) -> bool:
     """A server's or admin's call (its proof is checked once: a nonce seen twice reads as a replay)."""
-    return auth_internal.carries_proof(context.invocation_metadata())
+    return auth_verify.carries_proof(context.invocation_metadata())
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from cli import tls as cli_tls
+from rocketraft.client.message import Message
+from rocketraft.client.producer import Producer
 from rocketraft.protocol.errors import RocketraftError
-
-from . import cli_tls
-from .client.message import Message
-from .client.producer import Producer
 
 PROGRESS_MIN_COUNT = 1000  # below this a progress bar is noise
 
@@ -162,7 +161,7 @@ def run_consume(args: argparse.Namespace) -> int:
 
 
 async def _consume(args, console: Console) -> int:
-    from .client.simple_consumer import SimpleConsumer
+    from rocketraft.client.simple_consumer import SimpleConsumer
 
     received = 0
     last_at = time.monotonic()

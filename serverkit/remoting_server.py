@@ -27,9 +27,8 @@ from rocketraft.protocol.limits import (
 )
 from rocketraft.protocol.tls import ENFORCING, TLS_OFF, ServerTls
 from rocketraft.protocol.wire import split_address, tcp_listener
-
-from . import frame
-from .codes import FLAG_ONEWAY, Request, Response, error_response
+from rocketraft.remoting import frame
+from rocketraft.remoting.codes import FLAG_ONEWAY, Request, Response, error_response
 
 log = logging.getLogger(__name__)
 

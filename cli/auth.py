@@ -20,8 +20,8 @@ import argparse
 from google.protobuf.json_format import MessageToDict
 from rich.console import Console
 
-from .client.admin import Admin
-from .client.auth_admin import AuthAdmin
+from rocketraft.client.admin import Admin
+from rocketraft.client.auth_admin import AuthAdmin
 
 VERBS = ("createUser", "updateUser", "deleteUser", "confirmUser", "getUser", "listUser",
          "createAcl", "updateAcl", "deleteAcl", "getAcl", "listAcl")

@@ -21,8 +21,9 @@ from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
 from google.protobuf.message import DecodeError
 from google.protobuf.message_factory import GetMessageClass
 
-from . import limits, tls_permissive
-from .wire import GRPC_OPTIONS, Code, pb
+from rocketraft.protocol import limits
+from rocketraft.protocol.wire import GRPC_OPTIONS, Code, pb
+from serverkit import tls_permissive
 
 log = logging.getLogger(__name__)
 
