@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass, field
 
 from rocketraft.protocol.auth_acl import AuthorizationError
-from rocketraft.protocol.errors import RocketraftError
-from rocketraft.protocol.wire import Code, pb
+from rocketraft.protocol.errors import IllegalFilterExpressionError, TooManyRequestsError
+from rocketraft.protocol.wire import pb
 from serverkit.auth_guard import caller_name
 from serverkit.refusals import RefusalLog
 
@@ -95,10 +95,10 @@ class ClientRegistry:
         self._sweep(force=True)
         if len(self._sessions) >= self._clients_max:
             self._clients_refused.note(f"{len(self._sessions)} clients known (clientsMax)")
-            raise RocketraftError(
+            raise TooManyRequestsError(
                 f"this broker replica already serves {len(self._sessions)} clients (clientsMax = "
                 f"{self._clients_max}); a client is forgotten {self._expiry_s:.0f} s after its last heartbeat "
-                "(clientExpiryMillis). Reuse client ids across restarts, or raise clientsMax", Code.TOO_MANY_REQUESTS)
+                "(clientExpiryMillis). Reuse client ids across restarts, or raise clientsMax")
 
     def _sweep(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -159,12 +159,12 @@ class ClientRegistry:
             if theirs is not None and theirs != wanted:
                 self._subscriptions_refused.note(f"group {group}: client {client_id} subscribes {topic} with "
                                                  f"{wanted!r}, live member {other.client_id} with {theirs!r}")
-                raise RocketraftError(
+                raise IllegalFilterExpressionError(
                     f"consumer group {group}: this client subscribes topic {topic} with {wanted!r}, but live member "
                     f"{other.client_id} subscribes it with {theirs!r}. Members of one group must subscribe "
                     "identically, otherwise messages for the other tags are lost to this group. Use a separate "
                     f"group, or stop the other members (they are forgotten {self._expiry_s:.0f} s after their last "
-                    "heartbeat)", Code.ILLEGAL_FILTER_EXPRESSION)
+                    "heartbeat)")
         session = self.session(client_id)
         session.group = group
         session.subscriptions[topic] = wanted

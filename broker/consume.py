@@ -8,7 +8,7 @@ import collections
 import time
 
 from rocketraft.proto import store_pb2 as spb
-from rocketraft.protocol.errors import OffsetMovedError, RocketraftError
+from rocketraft.protocol.errors import BadRequestError, OffsetMovedError
 from rocketraft.protocol.limits import POP_ATTEMPTS_PER_GROUP_MAX, PULL_BATCH_BYTES_MAX
 from rocketraft.protocol.rules import message_filter
 from rocketraft.protocol.wire import Code, ipb, pb
@@ -204,7 +204,7 @@ class Consume:
         validation.filter_expression(expression)
         validation.polling_ms(long_polling_ms, self.config)
         if offset < 0:
-            raise RocketraftError(f"offset {offset} is negative", Code.ILLEGAL_OFFSET)
+            raise BadRequestError(f"offset {offset} is negative")
         accept = message_filter(expression.type, expression.expression)
         deadline = time.monotonic() + long_polling_ms / 1000
         sm = self.broker.sm
@@ -241,6 +241,6 @@ class Consume:
         validation.group_name(group)
         self.topics.require_queue(topic, queue)
         if offset < 0:
-            raise RocketraftError(f"offset {offset} is negative", Code.ILLEGAL_OFFSET)
+            raise BadRequestError(f"offset {offset} is negative")
         await self.broker.commit(spb.Command(offset=spb.OffsetCommand(group=group, topic=topic, queue_id=queue,
                                                                       offset=offset)))

@@ -16,8 +16,15 @@ from collections.abc import Awaitable, Callable
 
 import dledger
 from rocketraft.proto import store_pb2 as spb
-from rocketraft.protocol.errors import NotMasterError, RocketraftError, StoreUnavailableError, TransferMissedError
-from rocketraft.protocol.wire import Code
+from rocketraft.protocol.errors import (
+    BadRequestError,
+    NotMasterError,
+    OutcomeUnknownError,
+    PreconditionFailedError,
+    RequestTimeoutError,
+    StoreUnavailableError,
+    TransferMissedError,
+)
 
 from .batcher import Batcher
 from .config import BrokerConfig
@@ -134,9 +141,9 @@ class Broker:
         try:
             return await asyncio.to_thread(self.replica.transfer_leadership, target, timeout_s)
         except dledger.TransferRefusedError as exc:
-            raise RocketraftError(f"leadership not transferred: {exc.message}", Code.PRECONDITION_FAILED) from None
+            raise PreconditionFailedError(f"leadership not transferred: {exc.message}") from None
         except dledger.TransferTimeoutError as exc:
-            raise RocketraftError(f"leadership transfer timed out: {exc.message}", Code.REQUEST_TIMEOUT) from None
+            raise RequestTimeoutError(f"leadership transfer timed out: {exc.message}") from None
         except dledger.TransferMissedError as exc:
             raise TransferMissedError(
                 f"master not moved to {exc.target}: {exc.leader_id} leads {self.config.brokerName} now, not "
@@ -152,8 +159,8 @@ class Broker:
         master itself), PRECONDITION_FAILED (another change is not committed yet) or PROXY_TIMEOUT (unknown)."""
         replica_id, _, address = spec.partition("-")
         if not replica_id or not address:
-            raise RocketraftError(f"replica {spec!r}: give it as id-host:raftport, its dLegerSelfId and its "
-                                  "dLegerPeers entry (e.g. n3-10.0.0.4:40911)", Code.BAD_REQUEST)
+            raise BadRequestError(f"replica {spec!r}: give it as id-host:raftport, its dLegerSelfId and its "
+                                  "dLegerPeers entry (e.g. n3-10.0.0.4:40911)")
         return await self._membership(self.replica.add_peer, replica_id, address, timeout_s)
 
     async def remove_replica(self, to: str, timeout_s: float | None = None) -> int:
@@ -165,11 +172,11 @@ class Broker:
         try:
             return await asyncio.to_thread(call, *args)
         except dledger.MembershipRefusedError as exc:
-            raise RocketraftError(f"membership unchanged: {exc.message}", Code.BAD_REQUEST) from None
+            raise BadRequestError(f"membership unchanged: {exc.message}") from None
         except dledger.MembershipChangePendingError as exc:
-            raise RocketraftError(f"membership unchanged: {exc.message}", Code.PRECONDITION_FAILED) from None
+            raise PreconditionFailedError(f"membership unchanged: {exc.message}") from None
         except dledger.OutcomeUnknownError as exc:
-            raise RocketraftError(exc.message, Code.PROXY_TIMEOUT) from None
+            raise OutcomeUnknownError(exc.message) from None
         except dledger.NotLeaderError as exc:
             raise await self._not_master(exc.leader_id) from None
 

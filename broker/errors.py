@@ -14,15 +14,19 @@ from dataclasses import dataclass
 
 import dledger
 from rocketraft.protocol.errors import (
+    BodyTooLargeError,
     NotMasterError,
     OutcomeUnknownError,
+    RequestTimeoutError,
     RocketraftError,
+    StoreMapFullError,
     StoreUnavailableError,
     TooManyRequestsError,
+    error_for,
     refusal_error,
     to_status,
 )
-from rocketraft.protocol.wire import Code, pb
+from rocketraft.protocol.wire import pb
 
 from .statemachine import ApplyError
 
@@ -38,10 +42,9 @@ class StoreFacts:
     disk_used_percent: Callable[[], float] | None = None
 
 
-class NotSubmittedError(RocketraftError):
+class NotSubmittedError(RequestTimeoutError):
     """The request's deadline passed before the write reached Raft: it was not stored (the client is gone, or
     leaves at once)."""
-    code = Code.REQUEST_TIMEOUT
 
 
 def is_map_full(exc: BaseException) -> bool:
@@ -55,11 +58,11 @@ def from_dledger(exc: BaseException, store: StoreFacts | None = None) -> BaseExc
     if not isinstance(exc, dledger.DledgerError):
         return exc
     if isinstance(exc, dledger.NoLeaderError):
-        return RocketraftError(f"no master in this broker group: {exc}", Code.HA_NOT_AVAILABLE)
+        return NotMasterError(f"no master in this broker group: {exc}")
     if isinstance(exc, dledger.NotLeaderError):
         return NotMasterError(f"not the master: {exc}", exc.leader_address)
     if isinstance(exc, dledger.NoGroupTimeError):  # a leadership's first moments, or cut off from the master
-        return RocketraftError(f"{exc}; retry shortly", Code.HA_NOT_AVAILABLE)
+        return NotMasterError(f"{exc}; retry shortly")
     if isinstance(exc, dledger.OutcomeUnknownError):
         return OutcomeUnknownError(f"outcome unknown: {exc}; the write may or may not have been committed")
     if is_map_full(exc):
@@ -79,15 +82,15 @@ def from_dledger(exc: BaseException, store: StoreFacts | None = None) -> BaseExc
     if isinstance(exc, dledger.ReplicaClosedError):
         return StoreUnavailableError(f"store unavailable: {exc}")
     if isinstance(exc, dledger.EntryTooLargeError):
-        return RocketraftError(f"request too large for one Raft entry: {exc}", Code.PAYLOAD_TOO_LARGE)
+        return BodyTooLargeError(f"request too large for one Raft entry: {exc}")
     return exc
 
 
-def _map_full(exc: BaseException, store: StoreFacts) -> StoreUnavailableError:
+def _map_full(exc: BaseException, store: StoreFacts) -> StoreMapFullError:
     map_bytes = store.map_size_bytes
     size = f"storeMapSizeBytes={map_bytes} ({map_bytes / 2**20:.0f} MiB)" if map_bytes else "storeMapSizeBytes"
     disk = f"; its filesystem is only {store.disk_used_percent():.1f}% used" if store.disk_used_percent else ""
-    return StoreUnavailableError(
+    return StoreMapFullError(
         f"LMDB map full: the store {store.path} reached its LMDB map size, {size}; this is not a full disk"
         f"{disk}. The replica stopped writing to protect committed data (reads of applied data go on): restart "
         f"it with a larger storeMapSizeBytes; committed messages are kept. ({exc})")
@@ -96,7 +99,7 @@ def _map_full(exc: BaseException, store: StoreFacts) -> StoreUnavailableError:
 def from_outcome(outcome, store: StoreFacts | None = None):
     """A command's outcome as the broker reports it: the state machine's result, or a protocol error."""
     if isinstance(outcome, ApplyError):
-        return RocketraftError(outcome.message, outcome.code)
+        return error_for(outcome.code, outcome.message)
     if isinstance(outcome, BaseException):
         return from_dledger(outcome, store)
     return outcome

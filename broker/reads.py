@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rocketraft.protocol.errors import RocketraftError
 from rocketraft.protocol.rules import MessageFilter, stored_digest_as_md5
-from rocketraft.protocol.wire import TRANSACTION_CHECK_TIMES_PROPERTY, Code, as_delivered, pb
+from rocketraft.protocol.wire import TRANSACTION_CHECK_TIMES_PROPERTY, as_delivered, pb
 
 from . import tables as t
 from .statemachine import BrokerStateMachine, Popped
@@ -26,7 +26,7 @@ def stored_message(sm: BrokerStateMachine, txn, topic: str, queue: int, offset: 
     send = sm.stored_send(txn, cq.index, cq.slot)
     if send is None:
         raise RocketraftError(f"consume queue {topic}/{queue}@{offset} points at a missing message "
-                              f"(log index {cq.index} slot {cq.slot})", Code.INTERNAL_ERROR)
+                              f"(log index {cq.index} slot {cq.slot})")
     return with_check_times(sm, txn, send, cq.index, cq.slot)
 
 

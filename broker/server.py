@@ -22,7 +22,7 @@ import grpc
 from dledger import DledgerError
 from rocketraft.proto import auth_pb2 as apb
 from rocketraft.protocol import auth_internal, tls
-from rocketraft.protocol.errors import RocketraftError
+from rocketraft.protocol.errors import RocketraftError, from_status
 from rocketraft.protocol.limits import TELEMETRY_PENDING_MAX
 from rocketraft.protocol.routing import LANGUAGE_HEADER
 from rocketraft.protocol.rules import stored_digest_as_md5
@@ -119,12 +119,12 @@ class NameServers:
                 response = await stub.QueryRoute(svc.QueryRouteRequest(topic=pb.Resource(name=topic)),
                                                  timeout=ROUTE_TIMEOUT_S, metadata=metadata)
             except grpc.aio.AioRpcError as exc:
-                last = RocketraftError(f"NameServer {address} unreachable: {exc.code().name}", Code.INTERNAL_ERROR)
+                last = RocketraftError(f"NameServer {address} unreachable: {exc.code().name}")
                 continue
             if response.status.code == Code.OK:
                 return list(response.message_queues)
-            last = RocketraftError(response.status.message, response.status.code)
-        raise last or RocketraftError("no NameServer configured", Code.INTERNAL_ERROR)
+            last = from_status(response.status)
+        raise last or RocketraftError("no NameServer configured")
 
     async def replica_addresses(self, cluster: str, group: str) -> dict[str, str]:
         """replica id -> client (gRPC) address of every replica of `group`, from the first NameServer that

@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from rocketraft.protocol.auth_acl import peer_ip
-from rocketraft.protocol.errors import OffsetMovedError, RocketraftError, UnsupportedError
+from rocketraft.protocol.errors import BadRequestError, OffsetMovedError, RocketraftError, UnsupportedError
 from rocketraft.protocol.limits import (
     PRODUCER_BACKOFF_INITIAL_MS,
     PRODUCER_BACKOFF_MAX_MS,
@@ -245,7 +245,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
     @unary(svc.EndTransactionResponse)
     async def EndTransaction(self, request, context):
         if request.resolution not in (pb.TransactionResolution.COMMIT, pb.TransactionResolution.ROLLBACK):
-            raise RocketraftError("EndTransaction needs resolution COMMIT or ROLLBACK", Code.BAD_REQUEST)
+            raise BadRequestError("EndTransaction needs resolution COMMIT or ROLLBACK")
         await self.writes.end_transaction(request.topic.name, request.message_id, request.transaction_id,
                                           request.resolution == pb.TransactionResolution.COMMIT)
         return svc.EndTransactionResponse(status=ok_status())
@@ -493,7 +493,7 @@ class BrokerAdminService(ipb_grpc.BrokerAdminServicer):
         timeout_s = request.timeout_ms / 1000 if request.timeout_ms > 0 else None
         try:
             if self._membership is None:
-                raise RocketraftError("this broker does not change memberships", Code.UNSUPPORTED)
+                raise UnsupportedError("this broker does not change memberships")
             index = await self._membership(kind, request.replica, timeout_s)
         except Exception as exc:  # noqa: BLE001 - every failure is answered with a code
             status = _status_of(exc)

@@ -15,8 +15,8 @@ from rocketraft.protocol import limits, names, rules, sql92
 from rocketraft.protocol.errors import (
     BadRequestError,
     BodyTooLargeError,
+    IllegalFilterExpressionError,
     InvalidReceiptHandleError,
-    RocketraftError,
     UnsupportedError,
 )
 from rocketraft.protocol.wire import Code, MessageType, pb
@@ -105,7 +105,7 @@ def _type_matches_properties(kind: int, message_group: str, delayed: bool) -> No
     elif kind != DELAY and delayed:
         conflict = f"only DELAY messages carry a delivery_timestamp (this one is {MessageType.Name(kind)})"
     if conflict:
-        raise RocketraftError(conflict, Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)
+        raise BadRequestError(conflict, Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)
 
 
 def filter_expression(expr: pb.FilterExpression) -> None:
@@ -115,7 +115,7 @@ def filter_expression(expr: pb.FilterExpression) -> None:
     elif expr.type in (pb.FilterType.TAG, pb.FilterType.FILTER_TYPE_UNSPECIFIED):
         rules.check_tag_expression(expr.expression)
     else:
-        raise BadRequestError(f"filter type {expr.type} is unknown; use TAG or SQL", Code.ILLEGAL_FILTER_EXPRESSION)
+        raise IllegalFilterExpressionError(f"filter type {expr.type} is unknown; use TAG or SQL")
 
 
 def subscription(group: str, topic: str, expr: pb.FilterExpression) -> None:
@@ -155,14 +155,14 @@ def changed_invisible_ms(duration_ms: int, config: BrokerConfig) -> int:
 
 def _invisible_in(duration_ms: int, low_ms: int, high_ms: int) -> int:
     if not low_ms <= duration_ms <= high_ms:
-        raise RocketraftError(f"invisible duration {duration_ms} ms: use {low_ms}..{high_ms} ms",
+        raise BadRequestError(f"invisible duration {duration_ms} ms: use {low_ms}..{high_ms} ms",
                               Code.ILLEGAL_INVISIBLE_TIME)
     return duration_ms
 
 
 def polling_ms(duration_ms: int, config: BrokerConfig) -> int:
     if not 0 <= duration_ms <= config.longPollingTimeoutMillisMax:
-        raise RocketraftError(f"long polling timeout {duration_ms} ms: use 0..{config.longPollingTimeoutMillisMax}",
+        raise BadRequestError(f"long polling timeout {duration_ms} ms: use 0..{config.longPollingTimeoutMillisMax}",
                               Code.ILLEGAL_POLLING_TIME)
     return duration_ms
 
@@ -193,7 +193,7 @@ def delay_level(level: str, config: BrokerConfig) -> int:
     """The DELAY property: a level 1..len(messageDelayLevel), in ASCII digits."""
     count = len(config.delay_levels_ms)
     if not (level.isascii() and level.isdigit() and len(level) <= DECIMAL_DIGITS_MAX and 1 <= int(level) <= count):
-        raise RocketraftError(f"delay level {level[:40]!r}: use 1..{count} ({config.messageDelayLevel})",
+        raise BadRequestError(f"delay level {level[:40]!r}: use 1..{count} ({config.messageDelayLevel})",
                               Code.ILLEGAL_DELIVERY_TIME)
     return int(level)
 

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 
 from rocketraft.proto import store_pb2 as spb
-from rocketraft.protocol.errors import BadRequestError, RocketraftError
+from rocketraft.protocol.errors import BadRequestError, ForbiddenError, RocketraftError
 from rocketraft.protocol.limits import (
     DELAY_LEVEL_PROPERTY,
     QUEUE_ID_PROPERTY,
@@ -209,7 +209,7 @@ class Writes:
         props = message.system_properties
         if kind not in (validation.DELAY, validation.NORMAL):  # (kind: the type given, or the one validation inferred)
             what = "a delay level" if level is not None else "a relative timer (TIMER_DELAY_SEC or TIMER_DELAY_MS)"
-            raise RocketraftError(f"{what} can only be set on a NORMAL or DELAY message",
+            raise BadRequestError(f"{what} can only be set on a NORMAL or DELAY message",
                                   Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)
         if level is not None:
             delay_ms = self.config.delay_levels_ms[validation.delay_level(level, self.config) - 1]
@@ -244,7 +244,7 @@ class Writes:
     async def end_transaction(self, topic: str, message_id: str, transaction_id: str, commit: bool) -> None:
         validation.topic_name(topic)
         if transaction_id and transaction_id != message_id:
-            raise RocketraftError(f"transaction id {transaction_id!r} does not belong to message {message_id}",
+            raise BadRequestError(f"transaction id {transaction_id!r} does not belong to message {message_id}",
                                   Code.INVALID_TRANSACTION_ID)
         decided = await self.broker.commit(spb.Command(end_transaction=spb.EndTransactionCommand(
             topic=topic, message_id=message_id, transaction_id=transaction_id, commit=commit,
@@ -305,7 +305,7 @@ class Writes:
 def _check_topic_accepts(topic: ipb.TopicConfig, kind: int) -> None:
     if topic.message_types and kind not in topic.message_types:
         accepted = ", ".join(MessageType.Name(m) for m in topic.message_types)
-        raise RocketraftError(f"topic {topic.name} accepts {accepted} messages, not {MessageType.Name(kind)}",
+        raise BadRequestError(f"topic {topic.name} accepts {accepted} messages, not {MessageType.Name(kind)}",
                               Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)
     if not topic.perm & PERM_WRITE:
-        raise RocketraftError(f"topic {topic.name} is not writable (perm={topic.perm})", Code.FORBIDDEN)
+        raise ForbiddenError(f"topic {topic.name} is not writable (perm={topic.perm})")

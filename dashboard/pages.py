@@ -11,7 +11,7 @@ from rocketraft.client.admin import Admin, ConsumerGroupInfo, GroupInfo, TopicIn
 from rocketraft.client.auth_admin import AuthAdmin
 from rocketraft.client.message import ReceivedMessage
 from rocketraft.proto import auth_pb2 as apb
-from rocketraft.protocol.errors import BadRequestError, BrokerUnreachableError, RocketraftError
+from rocketraft.protocol.errors import BadRequestError, BrokerUnreachableError, MessageNotFoundError, RocketraftError
 from rocketraft.protocol.limits import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX
 from rocketraft.protocol.names import check_topic_name, dlq_topic, name_in, namespace_of
 from rocketraft.protocol.routing import PERM_READ, PERM_WRITE
@@ -245,8 +245,8 @@ async def messages(ctx: Context, q: Mapping[str, str]) -> Page:
     page.data = plain(found)
     if not found:
         what = f"key {key!r}" if key else f"id {message_id}"
-        raise RocketraftError(f"no message with {what} in topic {topic}: a wrong topic, a mistyped "
-                              f"{'key' if key else 'id'}, or deleted by retention", Code.MESSAGE_NOT_FOUND)
+        raise MessageNotFoundError(f"no message with {what} in topic {topic}: a wrong topic, a mistyped "
+                                   f"{'key' if key else 'id'}, or deleted by retention")
     page.sections["results"] = messages_table(found)
     if message_id:
         page.sections["detail"] = "".join([await _detail(ctx, m) for m in found])

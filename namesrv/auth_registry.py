@@ -26,15 +26,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from rocketraft.protocol.errors import BadRequestError
-from rocketraft.protocol.wire import Code, ipb
+from rocketraft.protocol.errors import ForbiddenError
+from rocketraft.protocol.wire import ipb
 
 
-class ForeignReplicaError(BadRequestError):
+class ForeignReplicaError(ForbiddenError):
     """A registration that contradicts the identity of the group's live replicas."""
-
-    def __init__(self, message: str):
-        super().__init__(message, Code.FORBIDDEN)
 
 
 def check_identity(reg: ipb.BrokerRegistration, others: Iterable[ipb.BrokerRegistration]) -> None:

@@ -24,6 +24,7 @@ from rocketraft.protocol import auth_internal, tls
 from rocketraft.protocol.auth_acl import AUTH_WINDOW_MS_DEFAULT
 from rocketraft.protocol.errors import (
     BadRequestError,
+    NotMasterError,
     OutcomeUnknownError,
     RocketraftError,
     TopicNotFoundError,
@@ -468,8 +469,8 @@ class NameServer:
             replicas = self.registry.replicas_of(group, now)
             why = (f"its replicas are {', '.join(f'{r.replica_id} {r.role}' for r in replicas)}" if replicas
                    else "no replica of it is registered with this NameServer")
-            raise RocketraftError(f"cannot recall: broker group {group} has no master ({why}); retry once it "
-                                  f"has elected one", Code.HA_NOT_AVAILABLE)
+            raise NotMasterError(f"cannot recall: broker group {group} has no master ({why}); retry once it "
+                                 f"has elected one")
         timeout_s = self.recall_timeout_ms / 1000
         if time_remaining_s is not None:
             timeout_s = max(0.001, min(timeout_s, time_remaining_s))
@@ -482,8 +483,8 @@ class NameServer:
                 raise OutcomeUnknownError(f"the master of group {group} at {address} did not answer "
                                           f"RecallMessage within {timeout_s * 1000:.0f} ms; the message may or "
                                           f"may not have been recalled") from None
-            raise RocketraftError(f"cannot reach the master of group {group} at {address} "
-                                  f"(gRPC {e.code().name}: {e.details()}); retry", Code.HA_NOT_AVAILABLE) from None
+            raise NotMasterError(f"cannot reach the master of group {group} at {address} "
+                                 f"(gRPC {e.code().name}: {e.details()}); retry") from None
         if not reply.status.code:
             reply.status.CopyFrom(status(Code.INTERNAL_ERROR, f"the master of group {group} at {address} "
                                                               f"answered RecallMessage without a status"))

@@ -25,6 +25,9 @@ from rocketraft.protocol import names
 from rocketraft.protocol.errors import (
     BadRequestError,
     BrokerUnreachableError,
+    MessageNotFoundError,
+    NotFoundError,
+    NotMasterError,
     RocketraftCode,
     RocketraftError,
     TransferMissedError,
@@ -219,8 +222,7 @@ class Admin(AsyncClient):
             groups.append(GroupInfo(g.cluster, g.group, g.master_replica_id, replicas, tuple(topics)))
         if cluster and not groups:
             known = ", ".join(sorted({g.cluster for g in info.groups})) or "none"
-            raise RocketraftError(f"no broker group is registered in cluster {cluster!r} (clusters known: {known})",
-                                  Code.NOT_FOUND)
+            raise NotFoundError(f"no broker group is registered in cluster {cluster!r} (clusters known: {known})")
         return sorted(groups, key=lambda g: (g.cluster, g.group))
 
     async def transfer_leader(self, group: str, to: str = "", cluster: str = "",
@@ -301,12 +303,11 @@ class Admin(AsyncClient):
         groups = await self._groups_named(group, cluster)
         if not groups:
             known = sorted({g.group for g in await self.cluster_list()})
-            raise RocketraftError(f"no broker group {group!r} is registered with the NameServer (known: "
-                                  f"{', '.join(known) or 'none'})", Code.NOT_FOUND)
+            raise NotFoundError(f"no broker group {group!r} is registered with the NameServer (known: "
+                                f"{', '.join(known) or 'none'})")
         g = groups[0]
         if not g.master or g.master_address is None:
-            raise RocketraftError(f"broker group {group} has no master right now (an election); retry shortly",
-                                  Code.HA_NOT_AVAILABLE)
+            raise NotMasterError(f"broker group {group} has no master right now (an election); retry shortly")
         return g.master, g.master_address
 
     async def _groups_named(self, group: str, cluster: str) -> list[GroupInfo]:
@@ -402,7 +403,7 @@ class Admin(AsyncClient):
 
     async def _query(self, topic: str, request: ipb.QueryMessageRequest) -> list[ReceivedMessage]:
         if not 1 <= request.max_messages <= QUERY_MESSAGES_MAX:
-            raise RocketraftError(f"max_messages must be 1..{QUERY_MESSAGES_MAX}", Code.BAD_REQUEST)
+            raise BadRequestError(f"max_messages must be 1..{QUERY_MESSAGES_MAX}")
         route = await self.routes.refresh(topic)
         groups = list(route.groups)
         responses = await self._each_group(topic, f"query messages of {topic}", lambda stub: stub.QueryMessage(
@@ -463,13 +464,13 @@ class Admin(AsyncClient):
         group's master without any consumer group: nothing is consumed or acknowledged. For dead-letter topics."""
         self._topic(topic)
         if not 1 <= max_messages <= BROWSE_MESSAGES_MAX:
-            raise RocketraftError(f"max_messages must be 1..{BROWSE_MESSAGES_MAX}", Code.BAD_REQUEST)
+            raise BadRequestError(f"max_messages must be 1..{BROWSE_MESSAGES_MAX}")
         route = await self.routes.refresh(topic)
         found: list[ReceivedMessage] = []
         for name, group in route.groups.items():
             if not group.master:
-                raise RocketraftError(f"broker group {name} has no master (an election is under way); retry in a "
-                                      "few seconds", Code.HA_NOT_AVAILABLE)
+                raise NotMasterError(f"broker group {name} has no master (an election is under way); retry in a "
+                                     "few seconds")
             for queue_id in group.read_queue_ids:
                 found.extend(await self._newest(group.master, name, topic, queue_id, max_messages))
         found.sort(key=lambda m: (m.store_ms, m.queue.broker, m.queue.queue_id, m.queue_offset))
@@ -511,8 +512,9 @@ class Admin(AsyncClient):
         The copy has a new message id (returned) and RESENT_FROM = the original id."""
         found = await self.query_message_by_id(topic, message_id)
         if not found:
-            raise RocketraftError(f"message {message_id} not found in topic {topic} (wrong topic, a mistyped id, or "
-                                  "deleted by retention)", Code.MESSAGE_NOT_FOUND)
+            raise MessageNotFoundError(
+                f"message {message_id} not found in topic {topic} (wrong topic, a mistyped id, or "
+                "deleted by retention)")
         original = found[0]
         target = to_topic or original.topic
         self._topic(target)
@@ -567,8 +569,7 @@ def _check(code: int, message: str) -> None:
 def _fan_out_result(what: str, response: ipb.FanOutResponse, ignore: set[int] = frozenset()) -> list[str]:
     failed = [r for r in response.results if not r.ok and r.code not in ignore]
     if not response.results:
-        raise RocketraftError(f"{what}: no broker group answered (is any broker registered with the NameServer?)",
-                              Code.HA_NOT_AVAILABLE)
+        raise NotMasterError(f"{what}: no broker group answered (is any broker registered with the NameServer?)")
     if failed:
         details = "; ".join(f"{r.group}: {r.message}" for r in failed)
         raise from_status(pb.Status(code=failed[0].code or Code.INTERNAL_ERROR,

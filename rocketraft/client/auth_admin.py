@@ -14,7 +14,7 @@ import grpc
 
 from rocketraft.proto import auth_pb2 as apb
 from rocketraft.proto import auth_pb2_grpc as apb_grpc
-from rocketraft.protocol.errors import RocketraftError
+from rocketraft.protocol.errors import BadRequestError, NotFoundError, RocketraftError, error_for
 from rocketraft.protocol.wire import Code
 
 from .admin import Admin
@@ -37,8 +37,7 @@ class AuthAdmin:
             replicas = sorted(g.replicas, key=lambda r: r.replica_id != g.master_replica_id)
             out.append((g.group, [r.address for r in replicas]))
         if not out:
-            raise RocketraftError("no broker group is registered with the NameServers: start the brokers first",
-                                  Code.NOT_FOUND)
+            raise NotFoundError("no broker group is registered with the NameServers: start the brokers first")
         return out
 
     async def _on_group(self, group: str, addresses: list[str], what: str, call: Callable[[object], Awaitable]):
@@ -69,7 +68,7 @@ class AuthAdmin:
         if failed:
             detail = "; ".join(f"group {g}: {m}" for g, _, m in failed)
             ok = f" (done on {', '.join(done)})" if done else ""
-            raise RocketraftError(f"{what} failed: {detail}{ok}", failed[0][1])
+            raise error_for(failed[0][1], f"{what} failed: {detail}{ok}")
         return done
 
     async def _read(self, what: str, call: Callable[[object], Awaitable]):
@@ -82,7 +81,7 @@ class AuthAdmin:
                 last = exc
                 continue
             if reply.code != Code.OK:
-                raise RocketraftError(f"{what}: {reply.message}", reply.code)
+                raise error_for(reply.code, f"{what}: {reply.message}")
             return reply
         raise last or RocketraftError(f"{what}: no group answered")
 
@@ -149,4 +148,4 @@ def _pick(choices: dict[str, int], value: str, what: str) -> int:
     try:
         return choices[value.strip().upper()]
     except KeyError:
-        raise RocketraftError(f"{what} {value!r}: use {' or '.join(choices)}", Code.BAD_REQUEST) from None
+        raise BadRequestError(f"{what} {value!r}: use {' or '.join(choices)}") from None

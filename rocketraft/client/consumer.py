@@ -25,14 +25,14 @@ from rocketraft.protocol import limits, names, rules, sql92
 from rocketraft.protocol.errors import (
     BadRequestError,
     BrokerUnreachableError,
+    IllegalFilterExpressionError,
     InvalidReceiptHandleError,
     MessageCorruptedError,
-    NotMasterError,
     OutcomeUnknownError,
+    Retry,
     RocketraftError,
-    StoreUnavailableError,
-    TooManyRequestsError,
     from_status,
+    retry_of,
 )
 from rocketraft.protocol.names import check_group_name, check_topic_name
 from rocketraft.protocol.wire import Code, as_delivered, cpb, pb, svc
@@ -57,9 +57,6 @@ RETRY_PAUSE_S = 0.1                # between two rounds over a group's replicas
 DEFAULT_MAX_DELIVERY_ATTEMPTS = limits.MAX_RECONSUME_TIMES + 1  # the broker's default
 CONSUME_FROM = ("first", "last")
 
-# Failures after which another replica (or the same one, a moment later) may succeed.
-# StoreUnavailableError: that replica stopped, or its copy of an entry is corrupt; another replica may serve it
-_RETRYABLE = (BrokerUnreachableError, OutcomeUnknownError, NotMasterError, TooManyRequestsError, StoreUnavailableError)
 
 
 class ConsumeResult(enum.Enum):
@@ -78,7 +75,7 @@ def check_expression(topic: str, expression: str) -> str:
         try:
             sql92.compile_condition(expression)
         except BadRequestError as exc:
-            raise BadRequestError(f"topic {topic}: {exc.message}", exc.code) from None
+            raise type(exc)(f"topic {topic}: {exc.message}", exc.code) from None
         return Sql92(expression.strip())
     text = expression.strip() if isinstance(expression, str) else None
     if text is None:
@@ -86,12 +83,13 @@ def check_expression(topic: str, expression: str) -> str:
     if text in ("", "*"):
         return "*"
     if rules.looks_like_sql92(text):
-        raise BadRequestError(f"topic {topic}: {expression!r} looks like a SQL92 filter, not tags; to filter by SQL92 "
-                              f"subscribe with rocketraft.Sql92({expression!r})", Code.ILLEGAL_FILTER_EXPRESSION)
+        raise IllegalFilterExpressionError(
+            f"topic {topic}: {expression!r} looks like a SQL92 filter, not tags; to filter by SQL92 "
+            f"subscribe with rocketraft.Sql92({expression!r})")
     try:
         rules.check_tag_expression(text)
     except BadRequestError as exc:
-        raise BadRequestError(f"topic {topic}: {exc.message}", exc.code) from None
+        raise type(exc)(f"topic {topic}: {exc.message}", exc.code) from None
     return " || ".join(tag.strip() for tag in text.split("||"))
 
 
@@ -132,7 +130,9 @@ def duration_ms(seconds: float) -> int:
 
 
 def retryable(exc: BaseException) -> bool:
-    return isinstance(exc, _RETRYABLE)
+    """Whether another replica (or the same one, a moment later) may succeed: the error registry's word. A receive,
+    an ack or an offset change is safe to repeat, so an unknown outcome is retried too."""
+    return retry_of(exc) is not Retry.NO
 
 
 class ReceiveAttempts:

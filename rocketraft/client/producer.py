@@ -27,8 +27,10 @@ from rocketraft.protocol.errors import (
     BrokerUnreachableError,
     NotMasterError,
     OutcomeUnknownError,
-    RocketraftCode,
+    Retry,
     RocketraftError,
+    TopicNotFoundError,
+    retry_of,
 )
 from rocketraft.protocol.limits import BODY_BYTES_MAX
 from rocketraft.protocol.wire import Code, pb, svc
@@ -52,25 +54,15 @@ BACKOFF_MS_MAX = 1000
 NEW_MASTER_WAIT_S = 1.0
 ROUTE_RETRY_S = 0.1  # while a pinned send waits for its group to come back into the route
 
-# Refusals that say the message was not stored and another group (or this one, later) can take it.
-RETRY_ELSEWHERE_CODES = frozenset({Code.TOO_MANY_REQUESTS, Code.HA_NOT_AVAILABLE, Code.INTERNAL_SERVER_ERROR,
-                                   Code.MASTER_PERSISTENCE_TIMEOUT, Code.SLAVE_PERSISTENCE_TIMEOUT,
-                                   Code.TOPIC_NOT_FOUND, RocketraftCode.DISK_FULL, RocketraftCode.STORE_MAP_FULL,
-                                   RocketraftCode.STORE_UNAVAILABLE})
-UNKNOWN_CODES = frozenset({Code.PROXY_TIMEOUT, Code.REQUEST_TIMEOUT})
-
-
 def classify(exc: BaseException) -> str:
-    """'elsewhere' (definitely not stored, retry on another group), 'unknown' (maybe stored) or 'fatal'."""
-    if isinstance(exc, BrokerUnreachableError):
-        return "unknown" if exc.sent else "elsewhere"
-    if isinstance(exc, OutcomeUnknownError):
+    """'elsewhere' (definitely not stored, retry on another group), 'unknown' (maybe stored) or 'fatal': the
+    error registry's word (rocketraft/protocol/errors.py, REGISTRY), and one routing rule of the producer's own: a
+    topic missing on one group may exist on another (a topic being created, or created on some groups only)."""
+    retry = retry_of(exc)
+    if retry is Retry.UNKNOWN:
         return "unknown"
-    if isinstance(exc, RocketraftError):
-        if exc.code in UNKNOWN_CODES:
-            return "unknown"
-        if exc.code in RETRY_ELSEWHERE_CODES:
-            return "elsewhere"
+    if retry is Retry.ELSEWHERE or isinstance(exc, TopicNotFoundError):
+        return "elsewhere"
     return "fatal"
 
 

@@ -13,7 +13,14 @@ import grpc
 
 from rocketraft import __version__
 from rocketraft.protocol import auth_acl, auth_internal, tls
-from rocketraft.protocol.errors import BrokerUnreachableError, OutcomeUnknownError, RocketraftError, from_status
+from rocketraft.protocol.errors import (
+    BrokerUnreachableError,
+    ForbiddenError,
+    OutcomeUnknownError,
+    RocketraftError,
+    UnauthorizedError,
+    from_status,
+)
 from rocketraft.protocol.names import NAMESPACE_HEADER
 from rocketraft.protocol.wire import GRPC_OPTIONS, Code, cpb_grpc, ipb_grpc, pb, svc, svc_grpc
 
@@ -149,7 +156,7 @@ def rpc_error(exc: grpc.aio.AioRpcError, address: str, what: str) -> RocketraftE
         return OutcomeUnknownError(f"{what}: {address} did not answer ({code.name}: {details}); "
                                    "the request may or may not have been carried out")
     if code == grpc.StatusCode.UNAUTHENTICATED:  # the cluster secret is missing or wrong: the details say which key
-        return RocketraftError(f"{what}: {address} refused the call ({code.name}: {details})", Code.UNAUTHORIZED)
+        return UnauthorizedError(f"{what}: {address} refused the call ({code.name}: {details})")
     if code == grpc.StatusCode.PERMISSION_DENIED:  # an ACL 2.0 user whose ACL does not allow this admin call
-        return RocketraftError(f"{what}: {address} refused the call ({code.name}: {details})", Code.FORBIDDEN)
+        return ForbiddenError(f"{what}: {address} refused the call ({code.name}: {details})")
     return RocketraftError(f"{what}: {address} refused the call ({code.name}: {details})")

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 
 from rocketraft.proto import auth_pb2 as apb
 
-from .errors import BadRequestError, RocketraftError
+from .errors import BadRequestError, UnauthorizedError
 from .limits import RETRY_TOPIC_PREFIX
 from .names import namespace_of
-from .wire import Code, pb
+from .wire import pb
 
 ClientType = pb.ClientType
 
@@ -74,15 +74,13 @@ class Pattern(enum.IntEnum):  # the order is the precedence: a lower value is mo
     ANY = 2
 
 
-class AuthenticationError(RocketraftError):
-    """Who the caller is could not be established: RocketMQ 5 answers these UNAUTHORIZED."""
-    code = Code.UNAUTHORIZED
+class AuthenticationError(UnauthorizedError):
+    """Who the caller is could not be established (UNAUTHORIZED)."""
 
 
-class AuthorizationError(RocketraftError):
+class AuthorizationError(UnauthorizedError):
     """The caller is known but may not do this. RocketMQ 5's proxy answers these UNAUTHORIZED as well
     (ResponseBuilder maps both exceptions to 40100), so the official SDKs see the same code."""
-    code = Code.UNAUTHORIZED
 
 
 @dataclass(frozen=True)

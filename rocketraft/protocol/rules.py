@@ -14,7 +14,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from rocketraft.protocol import limits, sql92
-from rocketraft.protocol.errors import BadRequestError, BodyTooLargeError, MessageCorruptedError
+from rocketraft.protocol.errors import (
+    BadRequestError,
+    BodyTooLargeError,
+    IllegalFilterExpressionError,
+    MessageCorruptedError,
+)
 from rocketraft.protocol.wire import Code, pb
 
 PROPERTY_KEY_RE = re.compile(rf"[a-zA-Z0-9_.-]{{1,{limits.PROPERTY_KEY_CHARS_MAX}}}")
@@ -272,13 +277,15 @@ def check_tag_expression(expression: str) -> str:
         return expression
     for tag in expression.split("||"):
         if not tag.strip():
-            raise BadRequestError(f"filter expression {expression[:300]!r}: an empty tag between '||'; use "
-                                  "'*' or 'TagA || TagB'", Code.ILLEGAL_FILTER_EXPRESSION)
+            raise IllegalFilterExpressionError(
+                f"filter expression {expression[:300]!r}: an empty tag between '||'; use "
+                "'*' or 'TagA || TagB'")
         try:
             check_tag(tag.strip())
         except BadRequestError as exc:
-            raise BadRequestError(f"filter expression {expression[:300]!r}: {exc.message}; separate tags with "
-                                  "'||'", Code.ILLEGAL_FILTER_EXPRESSION) from None
+            raise IllegalFilterExpressionError(
+                f"filter expression {expression[:300]!r}: {exc.message}; separate tags with "
+                "'||'") from None
     return expression
 
 

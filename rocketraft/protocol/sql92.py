@@ -26,8 +26,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from rocketraft.protocol.errors import BadRequestError
-from rocketraft.protocol.wire import Code
+from rocketraft.protocol.errors import BadRequestError, IllegalFilterExpressionError
 
 EXPRESSION_CHARS_MAX = 4096
 NESTING_MAX = 64  # parentheses and NOTs inside each other
@@ -70,9 +69,9 @@ class Condition:
 
 def error(expression: str, at: int, problem: str) -> BadRequestError:
     near = expression[at:at + 20] or "the end"
-    return BadRequestError(f"SQL92 filter {expression[:200]!r}: {problem} at character {at + 1} (near {near!r}); "
-                           "write conditions such as \"TAGS IN ('a', 'b') AND price > 10\"",
-                           Code.ILLEGAL_FILTER_EXPRESSION)
+    return IllegalFilterExpressionError(
+        f"SQL92 filter {expression[:200]!r}: {problem} at character {at + 1} (near {near!r}); "
+        "write conditions such as \"TAGS IN ('a', 'b') AND price > 10\"")
 
 
 def tokenize(expression: str) -> list[Token]:
@@ -99,11 +98,10 @@ def tokenize(expression: str) -> list[Token]:
 def compile_condition(expression: str) -> Condition:
     """The expression compiled, or BadRequestError (ILLEGAL_FILTER_EXPRESSION) naming what is wrong and where."""
     if not expression.strip():
-        raise BadRequestError("SQL92 filter is empty; write a condition such as \"price > 10\"",
-                              Code.ILLEGAL_FILTER_EXPRESSION)
+        raise IllegalFilterExpressionError("SQL92 filter is empty; write a condition such as \"price > 10\"")
     if len(expression) > EXPRESSION_CHARS_MAX:
-        raise BadRequestError(f"SQL92 filter of {len(expression)} characters: at most {EXPRESSION_CHARS_MAX}",
-                              Code.ILLEGAL_FILTER_EXPRESSION)
+        raise IllegalFilterExpressionError(
+            f"SQL92 filter of {len(expression)} characters: at most {EXPRESSION_CHARS_MAX}")
     parser = _Parser(expression, tokenize(expression))
     evaluate = parser.condition(0)
     parser.expect_end()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import enum
 
-from rocketraft.protocol.errors import RocketraftCode, RocketraftError
+from rocketraft.protocol.errors import REGISTRY, BadRequestError, Retry, RocketraftError
 from rocketraft.protocol.wire import Code
 
 
@@ -90,9 +90,10 @@ def language_name(code: int) -> str:
 # A 4.x Java producer retries a send on another queue only after these answers (DefaultMQProducer's
 # retryResponseCodes: TOPIC_NOT_EXIST, SERVICE_NOT_AVAILABLE, SYSTEM_ERROR, NO_PERMISSION, ...); after anything
 # else (SYSTEM_BUSY among them) it gives up at once. So every cause a retry can cure (busy, not the master, no master
-# yet, a store that stops) is answered SERVICE_NOT_AVAILABLE, its remark naming the cause (docs/client.md).
-_RETRYABLE = frozenset((Code.TOO_MANY_REQUESTS, Code.HA_NOT_AVAILABLE, RocketraftCode.DISK_FULL,
-                        RocketraftCode.STORE_MAP_FULL, RocketraftCode.STORE_UNAVAILABLE, Code.REQUEST_TIMEOUT))
+# yet, a store that stops: the error registry's ELSEWHERE codes) is answered SERVICE_NOT_AVAILABLE, its remark
+# naming the cause (docs/client.md); and REQUEST_TIMEOUT too, which the broker answers only for a send that never
+# reached Raft (nothing stored). An unknown outcome (PROXY_TIMEOUT) is SYSTEM_ERROR, which the 4.x producer retries.
+_RETRYABLE = frozenset({e.code for e in REGISTRY if e.retry is Retry.ELSEWHERE} | {Code.REQUEST_TIMEOUT})
 _BY_CODE = {
     Code.OK: Response.SUCCESS,
     Code.TOPIC_NOT_FOUND: Response.TOPIC_NOT_EXIST,
@@ -121,12 +122,12 @@ def response_of(code: int, *, send: bool = False) -> Response:
     return Response.SYSTEM_ERROR
 
 
-class RemotingError(RocketraftError):
+class RemotingError(BadRequestError):
     """A refusal that exists only in the Remoting protocol (a request code not served, a missing header field): it
     carries its Remoting response code itself."""
 
     def __init__(self, message: str, response: Response):
-        super().__init__(message, Code.BAD_REQUEST)
+        super().__init__(message)
         self.response = response
 
 

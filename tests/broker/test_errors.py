@@ -209,3 +209,16 @@ def test_a_corrupt_stored_entry_is_answered_as_store_unavailable_naming_it_never
     assert status.code == RocketraftCode.STORE_UNAVAILABLE
     assert "corrupt" in status.message and "entry 42 (term 3)" in status.message and "another replica" in status.message
     assert "unexpected error" not in caplog.text, "a corrupt entry is a named refusal, not a traceback"
+
+
+def test_a_negative_offset_is_a_bad_request_never_an_offset_retention_moved(cluster):
+    """ILLEGAL_OFFSET tells a client "retention moved the queue: resume at next_offset"; a negative offset is the
+    caller's mistake, and a client that read it as a move would resume somewhere it never asked for."""
+    cluster.create_topic("neg-offset", queue_nums=1)
+    stub = messaging_stub(cluster, cluster.address_of[cluster.wait_master()])
+    queue = pb.MessageQueue(topic=pb.Resource(name="neg-offset"), id=0)
+    answer = list(stub.PullMessage(svc.PullMessageRequest(message_queue=queue, offset=-1, batch_size=8), timeout=5))
+    assert answer[0].status.code == Code.BAD_REQUEST and "offset -1 is negative" in answer[0].status.message, answer
+    updated = stub.UpdateOffset(svc.UpdateOffsetRequest(group=pb.Resource(name="g-neg"), message_queue=queue,
+                                                        offset=-5), timeout=5)
+    assert updated.status.code == Code.BAD_REQUEST and "offset -5 is negative" in updated.status.message, updated

@@ -224,5 +224,6 @@ def test_a_replica_whose_map_fills_stops_with_store_full_and_the_broker_says_map
         assert isinstance(closed.value.cause, StoreFullError)
         reported = from_dledger(closed.value, StoreFacts(map_size_bytes=4 * MiB, path=config.data_dir))
         assert "LMDB map full" in str(reported) and "this is not a full disk" in str(reported)
+        assert reported.code == RocketraftCode.STORE_MAP_FULL, "a full map has its own code, not STORE_UNAVAILABLE"
     finally:
         replica.close()
