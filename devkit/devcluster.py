@@ -33,7 +33,7 @@ from prometheus_client.samples import Sample
 
 from broker import config as broker_config
 from rocketraft.protocol import auth_internal, tls
-from rocketraft.protocol.routing import MASTER_BROKER_ID
+from rocketraft.protocol.routing import is_master
 from rocketraft.protocol.wire import GRPC_OPTIONS, Code, ipb, ipb_grpc, pb, svc, svc_grpc
 from serverkit import parentwatch
 
@@ -470,7 +470,7 @@ class DevCluster:
         stub = svc_grpc.MessagingServiceStub(self.channel(address))
         route = stub.QueryRoute(svc.QueryRouteRequest(topic=pb.Resource(name=topic)), timeout=5)
         out: list[pb.Message] = []
-        for queue_id in sorted({q.id for q in route.message_queues if q.broker.id == MASTER_BROKER_ID}):
+        for queue_id in sorted({q.id for q in route.message_queues if is_master(q)}):
             offset = 0
             while True:
                 queue = pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id)

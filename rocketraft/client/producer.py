@@ -97,8 +97,9 @@ class Producer(AsyncClient):
     client_type = pb.ClientType.PRODUCER
 
     def __init__(self, namesrv="127.0.0.1:9876", *, topics=(), retries: int = 2, send_timeout_s: float = 3.0,
-                 linger_ms: float = 0.0, batch_messages_max: int = 256, batch_bytes_max: int = 4 * 1024 * 1024,
-                 requests_in_flight_max: int = 4, selector: Selector | None = None,
+                 linger_ms: float = BatchLimits.linger_ms, batch_messages_max: int = BatchLimits.batch_messages_max,
+                 batch_bytes_max: int = BatchLimits.batch_bytes_max,
+                 requests_in_flight_max: int = BatchLimits.requests_in_flight_max, selector: Selector | None = None,
                  latency_fault_enable: bool = False, outbox_dir: str | None = None,
                  attempt_timeout_s: float = 1.0, spread_writes: bool = True, config: ClientConfig | None = None):
         super().__init__(config or ClientConfig(namesrv=namesrv))

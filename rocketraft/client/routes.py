@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from rocketraft.protocol.errors import BrokerUnreachableError, RocketraftError, from_status
-from rocketraft.protocol.routing import MASTER_BROKER_ID, READABLE, WRITABLE
+from rocketraft.protocol.routing import READABLE, WRITABLE, is_master
 from rocketraft.protocol.wire import Code, address_of, addresses_of, pb, svc
 
 from .transport import Transport, rpc_error
@@ -63,7 +63,7 @@ def route_of(topic: str, queues: list[pb.MessageQueue]) -> TopicRoute:
         for replica in addresses_of(q.broker.endpoints):
             if replica not in group.replicas:
                 group.replicas.append(replica)
-        if q.broker.id == MASTER_BROKER_ID:
+        if is_master(q):
             group.master = address
             group.queues.append(q)
     for group in groups.values():
