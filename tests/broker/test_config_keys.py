@@ -3,8 +3,10 @@ and that a bad value is refused by name."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import signal
+from pathlib import Path
 
 import pytest
 from brokerkit import admin_stub, messaging_stub, raw_message, wait_until
@@ -188,3 +190,10 @@ def test_environment_names_take_dleger_as_one_word_and_a_misspelt_name_is_refuse
             broker_config.load(None, {}, environ={wrong: "x"})
     others = {"ROCKETRAFT_TLS": "true", "ROCKETRAFT_PARENT_PID": "1", "ROCKETRAFT_NAMESRV_LISTEN": "127.0.0.1:9876"}
     assert broker_config.load(None, {}, environ=others).brokerName == "broker-a"  # other tools' variables pass
+
+
+def test_every_broker_key_is_documented_in_docs_broker_md():
+    """A user should never need the code to configure a broker: each key of BrokerConfig is named in docs/broker.md."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "broker.md").read_text()
+    missing = [f.name for f in dataclasses.fields(broker_config.BrokerConfig) if f.name not in text]
+    assert not missing, f"BrokerConfig keys docs/broker.md does not name: {missing}"
