@@ -52,7 +52,7 @@ from serverkit.configs import check_group_config, check_topic_config
 from serverkit.namespaced import namespaced
 from serverkit.refusals import RefusalLog
 from serverkit.remoting_acl import RemotingGuard
-from serverkit.serving import add_service, new_server
+from serverkit.serving import Bound, add_service, bind, new_server
 
 from . import metrics
 from .auth_lookup import CACHE_MS_DEFAULT, SubjectLookup
@@ -116,7 +116,7 @@ class NameServer:
         self.remoting_address: str | None = None
         self.server_tls = server_tls.validate()
         self._caller_tls = server_tls.caller()
-        self._bound: tls.Bound | None = None
+        self._bound: Bound | None = None
         self.cluster_secret = auth_internal.check_secret(cluster_secret)
         self.cluster_auth_window_ms = cluster_auth_window_ms
         # a proof of the secret is valid only at the server it was made for: this one answers to its listen address
@@ -161,7 +161,7 @@ class NameServer:
         add_service(server, guarded_admin(NameServerService(self), internal, guard, ""), internal)
         host, _ = split_address(self.listen)
         try:
-            self._bound = tls.bind(server, self.listen, self.server_tls)
+            self._bound = bind(server, self.listen, self.server_tls)
         except RuntimeError as e:
             raise OSError(f"cannot listen on {self.listen}: the port is in use or the address is not local "
                           f"({e})") from None

@@ -171,7 +171,7 @@ async def _echo_server(certs: dev_certs.DevCerts, seen: list, connection_idle_ms
 
     handler = grpc.method_handlers_generic_handler("t.T", {"Echo": grpc.unary_unary_rpc_method_handler(echo)})
     server.add_generic_rpc_handlers((handler,))
-    bound = tls.bind(server, "127.0.0.1:0", tls.ServerTls(tls.PERMISSIVE, certs.cert_file, certs.key_file))
+    bound = serving.bind(server, "127.0.0.1:0", tls.ServerTls(tls.PERMISSIVE, certs.cert_file, certs.key_file))
     await server.start()
     return server, bound
 
