@@ -10,8 +10,8 @@ signed by `tlsCaFile`'s CA; it needs enforcing (permissive accepts plaintext cal
 A server whose mode is not disabled calls other servers over TLS, verifying them with `tlsCaFile` (the system's
 roots if empty) and, with require, presenting its own certificate.
 
-The broker reads these as TOML keys (tlsMode, ...) or ROCKETRAFT_TLS_MODE, ...; the NameServer as flags
-(--tls-mode, ...) defaulting to the same environment variables (one place: `from_env`).
+The broker and the NameServer read these as keys of their configs (tlsMode, ...: a TOML file, ROCKETRAFT_TLS_MODE,
+..., or --tlsMode, ...).
 """
 
 from __future__ import annotations
@@ -154,12 +154,6 @@ TLS_OFF = ServerTls()
 
 def _truthy(value: str) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
-
-
-def server_from_env(environ: Mapping[str, str] | None = None) -> ServerTls:
-    env = os.environ if environ is None else environ
-    return ServerTls(env.get(MODE_ENV, DISABLED) or DISABLED, env.get(CERT_FILE_ENV, ""), env.get(KEY_FILE_ENV, ""),
-                     env.get(CA_FILE_ENV, ""), env.get(CLIENT_AUTH_ENV, CLIENT_AUTH_NONE) or CLIENT_AUTH_NONE)
 
 
 def client_from_env(environ: Mapping[str, str] | None = None) -> ClientTls:
