@@ -4,7 +4,7 @@
 
 One run = a fresh NameServer + 3-replica group (DevCluster, ASYNC_FLUSH unless --flush) and bench.client's
 publish (one producer process, send_batch of --batch 1 KiB messages, --window calls in flight). Each round runs
-the same publish twice, metrics off (metricsPort 0, no --metrics-listen: nothing is counted) and on, with a
+the same publish twice, metrics off (metricsPort 0, no metricsListen: nothing is counted) and on, with a
 scraper in this process fetching /metrics from every replica and the NameServer every --scrape-interval seconds
 while the producer runs. The order alternates between rounds (off/on, on/off, ...) so a machine that slows down
 during the run does not favour one side. Printed: each run's msgs/s and the CPU the broker processes spent per

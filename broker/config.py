@@ -8,18 +8,16 @@ Flags: --<rocketmqName> (--brokerName). Later sources override earlier ones.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
 import hmac
 import os
 import re
-import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import dledger
 from rocketraft.protocol import auth_acl, auth_internal, limits, tls
 from rocketraft.protocol.limits import DELAY_LEVELS
-from serverkit import auth_guard
+from serverkit import auth_guard, configfile
 
 STORE_MAP_SIZE_BYTES_MIN = 16 * 1024 * 1024
 ENTRY_OVERHEAD_BYTES = 64 * 1024  # a send command's fields around the message, and the batch header
@@ -520,83 +518,27 @@ class BrokerConfig:
         self.replica_config()  # dledger's own checks, should one be missing here
 
 
-_FIELDS = {f.name: f for f in fields(BrokerConfig)}
-
-
 def env_name(key: str) -> str:
     """ROCKETRAFT_<UPPER_SNAKE> (brokerName: ROCKETRAFT_BROKER_NAME); RocketMQ's "dLeger" prefix is one word
     (dLegerPassword: ROCKETRAFT_DLEGER_PASSWORD)."""
-    key = re.sub(r"^dLeger", "Dleger", key)
-    return "ROCKETRAFT_" + re.sub(r"(?<!^)(?=[A-Z])", "_", key).upper()
+    return configfile.upper_snake_env(re.sub(r"^dLeger", "Dleger", key))
 
 
-def _misspelt_env(env) -> None:
-    """A ROCKETRAFT_ variable that differs from a key's only in its underscores (ROCKETRAFT_BROKERNAME,
-    ROCKETRAFT_D_LEGER_PASSWORD) is refused: read as nothing, it would leave its key (a password) at the default."""
-    wanted = {env_name(key).replace("_", ""): env_name(key) for key in _FIELDS}
-    for name in env:
-        if name.startswith("ROCKETRAFT_") and name not in _ENV_NAMES:
-            right = wanted.get(name.replace("_", ""))
-            if right is not None:
-                raise ValueError(f"environment variable {name}: not a broker key's name; did you mean {right}? "
-                                 "(rocketraft broker --help lists every key; docs/broker.md, \"Running\")")
-
-
-_ENV_NAMES = frozenset(env_name(key) for key in _FIELDS)
-
-
-def _coerce(key: str, value):
-    kind = type(getattr(BrokerConfig(), key))
-    if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
-        return value
-    if kind is bool:
-        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
-            return value.lower() in ("true", "1", "yes", "on")
-        raise ValueError(f"{key}: {value!r} is not a boolean (true/false)")
-    try:
-        return kind(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{key}: {value!r} is not a valid {kind.__name__}") from None
+KEYS = configfile.ConfigKeys(BrokerConfig, "broker", 'rocketraft broker --help lists every key; docs/broker.md, '
+                             '"Running"', env_name)
 
 
 def load(path: str | None = None, overrides: dict | None = None, environ: dict | None = None) -> BrokerConfig:
-    values: dict = {}
-    if path:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-        unknown = sorted(set(data) - set(_FIELDS))
-        if unknown:
-            raise ValueError(f"{path}: unknown keys {unknown}; known keys: {sorted(_FIELDS)}")
-        values.update(data)
-    env = os.environ if environ is None else environ
-    _misspelt_env(env)
-    for key in _FIELDS:
-        if env_name(key) in env:
-            values[key] = env[env_name(key)]
-    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    config = BrokerConfig(**{k: _coerce(k, v) for k, v in values.items()})
-    return config.validate()
+    return KEYS.build(KEYS.from_file(path), KEYS.from_env(environ), overrides or {}).validate()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", "-c", help="TOML file with broker settings (RocketMQ key names)")
-    for name in _FIELDS:
-        parser.add_argument(f"--{name}", dest=f"cfg_{name}", default=None, metavar="VALUE",
-                            help=f"(env {env_name(name)}; default {getattr(BrokerConfig(), name)!r})")
+    KEYS.add_arguments(parser, "TOML file with broker settings (RocketMQ key names)")
 
 
 def from_args(args: argparse.Namespace) -> BrokerConfig:
-    overrides = {name: getattr(args, f"cfg_{name}") for name in _FIELDS}
-    return load(args.config, overrides)
+    return load(args.config, KEYS.from_flags(args))
 
 
 def to_toml(config: BrokerConfig) -> str:
-    lines = []
-    for key, value in dataclasses.asdict(config).items():
-        if isinstance(value, bool):
-            lines.append(f"{key} = {'true' if value else 'false'}")
-        elif isinstance(value, int | float):
-            lines.append(f"{key} = {value!r}")
-        else:
-            lines.append(f'{key} = "{value}"')
-    return "\n".join(lines) + "\n"
+    return KEYS.to_toml(config)

@@ -45,7 +45,7 @@ from serverkit.auth_guard import Guard, admin_paths, guarded, guarded_admin
 from serverkit.metrics import MetricsServer
 from serverkit.namespaced import namespaced
 from serverkit.remoting_acl import RemotingGuard
-from serverkit.serving import add_service, new_server
+from serverkit.serving import Bound, add_service, bind, new_server
 
 from . import config as config_mod
 from . import metrics
@@ -192,7 +192,7 @@ class BrokerServer:
         self._register_now = asyncio.Event()
         self._stopping = asyncio.Event()
         self._server: grpc.aio.Server | None = None
-        self._bound: tls.Bound | None = None
+        self._bound: Bound | None = None
         self._tasks: list[asyncio.Task] = []
         self._checked_at: dict[str, float] = {}  # message id of a half message -> when this master last asked
         self.remoting = BrokerRemoting(config, topics=self.topics, writes=self.writes, consume=self.consume,
@@ -264,9 +264,9 @@ class BrokerServer:
                                    self.broker.transfer_leader, self._change_membership, group=cfg.brokerName)
         add_service(server, guarded_admin(admin, admin_descriptor, guard, cfg.brokerClusterName), admin_descriptor)
         try:  # bind before the replica starts: a broker that cannot serve must not join its Raft group
-            self._bound = tls.bind(server, self.config.listenAddress, cfg.server_tls)
+            self._bound = bind(server, self.config.listenAddress, cfg.server_tls)
         except RuntimeError:
-            self._bound = tls.Bound(0)
+            self._bound = Bound(0)
         if not self._bound.port:
             raise OSError(f"cannot listen on {self.config.listenAddress}: the port is in use or the address is not "
                           f"this host's; set listenAddress to a free local host:port")

@@ -34,7 +34,7 @@ from prometheus_client.samples import Sample
 from broker import config as broker_config
 from rocketraft.protocol import auth_internal, tls
 from rocketraft.protocol.routing import is_master
-from rocketraft.protocol.wire import GRPC_OPTIONS, Code, ipb, ipb_grpc, pb, svc, svc_grpc
+from rocketraft.protocol.wire import GRPC_OPTIONS, Code, ipb, ipb_grpc, pb, split_address, svc, svc_grpc
 from serverkit import parentwatch
 
 from . import certs as dev_certs
@@ -167,7 +167,7 @@ class DevCluster:
     # internal calls must prove this secret ("" = off, as before); given to the processes through the environment,
     # and every call of this kit's channels is signed with it (docs/security.md)
     cluster_secret: str = field(default="", repr=False)
-    namesrv_args: tuple[str, ...] = ()  # extra `python -m namesrv` flags (e.g. --authentication-enabled)
+    namesrv_args: tuple[str, ...] = ()  # extra `python -m namesrv` flags (e.g. --authenticationEnabled true)
     # TLS on every NameServer and broker port ("" = off): permissive or enforcing, with a CA and certificates made
     # in base_dir/tls (devkit.certs); the kit's own channels verify the servers with that CA (and with
     # tls_client_auth "require" present the client certificate). The Raft port gets a random dLegerPassword when
@@ -245,17 +245,18 @@ class DevCluster:
 
     def _namesrv_proc(self, i: int, address: str) -> Proc:
         name = "namesrv" if i == 0 else f"namesrv-{i}"
-        metrics = ["--metrics-listen", self.namesrv_metrics_addresses[i]] if self.namesrv_metrics_addresses else []
-        remoting = ["--remoting-listen", self.namesrv_remoting_addresses[i]]
-        return Proc(name, [sys.executable, "-m", "namesrv", "--listen", address, *remoting, *metrics,
-                           *self._namesrv_tls_args(), *self.namesrv_args],
+        metrics = ["--metricsListen", self.namesrv_metrics_addresses[i]] if self.namesrv_metrics_addresses else []
+        remoting = ["--remotingListen", self.namesrv_remoting_addresses[i]]
+        host, port = split_address(address)
+        return Proc(name, [sys.executable, "-m", "namesrv", "--bindAddress", host, "--listenPort", str(port),
+                           *remoting, *metrics, *self._namesrv_tls_args(), *self.namesrv_args],
                     os.path.join(self.base_dir, "logs", f"{name}.log"))
 
     def _namesrv_tls_args(self) -> list[str]:
         if self.certs is None:
             return []
-        return ["--tls-mode", self.tls_mode, "--tls-cert-file", self.certs.cert_file, "--tls-key-file",
-                self.certs.key_file, "--tls-ca-file", self.certs.ca_file, "--tls-client-auth", self.tls_client_auth]
+        return ["--tlsMode", self.tls_mode, "--tlsCertFile", self.certs.cert_file, "--tlsKeyFile", self.certs.key_file,
+                "--tlsCaFile", self.certs.ca_file, "--tlsClientAuth", self.tls_client_auth]
 
     @property
     def client_tls(self) -> tls.ClientTls:

@@ -1,4 +1,4 @@
-"""`python -m namesrv --listen 127.0.0.1:9876`: run one NameServer until SIGTERM/SIGINT."""
+"""`python -m namesrv --listenPort 9876` (or `-c namesrv.toml`): run one NameServer until SIGTERM/SIGINT."""
 
 import os
 

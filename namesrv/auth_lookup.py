@@ -4,7 +4,7 @@ A NameServer stores nothing: users and ACLs live in the brokers' Raft logs. It a
 group (BrokerAuth/GetSubject, signed with the cluster secret) and keeps the answer for `cache_ms`, found or not,
 so a client's calls cost one broker round trip per `cache_ms`. The cache holds at most CACHE_ENTRIES_MAX users;
 beyond that the oldest answers are forgotten. A change made with `rocketraft admin` reaches a NameServer within
-`cache_ms` (--auth-cache-ms, default 2000).
+`cache_ms` (authCacheMillis, default 2000).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Prometheus metrics of one NameServer, on http://<--metrics-listen>/metrics (off unless given; docs/metrics.md).
+"""Prometheus metrics of one NameServer, on http://<metricsListen>/metrics (off unless given; docs/metrics.md).
 
 What this NameServer knows, read when Prometheus scrapes: every live broker replica's registration (role, term,
 applied index, how long ago it was heard from), which groups have a master, how many topics it routes. NameServers
@@ -99,4 +99,4 @@ def serve(node_id: str, registry: RouteRegistry, clock_ms: Callable[[], int], ho
           port: int) -> m.MetricsServer:
     """Call from the NameServer's event loop."""
     collector = NamesrvCollector(node_id, asyncio.get_running_loop(), lambda: snapshot(registry, clock_ms()))
-    return m.serve(collector, host, port, "--metrics-listen")
+    return m.serve(collector, host, port, "metricsListen")

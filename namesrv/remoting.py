@@ -15,7 +15,7 @@ from serverkit.remoting_acl import RemotingGuard
 from serverkit.remoting_server import Connection, RemotingServer
 
 if TYPE_CHECKING:
-    from .server import NameServer
+    from .core import NameServer
 
 
 REMOTING_CODE_PREFIX = "CODE: 17  DESC: "

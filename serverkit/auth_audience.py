@@ -4,8 +4,8 @@ A caller signs the address it dialed ("host:port", exactly as it dialed it). A s
 names it, so a proof observed on its way to one server is refused by every other (docs/security.md, "The cluster
 secret"). A server answers to:
 1. its own addresses: where it listens (with the port it bound), what it advertises, the address the NameServers
-   dial, and the extra names an operator lists (`clusterAuthAudiences`; the NameServer's --cluster-auth-audiences:
-   a DNS name in front of it, a published port);
+   dial, and the extra names an operator lists (`clusterAuthAudiences`, a key of the broker and the NameServer: a DNS
+   name in front of it, a published port);
 2. on the port it listens on, the host "localhost" when it listens on a loopback address, and any loopback host when
    it listens on every address (a caller on the same machine);
 3. on the port it listens on, when it listens on every address (0.0.0.0, ::): a host name that resolves to an
@@ -97,7 +97,7 @@ class Audiences:
             return None
         return (f"the proof was made for {audience}, which is not this server ({self.describe()}): a proof is valid "
                 f"only at the server it was sent to; if callers reach this server by that name (a DNS name, a "
-                f"published port), list it in clusterAuthAudiences (NameServer: --cluster-auth-audiences)")
+                f"published port), list it in clusterAuthAudiences (broker and NameServer key)")
 
     async def _resolves_here(self, host: str) -> bool:
         now = time.monotonic()

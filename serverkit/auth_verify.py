@@ -93,7 +93,7 @@ class Verifier:
         if not self.legacy_proofs:
             return (f"{method}: the proof names no server (the format before 2026-11-27, which did not bind a proof "
                     f"to its request and server): upgrade the caller; during a rolling upgrade, this server accepts "
-                    f"it with clusterAuthLegacyProofs=true (NameServer: --cluster-auth-legacy-proofs), "
+                    f"it with clusterAuthLegacyProofs=true (broker and NameServer key), "
                     f"docs/operations.md")
         if not hmac.compare_digest(legacy_signature(self.secret, method, time_ms, nonce).encode(), given.encode()):
             return f"{method}: the proof of the cluster secret does not match this server's secret; {WHAT_TO_SET}"

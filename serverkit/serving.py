@@ -22,6 +22,7 @@ from google.protobuf.message import DecodeError
 from google.protobuf.message_factory import GetMessageClass
 
 from rocketraft.protocol import limits
+from rocketraft.protocol.tls import ENFORCING, PERMISSIVE, ServerTls
 from rocketraft.protocol.wire import GRPC_OPTIONS, Code, pb
 from serverkit import tls_permissive
 
@@ -39,6 +40,34 @@ def new_server(rpcs_in_flight_max: int = limits.RPCS_IN_FLIGHT_MAX,
                ("grpc.max_allowed_incoming_connections", connections_max),
                ("grpc.server_handshake_timeout_ms", limits.HANDSHAKE_TIMEOUT_MS))
     return grpc.aio.server(options=options, maximum_concurrent_rpcs=rpcs_in_flight_max, **kwargs)
+
+
+@dataclass
+class Bound:
+    """A server's port as `bind` put it there; `close()` after the server stops (permissive: stops the splicer)."""
+    port: int
+    splicer: object | None = None
+
+    def close(self) -> None:
+        if self.splicer is not None:
+            self.splicer.close()
+            self.splicer = None
+
+
+def bind(server: grpc.aio.Server, listen: str, tls: ServerTls) -> Bound:
+    """Put `server` on `listen` as `tls` says (port 0 in the answer: it could not bind). Permissive mode binds the
+    server on two loopback ports and listens on `listen` itself (tls_permissive.Splicer, started here)."""
+    if tls.mode == ENFORCING:
+        return Bound(server.add_secure_port(listen, tls.server_credentials()))
+    if tls.mode == PERMISSIVE:
+        tls_port = server.add_secure_port("127.0.0.1:0", tls.server_credentials())
+        plain_port = server.add_insecure_port("127.0.0.1:0")
+        if not tls_port or not plain_port:
+            return Bound(0)
+        splicer = tls_permissive.Splicer(listen, tls_port, plain_port)
+        port = splicer.start()
+        return Bound(port, splicer if port else None)
+    return Bound(server.add_insecure_port(listen))
 
 
 def client_peer(context) -> str:

@@ -107,7 +107,8 @@ def acl_round_trip(driver, base_dir: str, prefix: str, refused_marker: str) -> N
     query refused as UNAUTHORIZED (`refused_marker`: how this SDK prints that code) naming the cause."""
     acl = {"authenticationEnabled": True, "authorizationEnabled": True}
     c = permissive_cluster(base_dir, cluster_secret=SECRET, metrics=False, broker_settings=acl,
-                           namesrv_args=("--authentication-enabled", "--authorization-enabled", "--auth-cache-ms", "0"))
+                           namesrv_args=("--authenticationEnabled", "true", "--authorizationEnabled", "true",
+                                         "--authCacheMillis", "0"))
     try:
         topic, group = f"{prefix}-acl", f"{prefix}-acl-readers"
         c.create_topic(topic)

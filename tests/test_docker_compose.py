@@ -1,11 +1,11 @@
 """docker/docker-compose.yml and docker/Dockerfile: checked without an engine, then run on a real Docker engine.
 
 The first tests need no engine: every service's `command:` is run through the real `rocketraft` CLI
-(cli.main.main, with the server's `run` replaced by a hook that keeps the parsed arguments), each broker's
-arguments go through broker.config.from_args, and the resulting settings are checked against the compose file's
-ports, volumes and service names; `config -q` runs with every Compose installed (v2 and v1). The last test starts
-the cluster as docker/README.md says wherever a Docker engine answers (scripts/setup.sh --tests installs and starts
-one as root), and skips, saying why, only where none does."""
+(cli.main.main, with the server's `run` replaced by a hook that keeps the parsed arguments), each server's
+arguments go through its config's from_args (broker.config, namesrv.config), and the resulting settings are checked
+against the compose file's ports, volumes and service names; `config -q` runs with every Compose installed (v2 and
+v1). The last test starts the cluster as docker/README.md says wherever a Docker engine answers (scripts/setup.sh
+--tests installs and starts one as root), and skips, saying why, only where none does."""
 
 from __future__ import annotations
 
@@ -138,11 +138,12 @@ def is_under(path: str, directory: str) -> bool:
 # Runs in a fresh interpreter in the repo root: under pytest, tests/ is on sys.path and its dledger/ and broker/
 # directories (no __init__.py) would shadow the real packages, which broker.server needs whole. The script runs
 # cli.main.main exactly as the image's ENTRYPOINT would, with the servers' `run` replaced by a hook that
-# keeps the parsed arguments, and turns each broker's arguments into its BrokerConfig (broker.config.from_args).
+# keeps the parsed arguments, and turns each server's arguments into its config (broker.config.from_args,
+# namesrv.config.from_args).
 _PARSE_SCRIPT = """
 import contextlib, dataclasses, io, json, logging, sys
 from broker import config as broker_config, server as broker_server
-from namesrv import server as namesrv_server
+from namesrv import config as namesrv_config, server as namesrv_server
 from cli import main as cli
 
 captured = []
@@ -163,21 +164,22 @@ for name, argv in json.load(sys.stdin).items():
                               "dispatches differently now: update _PARSE_SCRIPT in this test"}
         continue
     args = captured[0]
-    if argv[0] != "broker":
-        out[name] = {"args": {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool))}}
-        continue
+    server = "broker" if argv[0] == "broker" else "NameServer"
     try:
-        cfg = broker_config.from_args(args)
+        cfg = (broker_config if argv[0] == "broker" else namesrv_config).from_args(args)
     except (ValueError, OSError) as e:
-        out[name] = {"error": f"the broker would refuse to start: {e}"}
+        out[name] = {"error": f"the {server} would refuse to start: {e}"}
         continue
-    out[name] = {"config": dict(dataclasses.asdict(cfg), peers=cfg.peers, namesrv_addresses=cfg.namesrv_addresses)}
+    derived = (dict(peers=cfg.peers, namesrv_addresses=cfg.namesrv_addresses) if argv[0] == "broker"
+               else dict(listen_address=cfg.listen_address))
+    out[name] = {"config": dict(dataclasses.asdict(cfg), **derived)}
 print(json.dumps(out))
 """
 
 
 def parse_with_cli(commands: dict[str, list[str]], secret_file: str) -> dict[str, dict]:
-    """Service name -> {"args": namesrv arguments} or {"config": BrokerConfig fields + peers, namesrv_addresses}.
+    """Service name -> {"config": BrokerConfig fields + peers, namesrv_addresses, or NamesrvConfig fields +
+    listen_address}.
     The secret's path in the container is read as `secret_file` here (the broker reads the file to validate it)."""
     commands = {name: [secret_file if a == SECRET_IN_CONTAINER else a for a in argv] for name, argv in commands.items()}
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROCKETRAFT_")}  # the containers set none
@@ -213,7 +215,7 @@ def variants() -> dict[str, dict[str, dict]]:
 
 @pytest.fixture(scope="module")
 def parsed_variants(variants, tmp_path_factory) -> dict[str, tuple[SimpleNamespace, dict[str, SimpleNamespace]]]:
-    """Per variant: (namesrv arguments, broker service -> its BrokerConfig), from one run of the CLI."""
+    """Per variant: (the NamesrvConfig, broker service -> its BrokerConfig), from one run of the CLI."""
     commands = {}
     for variant, services in variants.items():
         for name in (NAMESRV, *BROKERS):
@@ -225,13 +227,13 @@ def parsed_variants(variants, tmp_path_factory) -> dict[str, tuple[SimpleNamespa
     secret_file = tmp_path_factory.mktemp("secret") / SECRET_NAME
     secret_file.write_text(TEST_SECRET)
     results = parse_with_cli(commands, str(secret_file))
-    return {variant: (SimpleNamespace(**results[f"{NAMESRV} ({variant} variables)"]["args"]),
+    return {variant: (SimpleNamespace(**results[f"{NAMESRV} ({variant} variables)"]["config"]),
                       {n: SimpleNamespace(**results[f"{n} ({variant} variables)"]["config"]) for n in BROKERS})
             for variant in variants}
 
 
 @pytest.fixture(scope="module")
-def namesrv_args(parsed_variants) -> SimpleNamespace:
+def namesrv_config(parsed_variants) -> SimpleNamespace:
     return parsed_variants["default"][0]
 
 
@@ -273,9 +275,9 @@ def test_configuration_is_in_the_commands_not_the_environment(services):
         assert not hidden, f"service {name}: set {hidden} as `command:` flags instead, so the command is the config"
 
 
-def test_namesrv_listens_on_a_published_port(services, namesrv_args):
-    host, port = split_host_port(namesrv_args.listen, "namesrv --listen")
-    assert host not in LOOPBACK_HOSTS, f"namesrv --listen {namesrv_args.listen}: loopback is unreachable from " \
+def test_namesrv_listens_on_a_published_port(services, namesrv_config):
+    host, port = split_host_port(namesrv_config.listen_address, "namesrv bindAddress:listenPort")
+    assert host not in LOOPBACK_HOSTS, f"namesrv bindAddress {host}: loopback is unreachable from " \
                                        f"other containers and published ports; listen on 0.0.0.0"
     container_ports = [c for _, c in published_ports(services[NAMESRV], NAMESRV)]
     assert port in container_ports, f"namesrv listens on {port} but publishes {container_ports}"
@@ -304,8 +306,8 @@ def test_dleger_peers_are_the_three_broker_services_on_the_raft_port(configs):
                                   f"the replica binds it, so it must be this container's service name")
 
 
-def test_brokers_register_with_the_namesrv_service(configs, namesrv_args):
-    _, namesrv_port = split_host_port(namesrv_args.listen, "namesrv --listen")
+def test_brokers_register_with_the_namesrv_service(configs, namesrv_config):
+    _, namesrv_port = split_host_port(namesrv_config.listen_address, "namesrv bindAddress:listenPort")
     for name, cfg in configs.items():
         assert cfg.namesrv_addresses, f"service {name}: namesrvAddr is empty"
         for address in cfg.namesrv_addresses:
@@ -413,7 +415,7 @@ def test_ports_are_published_on_127_0_0_1_only(services):
 
 
 def test_acl_2_is_on_everywhere_with_the_cluster_secret_from_a_compose_secret(compose, services, configs,
-                                                                             namesrv_args):
+                                                                             namesrv_config):
     declared = (compose.get("secrets") or {}).get(SECRET_NAME) or {}
     assert declared.get("file"), f"{COMPOSE_FILE.name}: declare the secret {SECRET_NAME!r} with a file"
     for name in (NAMESRV, *BROKERS):
@@ -422,8 +424,9 @@ def test_acl_2_is_on_everywhere_with_the_cluster_secret_from_a_compose_secret(co
         assert cfg.authenticationEnabled and cfg.authorizationEnabled, f"service {name}: turn ACL 2.0 on"
         assert cfg.clusterSecretFile.endswith(SECRET_NAME) and not cfg.clusterSecret, (
             f"service {name}: read the cluster secret from {SECRET_IN_CONTAINER}, never from the command line")
-    assert namesrv_args.authentication_enabled and namesrv_args.authorization_enabled, "namesrv: turn ACL 2.0 on"
-    assert namesrv_args.cluster_secret_file.endswith(SECRET_NAME), f"namesrv: read {SECRET_IN_CONTAINER}"
+    assert namesrv_config.authenticationEnabled and namesrv_config.authorizationEnabled, "namesrv: turn ACL 2.0 on"
+    assert namesrv_config.clusterSecretFile.endswith(SECRET_NAME) and not namesrv_config.clusterSecret, (
+        f"namesrv: read the cluster secret from {SECRET_IN_CONTAINER}, never from the command line")
 
 
 # -- Dockerfile --------------------------------------------------------------------------------------------------

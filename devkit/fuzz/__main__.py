@@ -23,7 +23,7 @@ from .run import Fuzzer, report_lines
 
 # docs/security.md: ACL 2.0 on brokers and NameServers, with the cluster secret it needs
 ACL_ON = {"authenticationEnabled": True, "authorizationEnabled": True}
-NAMESRV_ACL_ON = ("--authentication-enabled", "--authorization-enabled")
+NAMESRV_ACL_ON = ("--authenticationEnabled", "true", "--authorizationEnabled", "true")
 
 
 def main(argv: list[str] | None = None) -> int:

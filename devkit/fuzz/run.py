@@ -75,7 +75,7 @@ METADATA = st.sampled_from((
 # A refusal that names an authentication or authorization problem (v2 status, gRPC status, Remoting code)
 AUTH_REFUSALS = ("UNAUTHORIZED", "FORBIDDEN", "gRPC UNAUTHENTICATED", "gRPC PERMISSION_DENIED", "NO_PERMISSION")
 OUTCOMES = ("ok", "no answer", "auth refused", "refused", "defect")  # "no answer": oneway, or a stream said nothing
-USERS_SETTLE_S = 2.5  # the NameServer keeps a user it looked up for --auth-cache-ms (2000 ms by default)
+USERS_SETTLE_S = 2.5  # the NameServer keeps a user it looked up for authCacheMillis (2000 ms by default)
 
 
 @dataclass

@@ -19,8 +19,8 @@ observed on the network is good for nothing but the same request at the same ser
 secret itself never crosses the network. It is read from a config key, the environment (ROCKETRAFT_CLUSTER_SECRET)
 or a file (ROCKETRAFT_CLUSTER_SECRET_FILE), never defaulted.
 The proof of releases before 2026-11-27 (x-rocketraft-auth-signature: HMAC of the method, time and nonce only) is
-refused unless the server is told to accept it during a rolling upgrade (clusterAuthLegacyProofs; the NameServer's
---cluster-auth-legacy-proofs); a server so told also adds it to its own calls, for the servers not upgraded yet.
+refused unless the server is told to accept it during a rolling upgrade (clusterAuthLegacyProofs, a key of the broker
+and the NameServer); a server so told also adds it to its own calls, for the servers not upgraded yet.
 """
 
 from __future__ import annotations

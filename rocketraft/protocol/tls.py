@@ -10,8 +10,8 @@ signed by `tlsCaFile`'s CA; it needs enforcing (permissive accepts plaintext cal
 A server whose mode is not disabled calls other servers over TLS, verifying them with `tlsCaFile` (the system's
 roots if empty) and, with require, presenting its own certificate.
 
-The broker reads these as TOML keys (tlsMode, ...) or ROCKETRAFT_TLS_MODE, ...; the NameServer as flags
-(--tls-mode, ...) defaulting to the same environment variables (one place: `from_env`).
+The broker and the NameServer read these as keys of their configs (tlsMode, ...: a TOML file, ROCKETRAFT_TLS_MODE,
+..., or --tlsMode, ...).
 """
 
 from __future__ import annotations
@@ -156,43 +156,8 @@ def _truthy(value: str) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
 
 
-def server_from_env(environ: Mapping[str, str] | None = None) -> ServerTls:
-    env = os.environ if environ is None else environ
-    return ServerTls(env.get(MODE_ENV, DISABLED) or DISABLED, env.get(CERT_FILE_ENV, ""), env.get(KEY_FILE_ENV, ""),
-                     env.get(CA_FILE_ENV, ""), env.get(CLIENT_AUTH_ENV, CLIENT_AUTH_NONE) or CLIENT_AUTH_NONE)
-
-
 def client_from_env(environ: Mapping[str, str] | None = None) -> ClientTls:
     """A client's TLS from $ROCKETRAFT_TLS (true/false) and $ROCKETRAFT_TLS_CA_FILE (a CA file alone turns TLS on)."""
     env = os.environ if environ is None else environ
     ca = env.get(CA_FILE_ENV, "")
     return ClientTls(_truthy(env.get(CLIENT_TLS_ENV, "")) or bool(ca), ca)
-
-
-@dataclass
-class Bound:
-    """A server's port as `bind` put it there; `close()` after the server stops (permissive: stops the splicer)."""
-    port: int
-    splicer: object | None = None
-
-    def close(self) -> None:
-        if self.splicer is not None:
-            self.splicer.close()
-            self.splicer = None
-
-
-def bind(server: grpc.aio.Server, listen: str, tls: ServerTls) -> Bound:
-    """Put `server` on `listen` as `tls` says (port 0 in the answer: it could not bind). Permissive mode binds the
-    server on two loopback ports and listens on `listen` itself (tls_permissive.Splicer, started here)."""
-    if tls.mode == ENFORCING:
-        return Bound(server.add_secure_port(listen, tls.server_credentials()))
-    if tls.mode == PERMISSIVE:
-        from . import tls_permissive  # noqa: PLC0415 - only a permissive server needs the splicer
-        tls_port = server.add_secure_port("127.0.0.1:0", tls.server_credentials())
-        plain_port = server.add_insecure_port("127.0.0.1:0")
-        if not tls_port or not plain_port:
-            return Bound(0)
-        splicer = tls_permissive.Splicer(listen, tls_port, plain_port)
-        port = splicer.start()
-        return Bound(port, splicer if port else None)
-    return Bound(server.add_insecure_port(listen))

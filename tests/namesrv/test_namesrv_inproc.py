@@ -1,4 +1,5 @@
-"""The NameServer started in-process (start()/stop()), for what needs a slow broker or a controlled clock."""
+"""The NameServer started in-process (NamesrvServer: start(), stop()), for what needs a slow broker or a controlled
+clock."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import asyncio
 
 import grpc
 
-from namesrv.server import NameServer
+from namesrv.config import NamesrvConfig
+from namesrv.server import NamesrvServer
 from rocketraft.protocol.wire import Code, ipb, ipb_grpc, pb, svc, svc_grpc
 
 
@@ -41,20 +43,20 @@ def leader(address: str, group: str = "broker-a", **extra) -> ipb.BrokerRegistra
 
 def run(scenario) -> None:
     async def main():
-        ns = NameServer("127.0.0.1:0", create_topic_timeout_ms=300, recall_timeout_ms=300)
-        await ns.start()
+        namesrv = NamesrvServer(NamesrvConfig(listenPort=0), create_topic_timeout_ms=300, recall_timeout_ms=300)
+        await namesrv.start()
         try:
-            await scenario(ns)
+            await scenario(namesrv)
         finally:
-            await ns.stop()
+            await namesrv.stop()
 
     asyncio.run(main())
 
 
 def test_start_binds_port_0_to_a_real_port_and_serves_query_route():
-    async def scenario(ns: NameServer):
-        assert ns.address.startswith("127.0.0.1:") and not ns.address.endswith(":0")
-        async with grpc.aio.insecure_channel(ns.address) as channel:
+    async def scenario(namesrv: NamesrvServer):
+        assert namesrv.address.startswith("127.0.0.1:") and not namesrv.address.endswith(":0")
+        async with grpc.aio.insecure_channel(namesrv.address) as channel:
             reply = await svc_grpc.MessagingServiceStub(channel).QueryRoute(
                 svc.QueryRouteRequest(topic=pb.Resource(name="T")), timeout=5)
         assert reply.status.code == Code.TOPIC_NOT_FOUND
@@ -63,12 +65,12 @@ def test_start_binds_port_0_to_a_real_port_and_serves_query_route():
 
 
 def test_create_topic_on_a_master_that_does_not_answer_in_time_is_an_unknown_outcome_not_a_hang():
-    async def scenario(ns: NameServer):
+    async def scenario(namesrv: NamesrvServer):
         server, address = await start_master(SlowMaster(delay_s=2))
         try:
-            ns.register(leader(address))
+            namesrv.ns.register(leader(address))
             started = asyncio.get_running_loop().time()
-            [result] = await ns.create_topic("", ipb.TopicConfig(name="T", queue_nums=8, perm=6))
+            [result] = await namesrv.ns.create_topic("", ipb.TopicConfig(name="T", queue_nums=8, perm=6))
             assert asyncio.get_running_loop().time() - started < 1.5
             assert (result.ok, result.code) == (False, Code.PROXY_TIMEOUT)
             assert "did not answer CreateTopic within 300 ms" in result.message
@@ -80,12 +82,12 @@ def test_create_topic_on_a_master_that_does_not_answer_in_time_is_an_unknown_out
 
 
 def test_concurrent_routes_for_one_new_topic_cause_a_single_auto_create():
-    async def scenario(ns: NameServer):
+    async def scenario(namesrv: NamesrvServer):
         master = SlowMaster(delay_s=0.1)
         server, address = await start_master(master)
         try:
-            ns.register(leader(address, auto_create_topic=True, default_queue_nums=2))
-            routes = await asyncio.gather(*(ns.query_route("Fresh") for _ in range(10)))
+            namesrv.ns.register(leader(address, auto_create_topic=True, default_queue_nums=2))
+            routes = await asyncio.gather(*(namesrv.ns.query_route("Fresh") for _ in range(10)))
             assert master.create_calls == 1
             assert all(len(r) == 2 for r in routes)
         finally:
@@ -95,11 +97,11 @@ def test_concurrent_routes_for_one_new_topic_cause_a_single_auto_create():
 
 
 def test_recall_to_a_master_that_does_not_answer_in_time_is_an_unknown_outcome():
-    async def scenario(ns: NameServer):
+    async def scenario(namesrv: NamesrvServer):
         server, address = await start_master(SlowMaster(delay_s=2))
         try:
-            ns.register(leader(address))
-            async with grpc.aio.insecure_channel(ns.address) as channel:
+            namesrv.ns.register(leader(address))
+            async with grpc.aio.insecure_channel(namesrv.address) as channel:
                 reply = await svc_grpc.MessagingServiceStub(channel).RecallMessage(
                     svc.RecallMessageRequest(recall_handle="broker-a:1"), timeout=5)
             assert reply.status.code == Code.PROXY_TIMEOUT
@@ -113,15 +115,15 @@ def test_recall_to_a_master_that_does_not_answer_in_time_is_an_unknown_outcome()
 def test_sweep_drops_silent_replicas_and_closes_their_channels():
     now = [0]
 
-    async def scenario(ns: NameServer):
-        ns.clock_ms = lambda: now[0]
-        ns.register(leader("127.0.0.1:1"))
-        ns.channel("127.0.0.1:1")
+    async def scenario(namesrv: NamesrvServer):
+        namesrv.ns.clock_ms = lambda: now[0]
+        namesrv.ns.register(leader("127.0.0.1:1"))
+        namesrv.ns.channel("127.0.0.1:1")
         now[0] = 999
-        ns.sweep()
-        assert ns.registry.master_of("broker-a") is not None and "127.0.0.1:1" in ns._channels
+        namesrv.ns.sweep()
+        assert namesrv.ns.registry.master_of("broker-a") is not None and "127.0.0.1:1" in namesrv.ns._channels
         now[0] = 1000
-        ns.sweep()
-        assert ns.registry.master_of("broker-a") is None and "127.0.0.1:1" not in ns._channels
+        namesrv.ns.sweep()
+        assert namesrv.ns.registry.master_of("broker-a") is None and "127.0.0.1:1" not in namesrv.ns._channels
 
     run(scenario)

@@ -1,6 +1,6 @@
-"""A NameServer started with --metrics-listen serves Prometheus metrics (docs/metrics.md): scraped over HTTP from real
+"""A NameServer started with metricsListen serves Prometheus metrics (docs/metrics.md): scraped over HTTP from real
 processes, they show the replicas registered with it, their roles and the group's master, and a NameServer whose
-metrics address is taken refuses to start, naming the flag."""
+metrics address is taken refuses to start, naming the key."""
 
 from __future__ import annotations
 
@@ -40,13 +40,13 @@ def test_namesrv_metrics_show_each_registered_replica_its_role_and_the_groups_ma
     wait_until(lambda: leader_of_routes() == [new_master], 10, "the NameServer to report the new master")
 
 
-def test_a_namesrv_whose_metrics_address_is_taken_refuses_to_start_naming_the_flag():
+def test_a_namesrv_whose_metrics_address_is_taken_refuses_to_start_naming_the_key():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = subprocess.run([sys.executable, "-m", "namesrv", "--listen", "127.0.0.1:0", "--metrics-listen",
+        done = subprocess.run([sys.executable, "-m", "namesrv", "--listenPort", "0", "--metricsListen",
                                f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1, done
-    assert f"cannot serve metrics on 127.0.0.1:{port}" in done.stderr and "--metrics-listen" in done.stderr, done.stderr
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in done.stderr and "metricsListen" in done.stderr, done.stderr
     assert "listening" not in done.stdout

@@ -30,7 +30,7 @@ class NamesrvProcess:
     def __init__(self, log_path: Path):
         self.log_path = log_path
         port = free_port("127.0.0.1")
-        self.proc = subprocess.Popen([sys.executable, "-m", "namesrv", "--listen", f"127.0.0.1:{port}"], cwd=REPO,
+        self.proc = subprocess.Popen([sys.executable, "-m", "namesrv", "--listenPort", str(port)], cwd=REPO,
                                      stdout=subprocess.PIPE, stderr=open(log_path, "wb"), text=True)
         ready, _, _ = select.select([self.proc.stdout], [], [], START_TIMEOUT_S)
         line = self.proc.stdout.readline() if ready else ""
@@ -324,9 +324,9 @@ def test_malformed_requests_are_refused_and_the_server_keeps_serving(namesrv):
     assert namesrv.route("T").status.code == Code.OK
 
 
-def test_listen_address_can_come_from_the_environment(tmp_path):
+def test_listen_port_can_come_from_the_environment(tmp_path):
     port = free_port("127.0.0.1")
-    env = dict(os.environ, ROCKETRAFT_NAMESRV_LISTEN=f"127.0.0.1:{port}")
+    env = dict(os.environ, ROCKETRAFT_LISTEN_PORT=str(port))
     proc = subprocess.Popen([sys.executable, "-m", "namesrv"], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True)
     try:

@@ -8,8 +8,9 @@ import asyncio
 import grpc
 from test_registry import reg, three_replicas
 
+from namesrv.config import NamesrvConfig
 from namesrv.registry import RouteRegistry
-from namesrv.server import NameServer
+from namesrv.server import NamesrvServer
 from rocketraft.client.routes import route_of
 from rocketraft.protocol.routing import WRITABLE, needs_scheme_in_host, wants_list_only
 from rocketraft.protocol.wire import addresses_of, endpoints, pb, svc, svc_grpc
@@ -100,13 +101,13 @@ def test_our_client_reads_the_master_as_the_first_address_and_every_listed_addre
 
 def test_query_route_over_grpc_answers_by_the_clients_language():
     async def scenario() -> dict[str, list[str]]:
-        ns = NameServer("127.0.0.1:0")
-        await ns.start()
+        namesrv = NamesrvServer(NamesrvConfig(listenPort=0))
+        await namesrv.start()
         try:
             for rid in ("n1", "n2", "n3"):
-                ns.register(reg(rid, "LEADER" if rid == "n1" else "FOLLOWER", 3))
+                namesrv.ns.register(reg(rid, "LEADER" if rid == "n1" else "FOLLOWER", 3))
             seen, entries = {}, {}
-            async with grpc.aio.insecure_channel(ns.address) as channel:
+            async with grpc.aio.insecure_channel(namesrv.address) as channel:
                 stub = svc_grpc.MessagingServiceStub(channel)
                 for language in ("PYTHON", "HTTP", "GO", None):
                     metadata = (("x-mq-language", language),) if language else ()
@@ -117,7 +118,7 @@ def test_query_route_over_grpc_answers_by_the_clients_language():
                     entries[language] = len(reply.message_queues)
             return seen, entries
         finally:
-            await ns.stop()
+            await namesrv.stop()
 
     seen, entries = asyncio.run(scenario())
     everyone = ["127.0.0.11:8081", "127.0.0.12:8081", "127.0.0.13:8081"]

@@ -21,8 +21,9 @@ ACL = {"authenticationEnabled": True, "authorizationEnabled": True}
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     c = permissive_cluster(str(tmp_path_factory.mktemp("remoting-acl")), cluster_secret=SECRET, metrics=False,
-                           broker_settings=ACL, namesrv_args=("--authentication-enabled", "--authorization-enabled",
-                                                              "--auth-cache-ms", "0"))
+                           broker_settings=ACL, namesrv_args=("--authenticationEnabled", "true",
+                                                              "--authorizationEnabled", "true",
+                                                              "--authCacheMillis", "0"))
     try:
         c.create_topic("j4-acl")
         c.create_topic("j4-acl-other")

@@ -33,7 +33,8 @@ ACL_ON = {"authenticationEnabled": True, "authorizationEnabled": True}
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     c = DevCluster(str(tmp_path_factory.mktemp("acl")), cluster_secret=SECRET, metrics=False, broker_settings=ACL_ON,
-                   namesrv_args=("--authentication-enabled", "--authorization-enabled", "--auth-cache-ms", "0"))
+                   namesrv_args=("--authenticationEnabled", "true", "--authorizationEnabled", "true",
+                                 "--authCacheMillis", "0"))
     c.start()
     c.wait_master()
     for name in ("orders", "audit", "secret-stuff"):
@@ -381,7 +382,8 @@ def test_a_user_made_before_hardening_is_refused_until_an_admin_confirms_it(tmp_
         auth(c, lambda a: a.create_user("ops", "ops-secret-key", "SUPER"), secret="")  # the operator, before
         c.stop()
         c.reconfigure(cluster_secret=SECRET, broker_settings=ACL_ON,  # hardened as docs/security.md says
-                      namesrv_args=("--authentication-enabled", "--authorization-enabled", "--auth-cache-ms", "0"))
+                      namesrv_args=("--authenticationEnabled", "true", "--authorizationEnabled", "true",
+                                    "--authCacheMillis", "0"))
         c.start()
         c.wait_master()
         assert {u.username: u.unconfirmed for u in auth(c, lambda a: a.list_users())} == {"mallory": True,

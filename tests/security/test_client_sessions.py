@@ -23,7 +23,8 @@ ACL_ON = {"authenticationEnabled": True, "authorizationEnabled": True}
 def cluster(tmp_path_factory):
     c = DevCluster(str(tmp_path_factory.mktemp("sessions")), cluster_secret=SECRET, metrics=False,
                    broker_settings=ACL_ON,
-                   namesrv_args=("--authentication-enabled", "--authorization-enabled", "--auth-cache-ms", "0"))
+                   namesrv_args=("--authenticationEnabled", "true", "--authorizationEnabled", "true",
+                                 "--authCacheMillis", "0"))
     c.start()
     c.wait_master()
     for name in ("orders", "payroll"):

@@ -125,7 +125,7 @@ def test_a_proof_of_the_format_before_2026_11_27_is_refused_naming_the_upgrade_s
     with pytest.raises(grpc.RpcError) as e:
         ipb_grpc.NameServerStub(unsigned(cluster.namesrv_address)).GetClusterInfo(
             ipb.GetClusterInfoRequest(), metadata=old, timeout=5)
-    assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED and "--cluster-auth-legacy-proofs" in e.value.details()
+    assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED and "clusterAuthLegacyProofs=true" in e.value.details()
 
 
 def test_with_the_secret_the_cluster_serves_the_official_sdk_and_the_admin_client(cluster):

@@ -171,7 +171,7 @@ async def _echo_server(certs: dev_certs.DevCerts, seen: list, connection_idle_ms
 
     handler = grpc.method_handlers_generic_handler("t.T", {"Echo": grpc.unary_unary_rpc_method_handler(echo)})
     server.add_generic_rpc_handlers((handler,))
-    bound = tls.bind(server, "127.0.0.1:0", tls.ServerTls(tls.PERMISSIVE, certs.cert_file, certs.key_file))
+    bound = serving.bind(server, "127.0.0.1:0", tls.ServerTls(tls.PERMISSIVE, certs.cert_file, certs.key_file))
     await server.start()
     return server, bound
 
@@ -243,15 +243,14 @@ def test_tls_settings_that_cannot_work_are_refused_by_name(tmp_path):
 
 
 
-def test_the_nameserver_names_its_tls_flags_in_a_refusal():
-    """The TLS rules are one (rocketraft.protocol.tls, in the brokers' key names); the NameServer, which takes them as
-    flags, names the flags."""
+def test_the_nameserver_names_its_tls_keys_in_a_refusal():
+    """The TLS rules are one (rocketraft.protocol.tls), in the key names the broker and the NameServer share."""
     from devkit.devcluster import free_port
 
-    out = subprocess.run([sys.executable, "-m", "namesrv", "--listen", f"127.0.0.1:{free_port()}", "--tls-mode",
-                          "enforcing"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-m", "namesrv", "--listenPort", str(free_port()), "--tlsMode", "enforcing"],
+                         capture_output=True, text=True, timeout=60)
     assert out.returncode == 2, out.stderr[-2000:]
-    assert "--tls-mode enforcing needs --tls-cert-file and --tls-key-file" in out.stderr, out.stderr[-2000:]
+    assert "tlsMode enforcing needs tlsCertFile and tlsKeyFile" in out.stderr, out.stderr[-2000:]
 
 def test_rocketraft_dev_tls_makes_a_ca_and_0600_keys_serves_permissive_and_prints_how_to_connect(tmp_path):
     from devkit.devcluster import free_dev_ports
