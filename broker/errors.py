@@ -24,7 +24,7 @@ from rocketraft.protocol.errors import (
 )
 from rocketraft.protocol.wire import Code, pb
 
-from .statemachine import ApplyError
+from .apply_results import ApplyError
 
 log = logging.getLogger(__name__)
 

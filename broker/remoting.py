@@ -38,12 +38,12 @@ from serverkit.remoting_server import Connection, RemotingServer
 
 from . import reads, validation
 from . import tables as t
+from .apply_results import send_fields
 from .clients import ClientRegistry
 from .config import BrokerConfig
 from .consume import Consume
 from .outboxes import Outbox
 from .queries import QUERY_MESSAGES_MAX, Queries
-from .statemachine import send_fields
 from .topics import FOLLOWER_CATCH_UP_S, Topics
 from .writes import Sent, Writes
 
