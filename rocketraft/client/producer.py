@@ -27,7 +27,6 @@ from rocketraft.protocol.errors import (
     BrokerUnreachableError,
     NotMasterError,
     OutcomeUnknownError,
-    RocketraftCode,
     RocketraftError,
 )
 from rocketraft.protocol.limits import BODY_BYTES_MAX
@@ -37,6 +36,7 @@ from .base import AsyncClient, run_callback, spawn_callback
 from .config import ClientConfig
 from .lanes import BatchLimits, Lane
 from .message import Message, MessageIdGenerator, SendReceipt, queue_ref, to_wire
+from .outcomes import classify
 from .recall import RecallResult
 from .recall import recall as recall_message
 from .routes import GroupRoute
@@ -51,27 +51,6 @@ BACKOFF_MS_MAX = 1000
 # whichever master it names (the old one may only have been slow). Elections here take 0.3-1 s.
 NEW_MASTER_WAIT_S = 1.0
 ROUTE_RETRY_S = 0.1  # while a pinned send waits for its group to come back into the route
-
-# Refusals that say the message was not stored and another group (or this one, later) can take it.
-RETRY_ELSEWHERE_CODES = frozenset({Code.TOO_MANY_REQUESTS, Code.HA_NOT_AVAILABLE, Code.INTERNAL_SERVER_ERROR,
-                                   Code.MASTER_PERSISTENCE_TIMEOUT, Code.SLAVE_PERSISTENCE_TIMEOUT,
-                                   Code.TOPIC_NOT_FOUND, RocketraftCode.DISK_FULL, RocketraftCode.STORE_MAP_FULL,
-                                   RocketraftCode.STORE_UNAVAILABLE})
-UNKNOWN_CODES = frozenset({Code.PROXY_TIMEOUT, Code.REQUEST_TIMEOUT})
-
-
-def classify(exc: BaseException) -> str:
-    """'elsewhere' (definitely not stored, retry on another group), 'unknown' (maybe stored) or 'fatal'."""
-    if isinstance(exc, BrokerUnreachableError):
-        return "unknown" if exc.sent else "elsewhere"
-    if isinstance(exc, OutcomeUnknownError):
-        return "unknown"
-    if isinstance(exc, RocketraftError):
-        if exc.code in UNKNOWN_CODES:
-            return "unknown"
-        if exc.code in RETRY_ELSEWHERE_CODES:
-            return "elsewhere"
-    return "fatal"
 
 
 class _Attempts:
