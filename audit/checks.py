@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from .stores import StoreMeta
 
 EXAMPLES_MAX = 20
-DLQ_PREFIX = "%DLQ%"  # broker/statemachine.py: a DLQ entry points at the original send, in any topic and queue
+DLQ_PREFIX = "%DLQ%"  # broker/apply_consume.py: a DLQ entry points at the original send, in any topic and queue
 LOG_COPIES_MAX = 2  # a send retried after an unknown outcome is stored twice at most (the retry is deduplicated)
 
 

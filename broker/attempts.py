@@ -16,19 +16,16 @@ apply: it reads only the tables and the command, so every replica keeps the same
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from rocketraft.proto import store_pb2 as spb
 
 from . import tables as t
-
-if TYPE_CHECKING:
-    from .statemachine import BrokerStateMachine, Popped
+from .apply_results import Popped
+from .apply_state import ApplyState
 
 EXPIRED_PER_POP_MAX = 16  # expired attempts of its group one pop deletes at most (bounds one apply)
 
 
-def replay(sm: BrokerStateMachine, command: spb.PopCommand, make_popped, txn) -> list[Popped]:
+def replay(sm: ApplyState, command: spb.PopCommand, make_popped, txn) -> list[Popped]:
     """The messages the attempt delivered that are still in flight under it (at most batch_size); [] when there is
     no such attempt, it expired, or none of its messages is still in flight (the attempt is then forgotten)."""
     group, topic = command.group, command.topic
@@ -54,7 +51,7 @@ def replay(sm: BrokerStateMachine, command: spb.PopCommand, make_popped, txn) ->
     return out
 
 
-def remember(sm: BrokerStateMachine, command: spb.PopCommand, gen: int, popped: list[Popped], txn) -> None:
+def remember(sm: ApplyState, command: spb.PopCommand, gen: int, popped: list[Popped], txn) -> None:
     """Record a pop that delivered messages under its attempt id, within the group's bound."""
     group = command.group
     count = expire(sm, group, command.now_ms, EXPIRED_PER_POP_MAX, txn)
@@ -67,7 +64,7 @@ def remember(sm: BrokerStateMachine, command: spb.PopCommand, gen: int, popped: 
     _set_count(sm, group, count + 1, txn)
 
 
-def expire(sm: BrokerStateMachine, group: str, now_ms: int, limit: int, txn) -> int:
+def expire(sm: ApplyState, group: str, now_ms: int, limit: int, txn) -> int:
     """Delete up to `limit` attempts of the group that expired at or before now_ms; returns the group's count."""
     prefix = t.attempt_group_prefix(group)
     doomed = []
@@ -90,7 +87,7 @@ def expire(sm: BrokerStateMachine, group: str, now_ms: int, limit: int, txn) -> 
     return count
 
 
-def expire_all(sm: BrokerStateMachine, now_ms: int, limit: int, txn) -> int:
+def expire_all(sm: ApplyState, now_ms: int, limit: int, txn) -> int:
     """Retention: delete up to `limit` expired attempts over every group (the oldest of each group first); returns
     how many went. O(groups with attempts + deleted)."""
     deleted = 0
@@ -104,14 +101,14 @@ def expire_all(sm: BrokerStateMachine, now_ms: int, limit: int, txn) -> int:
     return deleted
 
 
-def forget(sm: BrokerStateMachine, attempt_key: bytes, expires_ms: int, txn) -> None:
+def forget(sm: ApplyState, attempt_key: bytes, expires_ms: int, txn) -> None:
     group, topic, attempt_id = (part.decode() for part in attempt_key.split(t.SEP, 2))
     txn.delete(t.attempt_due_key(group, expires_ms, topic, attempt_id), db=sm.db[t.ATTEMPT_DUE])
     if txn.delete(attempt_key, db=sm.db[t.ATTEMPTS]):
         _set_count(sm, group, max(0, _count(sm, group, txn) - 1), txn)
 
 
-def purge_topic(sm: BrokerStateMachine, topic: str, txn) -> None:
+def purge_topic(sm: ApplyState, topic: str, txn) -> None:
     """A deleted topic's attempts go with it."""
     doomed = [(key, t.attempt_of(value).expires_ms) for key, value in txn.cursor(db=sm.db[t.ATTEMPTS])
               if t.topic_of_group_key(key) == topic]
@@ -119,7 +116,7 @@ def purge_topic(sm: BrokerStateMachine, topic: str, txn) -> None:
         forget(sm, key, expires_ms, txn)
 
 
-def _forget_oldest(sm: BrokerStateMachine, group: str, txn) -> int:
+def _forget_oldest(sm: ApplyState, group: str, txn) -> int:
     prefix = t.attempt_group_prefix(group)
     cur = txn.cursor(db=sm.db[t.ATTEMPT_DUE])
     if not (cur.set_range(prefix) and cur.key().startswith(prefix)):
@@ -130,12 +127,12 @@ def _forget_oldest(sm: BrokerStateMachine, group: str, txn) -> int:
     return _count(sm, group, txn)
 
 
-def _count(sm: BrokerStateMachine, group: str, txn) -> int:
+def _count(sm: ApplyState, group: str, txn) -> int:
     raw = txn.get(group.encode(), db=sm.db[t.ATTEMPT_N])
     return t.u32_of(raw) if raw else 0
 
 
-def _set_count(sm: BrokerStateMachine, group: str, count: int, txn) -> None:
+def _set_count(sm: ApplyState, group: str, count: int, txn) -> None:
     if count > 0:
         txn.put(group.encode(), t.u32(count), db=sm.db[t.ATTEMPT_N])
     else:

@@ -15,9 +15,9 @@ from rocketraft.protocol.wire import Code, ipb, pb
 
 from . import reads, validation
 from . import tables as t
+from .apply_results import HandleResult, Popped
 from .core import Broker
 from .renewal import Renewals
-from .statemachine import HandleResult, Popped
 from .topics import Topics
 from .traffic import Traffic
 

@@ -28,7 +28,7 @@ from rocketraft.protocol.errors import (
 )
 from rocketraft.protocol.wire import pb
 
-from .statemachine import ApplyError
+from .apply_results import ApplyError
 
 log = logging.getLogger(__name__)
 

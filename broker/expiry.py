@@ -22,17 +22,16 @@ The state machine stores the floor (table retain) and, once it is committed, tel
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from rocketraft.proto import store_pb2 as spb
 from rocketraft.protocol.wire import pb
 
 from . import attempts
 from . import tables as t
-
-if TYPE_CHECKING:
-    from .statemachine import BrokerStateMachine
-
+from .apply_consume import advance_consumed
+from .apply_results import send_fields
+from .apply_state import ApplyState
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +42,8 @@ class RetentionResult(NamedTuple):
     more: bool            # a limit stopped it: another command right away has more to delete
 
 
-def apply_retention(sm: BrokerStateMachine, command: spb.RetentionCommand, index: int, txn) -> RetentionResult:
-    old = sm.retention_floor
+def apply_retention(sm: ApplyState, old: int, command: spb.RetentionCommand, index: int, txn) -> RetentionResult:
+    """Retention's deletions past the floor `old` (the last one committed) by one RetentionCommand."""
     if txn.get(t.RETAIN_REFS_BUILT, db=sm.db[t.RETAIN]) is None:
         _build_refs(sm, txn)
     budget = max(1, command.messages_max)
@@ -60,7 +59,7 @@ def apply_retention(sm: BrokerStateMachine, command: spb.RetentionCommand, index
     return RetentionResult(floor, deleted, capped or deleted >= budget or swept >= budget)
 
 
-def _build_refs(sm: BrokerStateMachine, txn) -> None:
+def _build_refs(sm: ApplyState, txn) -> None:
     """A store written before the refs table: record, once, its pending delayed messages and every queue entry that
     points below an earlier entry of its queue (delivered delayed, committed half, dead-lettered): one scan of the
     timer and consume-queue tables, in this apply, on every replica alike."""
@@ -79,7 +78,7 @@ def _build_refs(sm: BrokerStateMachine, txn) -> None:
     log.warning("retention: the store was written before the refs table: built it once (%d references)", added)
 
 
-def _trim_queue_heads(sm: BrokerStateMachine, command: spb.RetentionCommand, budget: int, txn):
+def _trim_queue_heads(sm: ApplyState, command: spb.RetentionCommand, budget: int, txn):
     """(head index of every non-empty queue, {queue key: new first offset} of the queues trimmed, entries deleted)."""
     cutoff, force = command.cutoff_ms, command.force_floor
     cq_db, refs_db, recalled_db = sm.db[t.CQ], sm.db[t.REFS], sm.db[t.RECALLED]
@@ -106,7 +105,7 @@ def _trim_queue_heads(sm: BrokerStateMachine, command: spb.RetentionCommand, bud
     return heads, moved, deleted
 
 
-def _drop_forced_refs(sm: BrokerStateMachine, force_floor: int, txn) -> None:
+def _drop_forced_refs(sm: ApplyState, force_floor: int, txn) -> None:
     """Forced cleanup: pending delayed messages, queue entries out of order and pending half messages whose message is
     at or below force_floor are deleted whatever their age (their queues keep a gap)."""
     refs_db = sm.db[t.REFS]
@@ -137,7 +136,7 @@ def _first_index(txn, db) -> list[int]:
     return [t.position_of(cur.key()[:10])[0]] if cur.first() else []
 
 
-def _forget_sends(sm: BrokerStateMachine, old: int, target: int, budget: int, txn) -> tuple[int, bool]:
+def _forget_sends(sm: ApplyState, old: int, target: int, budget: int, txn) -> tuple[int, bool]:
     """Delete the message-id and key index entries of the sends in (old, floor]; the floor is target, or less when
     budget payloads were read first. Returns (floor, capped)."""
     index, seen = old, 0
@@ -154,9 +153,7 @@ def _forget_sends(sm: BrokerStateMachine, old: int, target: int, budget: int, tx
     return index, False
 
 
-def _forget_send(sm: BrokerStateMachine, send: spb.SendCommand, index: int, slot: int, txn) -> None:
-    from .statemachine import send_fields
-
+def _forget_send(sm: ApplyState, send: spb.SendCommand, index: int, slot: int, txn) -> None:
     topic, message_id, _ = send_fields(send)
     keys = send.keys if send.topic else pb.Message.FromString(send.message).system_properties.keys
     id_key = t.msgid_key(topic, message_id)
@@ -171,7 +168,7 @@ def _forget_send(sm: BrokerStateMachine, send: spb.SendCommand, index: int, slot
         txn.delete(t.position_key(index, slot), db=sm.db[t.TXCHECKS])
 
 
-def _move_consumers(sm: BrokerStateMachine, moved: dict[bytes, int], txn) -> None:
+def _move_consumers(sm: ApplyState, moved: dict[bytes, int], txn) -> None:
     """Pop cursors below a queue's new first offset move up to it; in-flight entries below it go; the pop group's
     consumer offset follows. Offset-based (pull) consumers keep their committed offset: a pull below the first
     offset is answered ILLEGAL_OFFSET with the offset to resume at."""
@@ -194,4 +191,4 @@ def _move_consumers(sm: BrokerStateMachine, moved: dict[bytes, int], txn) -> Non
             affected.add((group.decode(), qkey))
     for group, qkey in sorted(affected):
         topic, queue = t.topic_queue_of(qkey)
-        sm.advance_consumed(group, topic, queue, txn)
+        advance_consumed(sm, group, topic, queue, txn)

@@ -8,7 +8,8 @@ from rocketraft.protocol.rules import MessageFilter, stored_digest_as_md5
 from rocketraft.protocol.wire import TRANSACTION_CHECK_TIMES_PROPERTY, as_delivered, pb
 
 from . import tables as t
-from .statemachine import BrokerStateMachine, Popped
+from .apply_results import Popped
+from .statemachine import BrokerStateMachine
 
 
 def message_at(sm: BrokerStateMachine, txn, topic: str, queue: int, offset: int, cq: t.CqEntry) -> pb.Message:

@@ -36,9 +36,9 @@ from rocketraft.proto import store_pb2 as spb
 from rocketraft.protocol.errors import RocketraftError, TooManyRequestsError
 from rocketraft.protocol.wire import Code
 
+from .apply_results import HandleResult, Popped
 from .clients import ClientRegistry
 from .core import Broker
-from .statemachine import HandleResult, Popped
 
 log = logging.getLogger(__name__)
 

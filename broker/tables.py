@@ -99,7 +99,7 @@ def u64_of(b: bytes) -> int:
 
 def topic_prefix(topic: str) -> bytes:
     """What every key of one topic's queue, consume-queue and message-id tables begins with. Apply's send path
-    computes it once per entry and builds keys with the *_at functions (broker/statemachine.py)."""
+    computes it once per entry and builds keys with the *_at functions (broker/apply_messages.py)."""
     return topic.encode() + SEP
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
-from .statemachine import SendResult
+from .apply_results import SendResult
 
 KIB = 1024
 # RocketMQ 5's rocketmq_message_size buckets: le_1_kb, le_4_kb, le_512_kb, le_1_mb, le_2_mb, le_4_mb, overflow

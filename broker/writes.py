@@ -24,8 +24,8 @@ from rocketraft.protocol.wire import Code, MessageType, ipb, pb
 
 from . import tables as t
 from . import validation
+from .apply_results import RecallResult, SendResult
 from .core import Broker
-from .statemachine import RecallResult, SendResult
 from .topics import Topics
 from .traffic import Traffic
 

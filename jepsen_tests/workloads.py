@@ -22,7 +22,8 @@ from typing import Protocol
 
 from devkit import sdkdrivers
 from rocketraft.client.message import Message
-from rocketraft.client.producer import Producer, classify
+from rocketraft.client.outcomes import classify
+from rocketraft.client.producer import Producer
 from rocketraft.client.simple_consumer import SimpleConsumer
 from rocketraft.protocol.errors import RocketraftError
 

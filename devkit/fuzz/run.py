@@ -166,10 +166,10 @@ def namesrv_remoting_codes() -> tuple[int, ...]:
 
 
 def broker_remoting_codes() -> tuple[int, ...]:
-    """The request codes of the broker's Remoting handler table (broker/remoting.py), unknown codes last."""
-    from broker.remoting import BrokerRemoting
+    """The request codes of the broker's Remoting handler table (broker/remoting_table.py), unknown codes last."""
+    from broker import remoting_table
 
-    return (*sorted(BrokerRemoting.__new__(BrokerRemoting).handlers()), templates.UNKNOWN_CODE)
+    return (*sorted(remoting_table.CODES), templates.UNKNOWN_CODE)
 
 
 class Fuzzer:

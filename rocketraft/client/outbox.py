@@ -21,7 +21,7 @@ from rocketraft.protocol.errors import RocketraftError, SendDeferredError
 from rocketraft.protocol.wire import pb
 
 from .message import Message, SendReceipt, from_wire_for_resend, to_pb
-from .producer import classify
+from .outcomes import classify
 
 log = logging.getLogger(__name__)
 

@@ -27,10 +27,7 @@ from rocketraft.protocol.errors import (
     BrokerUnreachableError,
     NotMasterError,
     OutcomeUnknownError,
-    Retry,
     RocketraftError,
-    TopicNotFoundError,
-    retry_of,
 )
 from rocketraft.protocol.limits import BODY_BYTES_MAX
 from rocketraft.protocol.wire import Code, pb, svc
@@ -39,6 +36,7 @@ from .base import AsyncClient, run_callback, spawn_callback
 from .config import ClientConfig
 from .lanes import BatchLimits, Lane
 from .message import Message, MessageIdGenerator, SendReceipt, queue_ref, to_wire
+from .outcomes import classify
 from .recall import RecallResult
 from .recall import recall as recall_message
 from .routes import GroupRoute
@@ -53,17 +51,6 @@ BACKOFF_MS_MAX = 1000
 # whichever master it names (the old one may only have been slow). Elections here take 0.3-1 s.
 NEW_MASTER_WAIT_S = 1.0
 ROUTE_RETRY_S = 0.1  # while a pinned send waits for its group to come back into the route
-
-def classify(exc: BaseException) -> str:
-    """'elsewhere' (definitely not stored, retry on another group), 'unknown' (maybe stored) or 'fatal': the
-    error registry's word (rocketraft/protocol/errors.py, REGISTRY), and one routing rule of the producer's own: a
-    topic missing on one group may exist on another (a topic being created, or created on some groups only)."""
-    retry = retry_of(exc)
-    if retry is Retry.UNKNOWN:
-        return "unknown"
-    if retry is Retry.ELSEWHERE or isinstance(exc, TopicNotFoundError):
-        return "elsewhere"
-    return "fatal"
 
 
 class _Attempts:

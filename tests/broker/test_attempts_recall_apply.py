@@ -8,7 +8,7 @@ from test_retention_apply import Machine, topic
 
 from broker import attempts, reads
 from broker import tables as t
-from broker.statemachine import ApplyError, Popped, RecallResult
+from broker.apply_results import ApplyError, Popped, RecallResult
 from rocketraft.proto import store_pb2 as spb
 from rocketraft.protocol.rules import message_filter
 from rocketraft.protocol.wire import Code, pb

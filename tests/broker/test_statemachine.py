@@ -8,8 +8,9 @@ from hypothesis import strategies as st
 
 from broker import tables as t
 from broker import validation
+from broker.apply_results import ApplyError, InvariantError, Popped, SendResult
 from broker.config import BrokerConfig
-from broker.statemachine import ApplyError, BrokerStateMachine, InvariantError, Popped, SendResult
+from broker.statemachine import BrokerStateMachine
 from dledger import LogEntry, logformat
 from dledger.store import Store
 from rocketraft.proto import store_pb2 as spb

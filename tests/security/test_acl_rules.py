@@ -9,8 +9,9 @@ import time
 import pytest
 
 from broker import tables as t
+from broker.apply_results import ApplyError
 from broker.auth_store import Kind
-from broker.statemachine import ApplyError, BrokerStateMachine
+from broker.statemachine import BrokerStateMachine
 from dledger import LogEntry, logformat
 from dledger.store import Store
 from rocketraft.proto import auth_pb2 as apb
