@@ -1,8 +1,6 @@
-import os
+from serverkit.grpc_env import quiet_grpc_logs
 
-# grpc core writes one line per failed TLS handshake (INFO): anyone could flood the log. Only its errors, unless
-# the operator sets GRPC_VERBOSITY; set before grpc is imported (docs/security.md, "TLS")
-os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+quiet_grpc_logs()  # before grpc is imported
 import sys  # noqa: E402
 
 from .server import main  # noqa: E402

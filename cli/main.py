@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 
-# grpc core writes one line per failed TLS handshake (INFO): anyone could flood the log. Only its errors, unless
-# the operator sets GRPC_VERBOSITY; set before grpc is imported (docs/security.md, "TLS")
-os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+from serverkit.grpc_env import quiet_grpc_logs
 
-from broker import server as broker_server
-from cli import admin as cli_admin
-from cli import messaging
-from dashboard import server as dashboard_server
-from namesrv import server as namesrv_server
-from rocketraft import __version__
+quiet_grpc_logs()  # before grpc is imported
+
+from broker import server as broker_server  # noqa: E402
+from cli import admin as cli_admin  # noqa: E402
+from cli import messaging  # noqa: E402
+from dashboard import server as dashboard_server  # noqa: E402
+from namesrv import server as namesrv_server  # noqa: E402
+from rocketraft import __version__  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
