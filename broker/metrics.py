@@ -275,4 +275,4 @@ def serve(config: BrokerConfig, broker: Broker, queries: Queries, clients: Clien
           traffic: Traffic, retention: Retention, renewals: Renewals) -> m.MetricsServer:
     host, port = config.metrics_address
     return m.serve(BrokerCollector(config, broker, queries, clients, traffic, retention, renewals), host, port,
-                   "metricsPort")
+                   "metricsPort", off="0")

@@ -99,4 +99,4 @@ def serve(node_id: str, registry: RouteRegistry, clock_ms: Callable[[], int], ho
           port: int) -> m.MetricsServer:
     """Call from the NameServer's event loop."""
     collector = NamesrvCollector(node_id, asyncio.get_running_loop(), lambda: snapshot(registry, clock_ms()))
-    return m.serve(collector, host, port, "metricsListen")
+    return m.serve(collector, host, port, "metricsListen", off='""')

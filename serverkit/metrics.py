@@ -71,9 +71,9 @@ class MetricsServer:
         self._thread.join(5)
 
 
-def serve(collector: Collector, host: str, port: int, what: str) -> MetricsServer:
+def serve(collector: Collector, host: str, port: int, what: str, off: str) -> MetricsServer:
     """Serve `collector` (and this process's CPU and memory) on http://host:port/metrics. `what` names the setting
-    that chose the address, for the error when it cannot listen."""
+    that chose the address and `off` the value of it that turns metrics off, for the error when it cannot listen."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     ProcessCollector(registry=registry)
@@ -81,8 +81,8 @@ def serve(collector: Collector, host: str, port: int, what: str) -> MetricsServe
         httpd, thread = start_http_server(port, host, registry=registry)
     except OSError as exc:
         raise OSError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc} (the port is in use or the "
-                      f"address is not this host's); set {what} to a free local port, or 0 to turn metrics "
-                      "off") from None
+                      f"address is not this host's); set {what} to a free local port, or to {off} to turn "
+                      "metrics off") from None
     bound = httpd.server_address[1]
     log.info("metrics on http://%s:%d%s", host, bound, PATH)
     return MetricsServer(f"{host}:{bound}", httpd, thread)

@@ -49,4 +49,5 @@ def test_a_namesrv_whose_metrics_address_is_taken_refuses_to_start_naming_the_ke
                                f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1, done
     assert f"cannot serve metrics on 127.0.0.1:{port}" in done.stderr and "metricsListen" in done.stderr, done.stderr
+    assert "or to \"\" to turn metrics off" in done.stderr, "the NameServer's off value is empty, not 0"
     assert "listening" not in done.stdout
