@@ -359,7 +359,7 @@ class RaftEngine:
 
     def set_append_admission(self, admission: Admission | None) -> None:
         """(payloads getter) -> None to admit, or (code, reason) to refuse an append forwarded to this leader."""
-        self.replication.admission = admission
+        self.replication.set_admission(admission)
 
     def request_transfer(self, wanted: str | None, deadline: float) -> Future:
         return self.handover.request_transfer(wanted, deadline)

@@ -104,7 +104,7 @@ class Handover:
         leadership over, also if it has only just won); it cannot start to lead after that tick."""
         asked: Future = Future()
         self._leave_asks.append(asked)
-        self.hellos.leaving = True
+        self.hellos.start_leaving()
         self._wake()
         return asked
 

@@ -49,7 +49,7 @@ class Hellos:
         self._leader_commit_heard = 0  # a non-voter: the highest commit index a leader's append announced
         self._refused_logged: set[str] = set()
         self._fresh_nonces: dict[str, str] = {}
-        self.leaving = False  # about to stop: takes no leadership; peers hear it (hello "leaving")
+        self.leaving = False  # about to stop: takes no leadership; peers hear it (hello "leaving"; start_leaving)
         self.recover_whole_group()  # a group of one hears no hello: it decides now
 
     # -- this store's identity --------------------------------------------------------------------------------
@@ -125,6 +125,10 @@ class Hellos:
             return 0, 0
         last = self.journal[-1]
         return last[2], last[1]
+
+    def start_leaving(self) -> None:
+        """From now on our hello says this replica is stopping (Handover.leave): no leader hands leadership to it."""
+        self.leaving = True
 
     def hello(self) -> dict:
         message = identity_rules.hello(self.identity, self.config.self_id, self.last())

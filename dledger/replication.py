@@ -123,6 +123,9 @@ class Replication:
     def set_method_id(self, method_id: int) -> None:
         self.method_id = method_id
 
+    def set_admission(self, admission: Admission | None) -> None:
+        self.admission = admission
+
     # -- the leader's commit index ----------------------------------------------------------------------------
     def begin_tick(self) -> None:
         self._commit_before_tick = self.raft.commit_index  # a leaving leader commits too: never below this
