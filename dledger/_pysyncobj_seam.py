@@ -26,30 +26,25 @@ And what the engine plugs into a SyncObj:
   fast failover on a lost leader connection, a log line for every request_vote and timeout_now it handled: what
   it decided and on what, which pysyncobj never says); it refuses pysyncobj's
   unauthenticated utility commands.
-- BudgetedQueue: pysyncobj's command queue with a byte budget per tick.
+- RaftCore: the one adapter the engine reads and drives a SyncObj through; every private name of pysyncobj dledger
+  uses is spelled in it (or, for the connection patches, in CONNECTION_INTERNALS), and check_internals checks them.
 - check_internals: the engine refuses to start if the pysyncobj internals it relies on are missing.
 """
 
 from __future__ import annotations
 
-import collections
 import errno
-import itertools
 import logging
-import os
 import pickle
-import queue
 import socket as _socket
 import struct
 import threading
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
 import pysyncobj.pickle as _pso_pickle
 import pysyncobj.syncobj as _pso_syncobj
 import pysyncobj.tcp_connection as _pso_tcp
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.pipe_notifier import PipeNotifier
 from pysyncobj.poller import POLL_EVENT_TYPE
@@ -60,6 +55,7 @@ from . import peermessages, plainpickle
 from .errors import ListenError
 from .journal import LmdbJournal
 from .repair import FETCH, FETCH_RESP
+from .sealer import RaftSealer
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +66,9 @@ PYSYNCOBJ_VERSION_RANGE = ("0.3.17", "0.4")
 REFUSED = "dl_refused"
 REGULAR_COMMAND_TYPE = 0  # pysyncobj's _COMMAND_TYPE.REGULAR (logformat.REGULAR_COMMAND once stored)
 
-__all__ = ["FAIL_REASON", "PYSYNCOBJ_VERSION_RANGE", "REFUSED", "REGULAR_COMMAND_TYPE", "BudgetedQueue",
-           "EngineSyncObj", "PipeNotifier", "RaftState", "SyncObjConf", "Transport", "bind_outgoing_sockets",
-           "check_internals", "register_journal"]
+__all__ = ["FAIL_REASON", "PRIVATE_NAMES", "PYSYNCOBJ_VERSION_RANGE", "REFUSED", "REGULAR_COMMAND_TYPE",
+           "EngineSyncObj", "PipeNotifier", "RaftCore", "RaftSealer", "RaftState", "SyncObjConf",
+           "Transport", "bind_outgoing_sockets", "check_internals", "register_journal"]
 
 
 class RaftState:
@@ -152,49 +148,6 @@ _pso_tcp.socket = _SourceBoundSocketModule()
 # bytearray buffers (append and front-deletion are amortised O(1) in CPython).
 _Conn = _pso_tcp.TcpConnection
 _FRAME = struct.Struct("i")  # pysyncobj's length prefix: native int
-
-
-class RaftSealer:
-    """Authenticated encryption of Raft frames under the group's password (pysyncobj's `encryptor` slot).
-
-    A sealed frame is: the sender's timestamp (8 bytes, big-endian, in the clear but authenticated), a 12-byte
-    nonce, then AES-256-GCM's ciphertext and 16-byte tag. The key is PBKDF2-HMAC-SHA256 of the password (100,000
-    iterations, a fixed salt of ours), once per process. Nonces never repeat under a key: each sealer draws a
-    random 8-byte prefix and counts the 4-byte rest; after 2^32 frames it draws a new prefix (two sealers sharing a
-    prefix: ~k^2 / 2^65 for k sealers ever made). Fernet, which pysyncobj uses, costs AES-CBC, HMAC-SHA256 and
-    base64 both ways (a frame grows by a third): about 40 % of publish throughput on this 2-core host."""
-
-    SALT = b"rocketraft raft frames v1"
-    HEADER = struct.Struct(">Q8sI")  # timestamp, nonce prefix, nonce counter
-    TAG_BYTES = 16
-
-    def __init__(self, password: str | bytes):
-        secret = password if isinstance(password, bytes) else password.encode()
-        key = PBKDF2HMAC(algorithm=hashes.SHA256(), length=32, salt=self.SALT, iterations=100_000).derive(secret)
-        self._aead = AESGCM(key)
-        self._lock = threading.Lock()
-        self._new_prefix()
-
-    def _new_prefix(self) -> None:
-        self._prefix = os.urandom(8)
-        self._counter = itertools.count()
-
-    def encrypt_at_time(self, data: bytes, timestamp: int) -> bytes:
-        with self._lock:
-            n = next(self._counter)
-            if n >= 1 << 32:
-                self._new_prefix()
-                n = next(self._counter)
-            header = self.HEADER.pack(timestamp, self._prefix, n)
-        return header + self._aead.encrypt(header[8:], data, header[:8])
-
-    def open(self, frame: bytes) -> tuple[int, bytes]:
-        """(the sender's timestamp, the plaintext); raises InvalidTag or ValueError unless the frame is authentic."""
-        if len(frame) < self.HEADER.size + self.TAG_BYTES:
-            raise ValueError(f"a sealed frame of {len(frame)} bytes is shorter than its header and tag")
-        header = frame[:self.HEADER.size]
-        plain = self._aead.decrypt(header[8:], frame[self.HEADER.size:], header[:8])
-        return self.HEADER.unpack(header)[0], plain
 
 
 _pso_syncobj.getEncryptor = RaftSealer  # SyncObj builds its encryptor from conf.password with this name
@@ -306,9 +259,15 @@ def _conn_check_timeout(self):
         self.disconnect()
 
 
-for _name in ("_TcpConnection__processSend", "_TcpConnection__processRead", "_TcpConnection__processParseMessage",
-              "_TcpConnection__processConnectionTimeout", "_TcpConnection__trySendBuffer"):
-    if not hasattr(_Conn, _name):
+# every private name of pysyncobj's TcpConnection the patches above read or replace: its methods, and the attributes
+# its __init__ sets (their mangled names are in its code's names)
+CONNECTION_INTERNALS = ("_TcpConnection__processSend", "_TcpConnection__processRead",
+                        "_TcpConnection__processParseMessage", "_TcpConnection__processConnectionTimeout",
+                        "_TcpConnection__trySendBuffer", "_TcpConnection__processConnection",
+                        "_TcpConnection__writeBuffer", "_TcpConnection__readBuffer", "_TcpConnection__socket",
+                        "_TcpConnection__recvBufferSize", "_TcpConnection__lastReadTime", "_TcpConnection__timeout")
+for _name in CONNECTION_INTERNALS:
+    if not hasattr(_Conn, _name) and _name not in _Conn.__init__.__code__.co_names:
         raise RuntimeError(f"pysyncobj.tcp_connection changed ({_name} missing); dledger needs 0.3.x")
 _Conn.send = _conn_send
 _Conn._TcpConnection__processConnectionTimeout = _conn_check_timeout
@@ -327,21 +286,23 @@ def allow_frames_up_to(frame_bytes: int) -> None:
 
 # -- what the engine plugs into a SyncObj ----------------------------------------------------------------
 class Transport(TCPTransport):
-    """pysyncobj's TCP transport plus the hooks dledger needs (flush-before-ack, pre-vote, fast failover)."""
+    """pysyncobj's TCP transport plus the hooks dledger needs (flush-before-ack, pre-vote, fast failover).
+
+    It routes each message to the part of the engine that owns its job (engine.py lists them)."""
 
     def send(self, node, message):
         engine = self._syncObj.dl_engine
         if isinstance(message, dict):
             kind = message.get("type")
             if kind == "next_node_idx" and message.get("success"):
-                engine.hold_ack(node, message)  # sent after the store is committed (release_acks)
+                engine.durability.hold_ack(node, message)  # sent after the store is committed (release_acks)
                 return True
-            if kind == "append_entries" and message.get("entries") and engine.hold_back(node, message):
+            if kind == "append_entries" and message.get("entries") and engine.replication.hold_back(node, message):
                 self.drain(node)
                 return True
             if kind in ("append_entries", "next_node_idx"):
-                engine.stamp_clock(message)
-        engine.release_acks()  # keep held acks ahead of anything sent after them
+                engine.clock_link.stamp(message)
+        engine.durability.release_acks()  # keep held acks ahead of anything sent after them
         sent = super().send(node, message)
         self.drain(node)
         return sent
@@ -376,7 +337,7 @@ class Transport(TCPTransport):
                                                             f"{type(message).__name__}"
         if refusal is None and isinstance(message, str) and message not in self._nodeAddrToNode:
             # a replica that is not a member (removed, or not added yet): tell it why before closing
-            conn.send(self._syncObj.dl_engine.not_member_notice())
+            conn.send(self._syncObj.dl_engine.roster.not_member_notice())
             refusal = f"{message[:100]} is not a member of the group"
         if refusal:
             log.warning("refused a connection on the Raft port: %s", refusal)
@@ -393,9 +354,9 @@ class Transport(TCPTransport):
         # hear of the removal: the leader stops sending to it the moment the change is in its log)
         # (closing the transport drops every node too: those are still members)
         conn = self._connections.get(node)
-        removed = node not in self._syncObj._SyncObj__otherNodes
+        removed = not self._syncObj.dl_core.replicates_to(node)
         if removed and conn is not None and conn.state == _pso_tcp.CONNECTION_STATE.CONNECTED:
-            conn.send(self._syncObj.dl_engine.not_member_notice())
+            conn.send(self._syncObj.dl_engine.roster.not_member_notice())
         super().dropNode(node)
 
     def _onMessageReceived(self, node, message):  # noqa: N802
@@ -409,64 +370,65 @@ class Transport(TCPTransport):
         engine = self._syncObj.dl_engine
         kind = message.get("type") if isinstance(message, dict) else None
         if kind == "dl_hello":
-            engine.on_hello(node, message)
+            engine.hellos.on_hello(node, message)
             return
         if kind == "dl_not_member":
             engine.on_not_member(node, message)
             return
-        if not engine.accepts(node):
+        if not engine.hellos.accepts(node):
             return  # no accepted hello on this connection (another group or history), or no history yet
         if kind == "request_vote":
-            if not engine.grants_vote((message["last_log_term"], message["last_log_index"])):
-                return  # a non-voter gives no vote (and takes no term from a candidate); see engine.grants_vote
-            before = engine.vote_state()
+            if not engine.hellos.grants_vote((message["last_log_term"], message["last_log_index"])):
+                return  # a non-voter gives no vote (and takes no term from a candidate); see Hellos.grants_vote
+            before = engine.elections.vote_state()
             super()._onMessageReceived(node, message)
-            engine.after_vote_request(node, message, before)
+            engine.elections.after_vote_request(node, message, before)
             return
         if kind == "timeout_now":
             super()._onMessageReceived(node, message)
-            engine.log_timeout_now(node, message)
+            engine.elections.log_timeout_now(node, message)
             return
         if kind in ("dl_prevote", "dl_prevote_resp"):
-            engine.on_prevote_message(node, message)
+            engine.elections.on_prevote_message(node, message)
             return
         if kind == "dl_snapshot_progress":
             return  # only there so the leader's connection sees traffic during a long transfer
         if kind == "dl_stale_term":
-            engine.on_stale_term(node, message)
+            engine.elections.on_stale_term(node, message)
             return
-        if kind == "append_entries" and engine.refuses_stale_leader(node, message):
+        if kind == "append_entries" and engine.elections.refuses_stale_leader(node, message):
             return  # pysyncobj would drop it silently: the leader is told our term instead
         if kind in (FETCH, FETCH_RESP):
-            engine.on_repair_message(node, message)
+            engine.repairs.on_message(node, message)
             return
-        if kind == "apply_command" and self._syncObj._isLeader() and engine.transfer_target is not None:
+        if kind == "apply_command" and self._syncObj._isLeader() and engine.handover.target is not None:
             # handing leadership over: the follower's append fails as not-leader and is retried on the new leader
             if "request_id" in message:
                 super().send(node, {"type": "apply_command_response", "request_id": message["request_id"],
                                     "error": FAIL_REASON.NOT_LEADER})
             return
         if kind == "apply_command" and self._syncObj._isLeader():
-            refusal = engine.refusal_of_forwarded(message.get("command"))
+            refusal = engine.replication.refusal_of_forwarded(message.get("command"))
             if refusal is not None:
                 if "request_id" in message:
                     super().send(node, {"type": "apply_command_response", "request_id": message["request_id"],
                                         "error": (REFUSED, *refusal)})
                 return
-            engine.note_forwarded()
+            engine.replication.note_forwarded()
         if kind == "response_vote":
-            if not engine.counts_vote_of(node):
+            if not engine.roster.counts_vote_of(node):
                 return  # a vote from outside this candidate's voters (a learner) is not counted, by pysyncobj either
             super()._onMessageReceived(node, message)
-            engine.maybe_win_election()  # a majority of the voters, learners aside (pysyncobj counts every member)
+            # a majority of the voters, learners aside (pysyncobj counts every member)
+            engine.elections.maybe_win_election()
             return
         if kind in ("append_entries", "next_node_idx"):
-            engine.on_clock_stamp(node, message)
+            engine.clock_link.on_stamp(node, message)
         if kind == "append_entries":
             engine.on_leader_contact(node, message["term"])
-            engine.note_leader_commit(message["commit_index"])
-            message = engine.trim_known_entries(message)
-            message = engine.refuse_corrupt_entries(node, message)
+            engine.hellos.note_leader_commit(message["commit_index"])
+            message = engine.replication.trim_known_entries(message)
+            message = engine.replication.refuse_corrupt_entries(node, message)
             if message.get("serialized"):
                 # pysyncobj acknowledges only the last chunk of a snapshot; without traffic the leader's
                 # side would close the connection (connectionTimeout) during a long transfer.
@@ -474,68 +436,30 @@ class Transport(TCPTransport):
         super()._onMessageReceived(node, message)
 
     def _onNodeDisconnected(self, node):  # noqa: N802
-        self._syncObj.dl_engine.on_peer_hello_lost(node)
+        self._syncObj.dl_engine.hellos.on_peer_hello_lost(node)
         super()._onNodeDisconnected(node)
-        self._syncObj.dl_engine.on_peer_disconnected(node)
+        self._syncObj.dl_engine.elections.on_peer_disconnected(node)
 
     def _onNodeConnected(self, node):  # noqa: N802
         # The hello goes first on every connection: a peer takes nothing else from us before it. Straight onto
         # the connection: an outgoing one is still CONNECTING here, and send() would drop it.
         conn = self._connections.get(node)
         if conn is not None:
-            conn.send(self._syncObj.dl_engine.hello())
+            conn.send(self._syncObj.dl_engine.hellos.hello())
         super()._onNodeConnected(node)
-        self._syncObj.dl_engine.on_peer_connected(node)
-
-
-class BudgetedQueue:
-    """pysyncobj's command queue, with a byte budget per tick.
-
-    pysyncobj takes queued commands for up to one heartbeat period per tick, whatever their size: with
-    large entries one tick appended over 100 MiB, whose commit and fsync then stalled the tick thread
-    long enough for followers to time out. Once `budget_bytes` were taken in a tick, get_nowait reports
-    empty until the next tick (reset_budget), and the wake-up pipe makes that tick come at once."""
-
-    def __init__(self, max_size: int, budget_bytes: int, wakeup: Callable[[], None]):
-        self._queue: collections.deque = collections.deque()
-        self._lock = threading.Lock()
-        self._max_size = max_size
-        self._budget_bytes = budget_bytes
-        self._taken_bytes = 0
-        self._wakeup = wakeup
-
-    def put_nowait(self, item) -> None:
-        with self._lock:
-            if len(self._queue) >= self._max_size:
-                raise queue.Full()
-            self._queue.append(item)
-
-    def get_nowait(self):
-        with self._lock:
-            if not self._queue:
-                raise queue.Empty()
-            if self._taken_bytes >= self._budget_bytes:
-                self._wakeup()
-                raise queue.Empty()
-            item = self._queue.popleft()
-        self._taken_bytes += len(item[0])
-        return item
-
-    def reset_budget(self) -> None:
-        self._taken_bytes = 0
-
-    def __len__(self) -> int:
-        return len(self._queue)
+        self._syncObj.dl_engine.elections.on_peer_connected(node)
 
 
 class EngineSyncObj(SyncObj):
     """A SyncObj driven by a dledger engine: its one replicated method hands each batch to the engine."""
 
-    def __init__(self, engine, self_addr: str, other_addrs: list[str], conf: SyncObjConf):
+    def __init__(self, engine, core: RaftCore, self_addr: str, other_addrs: list[str], conf: SyncObjConf):
         """Binds the Raft listener before it returns (pysyncobj does, without its auto-tick thread): raises
         ListenError once conf.maxBindRetries tries, conf.bindRetryTime apart, failed (with maxBindRetries=0
-        pysyncobj would spin on the CPU forever, silently)."""
+        pysyncobj would spin on the CPU forever, silently). `core` is attached to this SyncObj first."""
         self.dl_engine = engine
+        self.dl_core = core
+        core.attach(self)
         try:
             super().__init__(self_addr, other_addrs, conf=conf, transportClass=Transport)
         except SyncObjException as exc:
@@ -565,26 +489,153 @@ class EngineSyncObj(SyncObj):
         return self._methodToID[self._getFuncName("dl_apply")]
 
 
-# every pysyncobj private name dledger reads or writes (a test checks the list is whole)
-_INTERNALS = ("_SyncObj__raftLastApplied", "_SyncObj__needLoadDumpFile", "_SyncObj__raftElectionDeadline",
-              "_SyncObj__raftState", "_SyncObj__noopIDx", "_SyncObj__raftLog", "_SyncObj__raftMatchIndex",
-              "_SyncObj__commandsQueue", "_SyncObj__raftNextIndex", "_SyncObj__connectedNodes",
-              "_SyncObj__transport", "_SyncObj__sendAppendEntries", "_SyncObj__serializer",
-              "_SyncObj__votedForNodeId", "_SyncObj__applyLogEntries", "_SyncObj__transferInProgress",
-              "_SyncObj__setState", "_SyncObj__votesCount", "_SyncObj__onBecomeLeader", "_SyncObj__lastResponseTime",
-              "_SyncObj__raftLeader", "_SyncObj__raftCommitIndex", "_SyncObj__leaderCommitIndex", "_SyncObj__conf",
-              "_SyncObj__otherNodes", "_SyncObj__setCurrentTerm", "_SyncObj__doChangeCluster")
-_OVERRIDDEN = ("_SyncObj__applyLogEntries", "_SyncObj__sendAppendEntries")  # by EngineSyncObj
+# -- the one adapter: every private name of pysyncobj's SyncObj dledger reads, writes or calls ---------------
+T = TypeVar("T")
 
 
-def check_internals(so: SyncObj, journal: LmdbJournal) -> None:
-    """Fail loudly if this pysyncobj does not have the internals the engine relies on."""
-    for name in _INTERNALS:
-        if not hasattr(SyncObj, name) and not hasattr(so, name):
-            raise RuntimeError(f"pysyncobj internals changed ({name} missing); dledger supports "
+class _Private(Generic[T]):
+    """A private attribute of pysyncobj's SyncObj, by its mangled name, read and written through RaftCore."""
+
+    def __init__(self, name: str, writable: bool = True):
+        self.name = name
+        self.writable = writable
+
+    def __get__(self, core, owner=None) -> T:
+        if core is None:
+            return self  # type: ignore[return-value] - the descriptor itself, for SYNCOBJ_INTERNALS
+        return getattr(core.so, self.name)
+
+    def __set__(self, core, value: T) -> None:
+        if not self.writable:
+            raise AttributeError(f"dledger never writes pysyncobj's {self.name}")
+        setattr(core.so, self.name, value)
+
+
+class _PrivateMethod:
+    """A private method of pysyncobj's SyncObj, by its mangled name (called on the SyncObj: an override in
+    EngineSyncObj is what runs)."""
+
+    def __init__(self, name: str, overridden: bool = False):
+        self.name = name
+        self.overridden = overridden
+
+    def __get__(self, core, owner=None) -> Callable:
+        if core is None:
+            return self  # type: ignore[return-value]
+        return getattr(core.so, self.name)
+
+
+class RaftCore:
+    """A replica's SyncObj as the engine sees it: typed names for every pysyncobj internal it uses, public or
+    private. The private ones are spelled only here (SYNCOBJ_INTERNALS lists them, and check_internals checks
+    each one when a replica opens): a renamed internal stops the replica at open, never makes a write create a
+    new attribute silently. Built before the SyncObj (the engine's parts take it), attached by EngineSyncObj."""
+
+    state = _Private[int]("_SyncObj__raftState", writable=False)  # RaftState; changed with set_state
+    leader = _Private[object]("_SyncObj__raftLeader")  # the node it follows; set to None when it steps down
+    commit_index = _Private[int]("_SyncObj__raftCommitIndex")
+    leader_commit_index = _Private[int]("_SyncObj__leaderCommitIndex")
+    last_applied = _Private[int]("_SyncObj__raftLastApplied")
+    noop_index = _Private["int | None"]("_SyncObj__noopIDx", writable=False)  # its term's first entry, as leader
+    voted_for = _Private[object]("_SyncObj__votedForNodeId", writable=False)
+    votes_count = _Private[int]("_SyncObj__votesCount", writable=False)
+    election_deadline = _Private[float]("_SyncObj__raftElectionDeadline")  # on now()'s clock
+    transfer_in_progress = _Private[bool]("_SyncObj__transferInProgress")  # a timeout_now was taken
+    match_index = _Private[dict]("_SyncObj__raftMatchIndex", writable=False)  # node -> index (leader)
+    next_index = _Private[dict]("_SyncObj__raftNextIndex", writable=False)  # node -> index (leader)
+    connected_nodes = _Private[set]("_SyncObj__connectedNodes", writable=False)  # the nodes its send loop serves
+    last_response_time = _Private[dict]("_SyncObj__lastResponseTime", writable=False)  # node -> now() (leader)
+    _member_nodes = _Private[set]("_SyncObj__otherNodes", writable=False)  # otherNodes returns a copy of it
+    transport = _Private["Transport"]("_SyncObj__transport", writable=False)
+    serializer = _Private[object]("_SyncObj__serializer", writable=False)
+    journal = _Private[LmdbJournal]("_SyncObj__raftLog", writable=False)
+    private_conf = _Private[SyncObjConf]("_SyncObj__conf", writable=False)
+    commands_queue = _Private[object]("_SyncObj__commandsQueue")
+    need_load_dump_file = _Private[bool]("_SyncObj__needLoadDumpFile")
+
+    set_state = _PrivateMethod("_SyncObj__setState")  # (RaftState)
+    become_leader = _PrivateMethod("_SyncObj__onBecomeLeader")
+    set_current_term = _PrivateMethod("_SyncObj__setCurrentTerm")  # (term, voted for)
+    change_cluster = _PrivateMethod("_SyncObj__doChangeCluster")  # (["add" | "rem", address]) -> bool
+    apply_log_entries = _PrivateMethod("_SyncObj__applyLogEntries", overridden=True)
+    send_append_entries = _PrivateMethod("_SyncObj__sendAppendEntries", overridden=True)
+
+    def __init__(self) -> None:
+        self.so: EngineSyncObj | None = None
+
+    def attach(self, so: EngineSyncObj) -> None:
+        self.so = so
+
+    @property
+    def attached(self) -> bool:
+        return self.so is not None
+
+    # -- derived --------------------------------------------------------------------------------------
+    @property
+    def leading(self) -> bool:
+        return self.state == RaftState.LEADER
+
+    @property
+    def leader_ready(self) -> bool:
+        """Leader whose first entry of its term (pysyncobj's no-op) is applied."""
+        noop = self.noop_index
+        return self.state == RaftState.LEADER and noop is not None and self.last_applied >= noop
+
+    def replicates_to(self, node) -> bool:
+        return node in self._member_nodes
+
+    # -- pysyncobj's public (or single-underscore) surface, under the engine's names -----------------------
+    @property
+    def term(self) -> int:
+        return self.so.raftCurrentTerm
+
+    @property
+    def other_nodes(self) -> set:
+        return self.so.otherNodes
+
+    def leader_node(self):
+        return self.so._getLeader()
+
+    def is_connected(self, node) -> bool:
+        return self.so.isNodeConnected(node)
+
+    def apply_command(self, command: bytes, callback: Callable, command_type: int) -> None:
+        self.so._applyCommand(command, callback, command_type)
+
+    @property
+    def poller(self):
+        return self.so._poller
+
+    def do_tick(self, wait_s: float) -> None:
+        self.so.doTick(wait_s)
+
+    def add_on_tick_callback(self, callback: Callable[[], None]) -> None:
+        self.so.addOnTickCallback(callback)
+
+    def force_log_compaction(self) -> None:
+        self.so.forceLogCompaction()
+
+    def destroy(self) -> None:
+        self.so._doDestroy()
+
+    def apply_method_id(self) -> int:
+        return self.so.apply_method_id()
+
+
+SYNCOBJ_INTERNALS = tuple(d for d in vars(RaftCore).values() if isinstance(d, (_Private, _PrivateMethod)))
+# every pysyncobj private name the seam spells (tests/dledger/test_module_graph.py checks the source against it)
+PRIVATE_NAMES = tuple(d.name for d in SYNCOBJ_INTERNALS) + CONNECTION_INTERNALS
+
+
+def check_internals(core: RaftCore, journal: LmdbJournal) -> None:
+    """Fail loudly if this pysyncobj does not have the internals the engine relies on (SYNCOBJ_INTERNALS; the
+    connection's, CONNECTION_INTERNALS, were checked when this module was imported)."""
+    so = core.so
+    for internal in SYNCOBJ_INTERNALS:
+        if not hasattr(SyncObj, internal.name) and not hasattr(so, internal.name):
+            raise RuntimeError(f"pysyncobj internals changed ({internal.name} missing); dledger supports "
                                f"pysyncobj {PYSYNCOBJ_VERSION_RANGE[0]} up to {PYSYNCOBJ_VERSION_RANGE[1]}")
-    for name in _OVERRIDDEN:
-        if not callable(getattr(SyncObj, name, None)):
-            raise RuntimeError(f"pysyncobj internals changed ({name} missing); EngineSyncObj overrides it")
-    if so._SyncObj__raftLog is not journal:
+        if getattr(internal, "overridden", False) and not callable(getattr(SyncObj, internal.name, None)):
+            raise RuntimeError(f"pysyncobj internals changed ({internal.name} missing); EngineSyncObj overrides it")
+    if core.journal is not journal:
         raise RuntimeError("pysyncobj did not take the LMDB journal (createJournal seam failed)")

@@ -18,7 +18,7 @@ entries would vanish from every replica (DLedger #61, RocketMQ #2178). So every 
 Genesis needs every configured replica to answer with a new store: a replica with a new store never starts a
 group on its own or with part of the group, because the missing replica may hold the group's history.
 
-The decisions are pure functions here; the engine (engine.py) sends and receives the hello messages and
+The decisions are pure functions here; the engine's Hellos (hellos.py) sends and receives the hello messages and
 persists the identity in the store's META_DB (logformat.META_IDENTITY).
 """
 

@@ -21,7 +21,7 @@ read by pysyncobj for their index and term only and are not verified.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from . import membership
 from .errors import AppliedEntryConflictError, EntryCorruptError
@@ -50,25 +50,52 @@ class StoredEntryCorrupt(EntryCorruptError):
 
 
 class LmdbJournal:
-    def __init__(self, store: Store, cache_bytes_max: int):
+    def __init__(self, store: Store, cache_bytes_max: int, config_peers: dict[str, str] | None = None):
         self._store = store
         self._cache_bytes_max = cache_bytes_max
         self._cache: OrderedDict[int, Entry] = OrderedDict()
         self._cache_bytes = 0
-        self.delete_upto_max = 0  # highest index a prefix deletion may remove
-        self.durable_index = 0  # highest index known to be fsynced (SYNC_FLUSH bookkeeping)
+        self.delete_upto_max = 0  # highest index a prefix deletion may remove (limit_prefix_deletion)
+        self.durable_index = 0  # highest index known to be fsynced (mark_durable)
         self._absorb: list[int] | None = None
         self.truncated_entries = 0  # entries removed from the log's tail (conflicts with a new leader)
-        self.applied_index = 0  # set by the engine: entries up to it may never be truncated
+        self.applied_index = 0  # entries up to it may never be truncated (note_applied)
         self.method_id: int | None = None  # the engine's data-command method id: what a verified command calls
         self.corrupt: dict[int, int] = {}  # index -> term of stored entries that failed their check, not repaired
-        self.on_corrupt = lambda index, term: None  # told of each entry a bulk read found corrupt
+        self.on_corrupt = lambda index, term: None  # told of each entry a bulk read found corrupt (verify_with)
         # Membership (dledger.membership): the configured peers count until a change is stored; each change stored
         # here records (index, membership after it) in META_MEMBERSHIP in the same transaction.
-        self.config_peers: dict[str, str] = {}
+        self.config_peers: dict[str, str] = dict(config_peers or {})
         self.membership_records: list[membership.Record] = []
         self.membership_version = 0  # bumped on every change of membership_records (the engine follows it)
         self.reload()
+
+    # -- what the engine tells the journal ------------------------------------------------------------------
+    def verify_with(self, method_id: int, on_corrupt: Callable[[int, int], None]) -> None:
+        """Entries read in bulk are verified as data commands of `method_id`; on_corrupt(index, term) hears of each
+        one that fails."""
+        self.method_id = method_id
+        self.on_corrupt = on_corrupt
+
+    def note_applied(self, index: int) -> None:
+        """Entries up to `index` are applied: a conflicting leader may never truncate them."""
+        self.applied_index = index
+
+    def mark_durable(self, index: int) -> None:
+        """Entries up to `index` are known to be on disk (fsynced)."""
+        self.durable_index = index
+
+    def limit_prefix_deletion(self, index: int) -> None:
+        """Log compaction may delete entries up to `index` and no further (the broker's retention floor)."""
+        self.delete_upto_max = index
+
+    def mark_corrupt(self, index: int, term: int) -> None:
+        """Entry `index` (term) failed its check: it is held back until replaced."""
+        self.corrupt[index] = term
+
+    def forget_corrupt(self, index: int) -> None:
+        """Entry `index` is no longer known corrupt (repaired, or not the entry that was reported)."""
+        self.corrupt.pop(index, None)
 
     # -- state loaded from LMDB ----------------------------------------------------------------------
     def reload(self) -> None:

@@ -35,14 +35,11 @@ from __future__ import annotations
 import pickle
 import struct
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from . import membership, plainpickle
 from .codec import decode_batch, verify_batch
 from .errors import EntryCorruptError
-
-if TYPE_CHECKING:
-    from .store import Store
 
 LOG_DB = b"raft_log"
 META_DB = b"raft_meta"
@@ -168,7 +165,14 @@ def entry_payloads(index: int, value: bytes, path: str | None = None) -> list[by
         raise corrupt_entry(index, term, path, detail) from None
 
 
-def read_payloads(store: Store, txn, index: int) -> list[bytes] | None:
+class LogStore(Protocol):
+    """What read_payloads needs of a store (dledger.Store is one): its log database and its path."""
+
+    log_db: object
+    path: str
+
+
+def read_payloads(store: LogStore, txn, index: int) -> list[bytes] | None:
     """The payloads of the data entry at `index` (None for a missing index or a Raft no-op entry), verified:
     raises EntryCorruptError (naming index, term and store) for an entry that fails its check.
     Callers must not read past the applied index (Replica.status().applied_index)."""

@@ -25,7 +25,8 @@ back drops the records past the cut. A restarted replica takes the newest record
 snapshot installs carries the leader's. The replica's configuration file (peers) counts only while no change was
 ever made (all voters); once one was, the stored membership wins, and the replica logs the difference at open.
 
-The decisions are pure functions here; the engine (engine.py) asks for changes and follows the records.
+The decisions are pure functions here; the engine asks for changes (memberchange.py) and follows the records
+(roster.py).
 """
 
 from __future__ import annotations

@@ -22,13 +22,12 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .errors import EntryCorruptError
+from .journal import LmdbJournal
 from .logformat import TERM_BYTES, value_term, verify_command, verify_value
-
-if TYPE_CHECKING:
-    from .engine import RaftEngine
+from .store import Store
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +47,27 @@ class _Repair:
     lost: bool = False
 
 
+class RepairLink(Protocol):
+    """What a repair needs of the replica's Raft engine (tick thread, except wake)."""
+
+    def wake(self) -> None: ...
+
+    def repair_peers(self) -> list:
+        """Peers a repair may ask: connected, with an accepted hello (same group and history)."""
+
+    def send_to_peer(self, node, message: dict) -> None: ...
+
+    def other_peer_addresses(self) -> set[str]: ...
+
+    def peer_id(self, address: str | None) -> str | None: ...
+
+
 class Repairs:
-    def __init__(self, engine: RaftEngine):
-        self._engine = engine
+    def __init__(self, link: RepairLink, journal: LmdbJournal, store: Store, repair_round_ms: int):
+        self._link = link
+        self._journal = journal
+        self._store = store
+        self._round_s = repair_round_ms / 1000
         self._lock = threading.Lock()
         self._requested: dict[int, int] = {}
         self._wanted: dict[int, _Repair] = {}
@@ -63,7 +80,7 @@ class Repairs:
         with self._lock:
             if len(self._requested) < WANTED_MAX:
                 self._requested[index] = term
-        self._engine.wake()
+        self._link.wake()
 
     # -- tick thread -----------------------------------------------------------------------------------
     def is_lost(self, index: int) -> bool:
@@ -81,7 +98,7 @@ class Repairs:
             self._confirm(index, term)
         if not self._wanted:
             return
-        corrupt = self._engine.journal.corrupt
+        corrupt = self._journal.corrupt
         now = time.monotonic()
         for index, repair in list(self._wanted.items()):
             if index not in corrupt:  # truncated, compacted or replaced by a snapshot: nothing left to repair
@@ -94,14 +111,14 @@ class Repairs:
     def _confirm(self, index: int, term: int) -> None:
         if index in self._wanted:
             return
-        journal = self._engine.journal
+        journal = self._journal
         value = journal.stored_value(index)
         if value is None or value_term(value) != term:
-            journal.corrupt.pop(index, None)
+            journal.forget_corrupt(index)
             return
         try:
             verify_command(memoryview(value)[TERM_BYTES:], journal.method_id)
-            journal.corrupt.pop(index, None)  # repaired meanwhile (the report raced with the repair)
+            journal.forget_corrupt(index)  # repaired meanwhile (the report raced with the repair)
             return
         except EntryCorruptError as exc:
             detail = exc.message
@@ -111,33 +128,33 @@ class Repairs:
                 log.error("more than %d corrupt entries under repair; entry %d waits for a later scrub pass",
                           WANTED_MAX, index)
             return
-        journal.corrupt[index] = term
+        journal.mark_corrupt(index, term)
         self._wanted[index] = _Repair(term)
         self.stats["corrupt_found"] += 1
         log.warning("entry %d (term %d) in %s is corrupt (%s): not served; asking the other replicas for a verified "
-                    "copy", index, term, self._engine.store.path, detail)
+                    "copy", index, term, self._store.path, detail)
 
     def _start_round(self, index: int, repair: _Repair, now: float) -> None:
-        round_s = self._engine.config.repair_round_ms / 1000
-        peers = self._engine.repair_peers()
+        round_s = self._round_s
+        peers = self._link.repair_peers()
         repair.refused = {}
         if not peers:
             repair.next_round_at = now + round_s
             return
         for node in peers:
-            self._engine.send_to_peer(node, {"type": FETCH, "index": index, "term": repair.term})
+            self._link.send_to_peer(node, {"type": FETCH, "index": index, "term": repair.term})
         self.stats["repair_fetches_sent"] += len(peers)
         repair.asked = {node.address for node in peers}
         repair.round_ends_at = now + round_s
 
     def _end_round(self, index: int, repair: _Repair, now: float) -> None:
-        round_s = self._engine.config.repair_round_ms / 1000
-        everyone = self._engine.other_peer_addresses()
+        round_s = self._round_s
+        everyone = self._link.other_peer_addresses()
         if set(repair.refused) >= everyone:
             if not repair.lost:
                 repair.lost = True
                 self.stats["lost"] += 1
-                answers = ", ".join(f"{self._engine.peer_id(a)}: {why}" for a, why in sorted(repair.refused.items()))
+                answers = ", ".join(f"{self._link.peer_id(a)}: {why}" for a, why in sorted(repair.refused.items()))
                 log.error("entry %d (term %d) is lost on this replica: no other replica has a verified copy (%s). "
                           "It stays refused; rebuild this replica from its peers if it is needed "
                           "(docs/operations.md, 'entry N is corrupt')", index, repair.term, answers)
@@ -154,7 +171,7 @@ class Repairs:
 
     def _answer(self, node, message: dict) -> None:
         index, term = message["index"], message["term"]
-        journal = self._engine.journal
+        journal = self._journal
         value = journal.stored_value(index)
         command, reason = None, ""
         if value is None:
@@ -163,12 +180,12 @@ class Repairs:
             reason = f"it holds term {value_term(value)} at that index"
         else:
             try:
-                verify_value(index, value, journal.method_id, self._engine.store.path)
+                verify_value(index, value, journal.method_id, self._store.path)
                 command = bytes(value[TERM_BYTES:])
             except EntryCorruptError:
                 reason = "its copy is corrupt too"
                 self.request(index, term)
-        self._engine.send_to_peer(node, {"type": FETCH_RESP, "index": index, "term": term, "command": command,
+        self._link.send_to_peer(node, {"type": FETCH_RESP, "index": index, "term": term, "command": command,
                                          "reason": reason})
 
     def _on_answer(self, node, message: dict) -> None:
@@ -178,7 +195,7 @@ class Repairs:
             return  # repaired already, or an answer to a round that is over
         command = message.get("command")
         if command is not None:
-            journal = self._engine.journal
+            journal = self._journal
             try:
                 verify_command(command, journal.method_id)
             except EntryCorruptError as exc:
@@ -188,7 +205,7 @@ class Repairs:
                 if journal.replace(index, command, term):
                     self.stats["repaired"] += 1
                     log.warning("repaired entry %d (term %d) from %s", index, term,
-                                self._engine.peer_id(node.address) or node.address)
+                                self._link.peer_id(node.address) or node.address)
                 return
         else:
             reason = message.get("reason") or "no reason given"

@@ -52,10 +52,7 @@ from .errors import (
 from .groupclock import ClockView
 from .journal import LmdbJournal
 from .logformat import (
-    META_APPLIED_INDEX,
     corrupt_entry,
-    decode_u64,
-    encode_u64,
     entry_payloads,
     index_key,
     key_index,
@@ -205,10 +202,8 @@ class Replica:
         untrusted = check_previous_shutdown(config)
         self.store = Store(os.path.join(config.data_dir, "store"), config.map_size_bytes,
                            sync_commits=config.flush_policy is FlushPolicy.SYNC_FLUSH)
-        self.journal = LmdbJournal(self.store, config.cache_bytes_max)
-        if self._sm is not None:
-            self._sm.attach(self.store)
-        applied = self._stored_applied_index()
+        self.journal = LmdbJournal(self.store, config.cache_bytes_max, config.peers)
+        self._attach_state_machine()
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[Future, float]] = {}
         self._deadlines: list[tuple[float, int]] = []
@@ -224,11 +219,11 @@ class Replica:
         self._leader_changes = 0
         self._committed_hook = getattr(state_machine, "committed", None)
         self._retention_floor = 0
-        self._snapshot = SnapshotHooks(self)
+        self._snapshot = SnapshotHooks(config, self.store, self.journal, lambda: self._retention_floor,
+                                       self._attach_state_machine)
         try:
-            self._engine = RaftEngine(config, self.store, self.journal, applied, self._apply, self._after_tick,
-                                      self._record_applied, self._on_engine_failure, self._snapshot,
-                                      untrusted=untrusted)
+            self._engine = RaftEngine(config, self.store, self.journal, self._apply, self._after_tick,
+                                      self._on_engine_failure, self._snapshot, untrusted=untrusted)
         except ListenError:  # nothing ran yet: close the store as cleanly as a stop would
             self.store.close()
             os.remove(_open_marker(self.config))
@@ -311,7 +306,7 @@ class Replica:
         admits it, (code, reason) refuses it and the follower's append fails with AppendRefusedError(reason,
         refusal=code). It must be cheap and must not block. Appends made on the leader itself are not asked:
         their caller applies the same check before appending."""
-        self._engine.admission = admission
+        self._engine.set_append_admission(admission)
 
     def _error_for(self, reason) -> DledgerError:
         if isinstance(reason, tuple) and reason[:1] == (REFUSED,) and len(reason) == 3:
@@ -567,6 +562,8 @@ class Replica:
 
     # -- engine callbacks (tick thread) ------------------------------------------------------------------
     def _apply(self, index: int, term: int, blob: bytes, txn):
+        """One committed data entry, inside the tick's write transaction (apply.py records the applied index in
+        it): its batch decoded and handed to the state machine; the result goes back to the append."""
         try:  # garbage is never applied (the journal verified what it read from disk; this covers the rest)
             payloads = decode_batch(blob) if self._sm is not None else verify_batch(blob)
         except EntryCorruptError as exc:
@@ -582,16 +579,14 @@ class Replica:
         watch_corruption(self.store.path, engine.repairs.request)
         c = self.config
         self._scrub = Scrub(self.store, lambda: (engine.view.first_index, engine.view.last_index),
-                            engine.so.apply_method_id(), engine.repairs.request, c.scrub_bytes_per_s,
+                            engine.method_id, engine.repairs.request, c.scrub_bytes_per_s,
                             c.scrub_interval_ms, f"dledger-scrub-{c.self_id}")
         self._scrub.start()
 
-    def _record_applied(self, index: int, txn) -> None:
-        txn.put(META_APPLIED_INDEX, encode_u64(index), db=self.store.meta_db)
-
-    def _stored_applied_index(self) -> int:
-        raw = self.store.read(lambda txn: txn.get(META_APPLIED_INDEX, db=self.store.meta_db))
-        return decode_u64(raw) if raw else 0
+    def _attach_state_machine(self) -> None:
+        """The state machine opens its tables in the store (at open, and after a snapshot replaced the store)."""
+        if self._sm is not None:
+            self._sm.attach(self.store)
 
     def _after_tick(self, view: EngineView) -> None:
         previous_applied = self._status.applied_index

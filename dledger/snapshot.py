@@ -22,33 +22,53 @@ import os
 import shutil
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
 import lmdb
 
+from .config import ReplicaConfig
+from .journal import LmdbJournal
 from .logformat import LOG_DB, MAX_DBS, META_APPLIED_INDEX, META_DB, decode_u64, decode_value, index_key
-
-if TYPE_CHECKING:
-    from .engine import RaftEngine
-    from .replica import Replica
+from .store import Store
 
 log = logging.getLogger(__name__)
 
 NOT_SERIALIZING, SERIALIZING, SUCCESS, FAILED = 0, 1, 2, 3  # pysyncobj's SERIALIZER_STATE values
 
 
+class SnapshotEngine(Protocol):
+    """What the hooks need of the replica's Raft engine."""
+
+    @property
+    def last_applied(self) -> int: ...
+
+    def force_compaction(self) -> None: ...
+
+    def snapshot_installed(self, applied_index: int) -> None: ...
+
+    def fail(self, exc: BaseException) -> None: ...
+
+
 class SnapshotHooks:
-    def __init__(self, replica: Replica):
-        self._replica = replica
-        self._engine: RaftEngine | None = None  # bind_engine(), before the engine's first tick
+    def __init__(self, config: ReplicaConfig, store: Store, journal: LmdbJournal,
+                 retention_floor: Callable[[], int], reattach: Callable[[], None]):
+        """retention_floor(): the broker's retention floor (Replica.set_retention_floor); reattach(): the state
+        machine opens its tables again, in the store a snapshot replaced."""
+        self._config = config
+        self._store = store
+        self._journal = journal
+        self._retention_floor = retention_floor
+        self._reattach = reattach
+        self._engine: SnapshotEngine | None = None  # bind_engine(), before the engine's first tick
         self._state = NOT_SERIALIZING
         self._build_due = False
         self._requested = False
         self._last_started = 0.0
-        self.path = os.path.join(replica.config.data_dir, "snapshot.mdb")
+        self.path = os.path.join(config.data_dir, "snapshot.mdb")
 
     # -- asked by the replica ---------------------------------------------------------------------------
-    def bind_engine(self, engine: RaftEngine) -> None:
+    def bind_engine(self, engine: SnapshotEngine) -> None:
         """The engine these hooks serve (built after them: pysyncobj takes the hooks in its config)."""
         self._engine = engine
 
@@ -57,17 +77,17 @@ class SnapshotHooks:
 
     def on_tick(self, view) -> None:
         """Tick thread, end of every tick."""
-        replica = self._replica
-        replica.journal.delete_upto_max = replica.retention_floor
+        floor = self._retention_floor()
+        self._journal.limit_prefix_deletion(floor)
         if self._build_due:
             self._build_due = False
             threading.Thread(target=self._build, name="dledger-snapshot", daemon=True).start()
             return
         if not self._requested or self._state != NOT_SERIALIZING:
             return
-        deletable = replica.retention_floor - view.first_index
-        min_interval_s = replica.config.compaction_min_interval_ms / 1000
-        if deletable < replica.config.compaction_min_entries or time.monotonic() - self._last_started < min_interval_s:
+        deletable = floor - view.first_index
+        min_interval_s = self._config.compaction_min_interval_ms / 1000
+        if deletable < self._config.compaction_min_entries or time.monotonic() - self._last_started < min_interval_s:
             return
         self._requested = False
         self._last_started = time.monotonic()
@@ -88,7 +108,7 @@ class SnapshotHooks:
         self._state = SERIALIZING
         self._build_due = True
         # Everything applied so far goes into the copy.
-        self._replica.store.commit(fsync=False)
+        self._store.commit(fsync=False)
 
     def check(self) -> int:
         state = self._state
@@ -100,7 +120,7 @@ class SnapshotHooks:
         started = time.monotonic()
         building = self.path + ".building"
         try:
-            store = self._replica.store
+            store = self._store
             with store.copy_reader() as txn:
                 raw = txn.get(META_APPLIED_INDEX, db=store.meta_db)
                 store.copy_to(building, txn)
@@ -126,32 +146,31 @@ class SnapshotHooks:
         A snapshot that cannot be read, or that is older than what this replica already applied, is
         refused before anything changes (pysyncobj logs the error; the leader sends a snapshot again).
         A failure after the store was replaced stops the replica."""
-        replica = self._replica
+        store, journal = self._store, self._journal
         applied, before, last = _boundary_of(path)
         ours = self._engine.last_applied
         if applied < ours:
             raise ValueError(f"refusing a snapshot at applied index {applied}: this replica applied {ours}")
         try:
-            incoming = os.path.join(replica.config.data_dir, "snapshot.incoming")
+            incoming = os.path.join(self._config.data_dir, "snapshot.incoming")
             shutil.copyfile(path, incoming)
-            replica.store.replace_with(incoming)
-            replica.journal.reload()
+            store.replace_with(incoming)
+            journal.reload()
             # Keep only the committed prefix: entries after the applied index were not yet committed
             # when the copy was made, and the leader will send them again.
-            replica.journal.deleteEntriesFrom(applied + 1 - replica.journal.first_index)
-            replica.store.commit(fsync=True)
-            replica.journal.expect_reset([before[1], last[1]])
+            journal.deleteEntriesFrom(applied + 1 - journal.first_index)
+            store.commit(fsync=True)
+            journal.expect_reset([before[1], last[1]])
             self._engine.snapshot_installed(applied)
-            if replica.state_machine is not None:
-                replica.state_machine.attach(replica.store)
+            self._reattach()
             log.info("installed snapshot at applied index %d", applied)
             # the membership the copy carries (pysyncobj follows it: its dynamic membership reads this element)
-            me = replica.config.self_address
-            cluster = [addr for addr in replica.journal.members.values() if addr != me]
+            me = self._config.self_address
+            cluster = [addr for addr in journal.members.values() if addr != me]
             return (last, before, cluster)
         except BaseException as exc:
             # pysyncobj would swallow it; the replica must stop instead, naming a full disk as such
-            self._engine.fail(replica.store.failure_of(exc, "while installing a snapshot from the leader"))
+            self._engine.fail(store.failure_of(exc, "while installing a snapshot from the leader"))
             raise
 
 

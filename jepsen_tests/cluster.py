@@ -26,7 +26,7 @@ FIRST_HOST = 11  # replica i listens on 127.0.0.(11 + i) (127.0.<slot>.(11 + i) 
 BALLAST = "jepsen-ballast"
 RESTART_ATTEMPTS = 3
 STORE_REFUSED_MARKS = ("StoreDamagedError", "MDB_CORRUPTED", "EntryCorruptError")
-# dledger's log lines (dledger/engine.py, dledger/replica.py): a replica stops voting / votes again
+# dledger's log lines (dledger/hellos.py, dledger/replica.py): a replica stops voting / votes again
 NON_VOTER_MARKS = ("starts on a new store", "as a NON-VOTER", "takes no part in elections until it has caught up")
 VOTER_AGAIN_MARKS = ("it votes again", "too few trusted replicas are left",
                      "a new group: every replica started on a new")

@@ -1,4 +1,4 @@
-"""A follower that forwarded an append learns of its commit at once (dledger/engine.py, `_send_new_entries`).
+"""A follower that forwarded an append learns of its commit at once (dledger/replication.py, `send_new_entries`).
 
 The leader rate-limits commit-only notifications (follower_commit_notify_ms), and a notification it skipped
 waited for the next heartbeat; a follower answers its client only when it learns of the commit, so every send

@@ -95,9 +95,9 @@ def test_a_second_change_asked_before_the_first_is_in_the_log_is_refused_and_a_f
         with pytest.raises(MembershipChangePendingError):
             second.result(timeout=5)
         forwarded = membership.MEMBERSHIP_COMMAND + membership.encode_change(Change(REMOVE, "n9", "h:9"))
-        assert engine.refusal_of_forwarded(forwarded)[0] == "NOT_LEADER"
+        assert engine.replication.refusal_of_forwarded(forwarded)[0] == "NOT_LEADER"
         promotion = membership.PROMOTE_COMMAND + membership.encode_change(Change(PROMOTE, "n9", "h:9"))
-        assert engine.refusal_of_forwarded(promotion)[0] == "NOT_LEADER"
+        assert engine.replication.refusal_of_forwarded(promotion)[0] == "NOT_LEADER"
     finally:
         for r in replicas.values():
             r.close()

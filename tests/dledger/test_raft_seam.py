@@ -3,8 +3,6 @@ breaks the seam fails here first."""
 
 from __future__ import annotations
 
-import glob
-import os
 import pickle
 import re
 import socket
@@ -20,9 +18,9 @@ from inproc import leader_of, open_group
 from devkit.localcluster import free_port
 from dledger import _pysyncobj_seam as seam
 from dledger.config import ReplicaConfig
-from dledger.engine import rewrite_append_entries
 from dledger.journal import LmdbJournal
 from dledger.replica import Replica
+from dledger.replication import rewrite_append_entries
 from dledger.store import Store
 
 
@@ -43,7 +41,7 @@ def test_pysyncobj_is_the_pinned_minor_version():
 def test_journal_seam_hands_our_lmdb_journal_to_pysyncobj(tmp_path):
     replica = one_replica(tmp_path)
     try:
-        raft_log = replica._engine.so._SyncObj__raftLog
+        raft_log = replica._engine.raft.journal
         assert isinstance(raft_log, LmdbJournal)
         assert raft_log is replica.journal
         # the module-level factory is ours and still builds pysyncobj's own journals for other callers
@@ -218,11 +216,25 @@ def test_sealed_frames_never_reuse_a_nonce_even_past_the_counter_limit():
     assert sealer.open(after) == (1, b"x")
 
 
-def test_every_pysyncobj_private_name_dledger_touches_is_checked_at_start():
+def test_every_pysyncobj_private_name_the_seam_spells_is_in_its_checked_list():
     """A renamed internal must stop the replica at start (check_internals), never make a write create a new
-    attribute silently: every `_SyncObj__name` in dledger's source is in the seam's list."""
-    used = set()
-    for path in glob.glob(os.path.join(os.path.dirname(seam.__file__), "*.py")):
-        with open(path) as f:
-            used |= set(re.findall(r"_SyncObj__[A-Za-z]+", f.read()))
-    assert used - set(seam._INTERNALS) == set()
+    attribute silently: every private name of pysyncobj spelled in the seam is in PRIVATE_NAMES, whose SyncObj part
+    is RaftCore's own fields and methods (tests/dledger/test_module_graph.py checks no other module spells one)."""
+    with open(seam.__file__) as f:
+        spelled = set(re.findall(r"_(?:SyncObj|TcpConnection)__[A-Za-z]+", f.read()))
+    assert spelled == set(seam.PRIVATE_NAMES)
+    adapter = {d.name for d in vars(seam.RaftCore).values() if isinstance(d, (seam._Private, seam._PrivateMethod))}
+    assert adapter == {d.name for d in seam.SYNCOBJ_INTERNALS} == {n for n in spelled if n.startswith("_SyncObj__")}
+
+
+def test_check_internals_refuses_a_pysyncobj_without_a_name_the_adapter_uses(tmp_path, monkeypatch):
+    replica = one_replica(tmp_path)
+    try:
+        core = replica._engine.raft
+        seam.check_internals(core, replica.journal)  # as at open
+        renamed = seam._Private("_SyncObj__raftStateRenamed")
+        monkeypatch.setattr(seam, "SYNCOBJ_INTERNALS", (*seam.SYNCOBJ_INTERNALS, renamed))
+        with pytest.raises(RuntimeError, match="_SyncObj__raftStateRenamed missing"):
+            seam.check_internals(core, replica.journal)
+    finally:
+        replica.close()

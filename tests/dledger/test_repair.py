@@ -37,7 +37,7 @@ def stored_value(replica: Replica, index: int) -> bytes | None:
 def tamper_sends_to(leader: Replica, follower: Replica, times: int) -> list[int]:
     """The leader's next `times` append_entries to `follower` carrying MARKER carry it with one bit flipped (a
     copy of the message: the leader's own log is untouched). Returns the tampered indexes as they happen."""
-    transport = leader._engine.so._SyncObj__transport
+    transport = leader._engine.raft.transport
     original = transport.send
     target = follower.config.self_address
     tampered: list[int] = []
@@ -92,18 +92,18 @@ def test_the_engine_cuts_an_append_entries_before_the_first_entry_that_fails_its
     replicas = group()
     leader = leader_of(replicas)
     engine = leader._engine
-    good = [logformat.REGULAR_COMMAND + logformat.encode_call(engine._func_id, encode_batch([b"e%d" % i]))
+    good = [logformat.REGULAR_COMMAND + logformat.encode_call(engine.method_id, encode_batch([b"e%d" % i]))
             for i in range(3)]
     entries = [(good[0], 11, 2), (flip_inside(good[1], b"e1"), 12, 2), (good[2], 13, 2)]
     message = {"type": "append_entries", "term": 2, "commit_index": 10, "entries": entries, "prevLogIdx": 10,
                "prevLogTerm": 2}
-    node = next(iter(engine.so.otherNodes))
+    node = next(iter(engine.raft.other_nodes))
     before = engine.stats["corrupt_refused"]
-    kept = engine.refuse_corrupt_entries(node, message)
+    kept = engine.replication.refuse_corrupt_entries(node, message)
     assert kept["entries"] == entries[:1] and message["entries"] == entries  # a copy: the original is untouched
     assert engine.stats["corrupt_refused"] == before + 1
-    assert engine.refuse_corrupt_entries(node, dict(message, entries=[entries[0], entries[2]]))["entries"] == [
-        entries[0], entries[2]]
+    kept = engine.replication.refuse_corrupt_entries(node, dict(message, entries=[entries[0], entries[2]]))
+    assert kept["entries"] == [entries[0], entries[2]]
 
 
 def flip_stored_body(data_dir: str, index: int, needle: bytes) -> bytes:
@@ -218,9 +218,9 @@ def test_the_leader_refuses_a_forwarded_append_that_fails_its_check(group):
     replicas = group()
     leader = leader_of(replicas)
     engine = leader._engine
-    command = logformat.REGULAR_COMMAND + logformat.encode_call(engine._func_id, encode_batch([MARKER]))
-    assert engine.refusal_of_forwarded(command) is None
-    code, reason = engine.refusal_of_forwarded(flip_inside(command, MARKER))
+    command = logformat.REGULAR_COMMAND + logformat.encode_call(engine.method_id, encode_batch([MARKER]))
+    assert engine.replication.refusal_of_forwarded(command) is None
+    code, reason = engine.replication.refusal_of_forwarded(flip_inside(command, MARKER))
     assert code == "ENTRY_CORRUPT" and "checksum mismatch" in reason
 
 

@@ -17,8 +17,7 @@ txn = store.write_txn()
 for i in range(2000):
     txn.put(b"k%06d" % i, os.urandom(1024), db=store.meta_db)
 store.commit(fsync=True)
-replica = types.SimpleNamespace(store=store, config=types.SimpleNamespace(data_dir=directory))
-hooks = SnapshotHooks(replica)
+hooks = SnapshotHooks(types.SimpleNamespace(data_dir=directory), store, None, lambda: 0, lambda: None)
 # writes past 256 KiB now fail with EFBIG (as a full disk fails them with ENOSPC) partway through the copy
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, resource.RLIM_INFINITY))
