@@ -51,7 +51,7 @@ from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.syncobj import SyncObjException
 from pysyncobj.transport import TCPTransport
 
-from . import peermessages, plainpickle
+from . import logformat, peermessages, plainpickle
 from .errors import ListenError
 from .journal import LmdbJournal
 from .repair import FETCH, FETCH_RESP
@@ -59,12 +59,19 @@ from .sealer import RaftSealer
 
 log = logging.getLogger(__name__)
 
-PYSYNCOBJ_VERSION_RANGE = ("0.3.17", "0.4")
+PYSYNCOBJ_VERSION_RANGE = ("0.3.17", "0.4")  # >= the first, < the second; pyproject.toml's pin must say the same
 # The `error` of an apply_command_response by which a leader refuses a forwarded append: (REFUSED, code, text).
 # pysyncobj hands any `error` to the follower's callback as its fail reason; Replica turns this one into
 # AppendRefusedError.
 REFUSED = "dl_refused"
-REGULAR_COMMAND_TYPE = 0  # pysyncobj's _COMMAND_TYPE.REGULAR (logformat.REGULAR_COMMAND once stored)
+# The first byte of a stored command is pysyncobj's command type; logformat, the public layout, names the bytes
+# (REGULAR_COMMAND, NO_OP_COMMAND) and this pysyncobj must agree, checked here at import.
+REGULAR_COMMAND_TYPE = logformat.REGULAR_COMMAND[0]
+if (_pso_syncobj._COMMAND_TYPE.REGULAR, _pso_syncobj._COMMAND_TYPE.NO_OP) != (REGULAR_COMMAND_TYPE,
+                                                                          logformat.NO_OP_COMMAND[0]):
+    raise RuntimeError("pysyncobj's command types changed (_COMMAND_TYPE): the stored layout (dledger/logformat.py) "
+                       f"would no longer match; dledger supports pysyncobj {PYSYNCOBJ_VERSION_RANGE[0]} up to "
+                       f"{PYSYNCOBJ_VERSION_RANGE[1]}")
 
 __all__ = ["FAIL_REASON", "PRIVATE_NAMES", "PYSYNCOBJ_VERSION_RANGE", "REFUSED", "REGULAR_COMMAND_TYPE",
            "EngineSyncObj", "PipeNotifier", "RaftCore", "RaftSealer", "RaftState", "SyncObjConf",

@@ -331,21 +331,10 @@ def test_the_cycle_finder_sees_a_cycle_through_a_function_level_import():
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
-# Cycles and long modules being taken apart (issue 32): an entry that no longer occurs fails its test, so it is
-# deleted as soon as it is gone.
-PENDING_CYCLES = {("dledger.logformat", "dledger.store", "dledger.storecheck"),
-                  ("dledger._pysyncobj_seam", "dledger.engine", "dledger.repair"),
-                  ("dledger.replica", "dledger.snapshot")}
-PENDING_LONG = {"dledger/engine.py"}
-
-
 def test_no_library_module_imports_itself_round_a_cycle():
-    found = {tuple(c) for c in cycles(import_graph())}
-    new = found - PENDING_CYCLES
-    assert not new, "import cycles (a module that cannot be read without the ones that read it):\n" + \
-        "\n".join(" <-> ".join(c) for c in sorted(new))
-    gone = PENDING_CYCLES - found
-    assert not gone, f"no longer a cycle: delete {sorted(gone)} from PENDING_CYCLES in tests/test_layers.py"
+    found = cycles(import_graph())
+    assert not found, "import cycles (a module that cannot be read without the ones that read it):\n" + \
+        "\n".join(" <-> ".join(c) for c in found)
 
 
 LINES_MAX = 700  # a module a reader can hold in mind; generated code (rocketraft/proto) is not counted
@@ -355,7 +344,4 @@ def test_no_library_module_is_over_the_line_limit():
     long = {relative: lines for relative in _library_modules().values()
             if not relative.startswith("rocketraft/proto/")
             and (lines := (ROOT / relative).read_text().count("\n")) > LINES_MAX}
-    new = {path: lines for path, lines in long.items() if path not in PENDING_LONG}
-    assert not new, f"modules over {LINES_MAX} lines (split them by job): {new}"
-    gone = PENDING_LONG - set(long)
-    assert not gone, f"no longer over {LINES_MAX} lines: delete {sorted(gone)} from PENDING_LONG (tests/test_layers.py)"
+    assert not long, f"modules over {LINES_MAX} lines (split them by job): {long}"

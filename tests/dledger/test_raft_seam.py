@@ -7,8 +7,9 @@ import pickle
 import re
 import socket
 import time
+import tomllib
+from pathlib import Path
 
-import pysyncobj
 import pysyncobj.pickle as pso_pickle
 import pysyncobj.syncobj as pso_syncobj
 import pysyncobj.tcp_connection as pso_tcp
@@ -30,12 +31,18 @@ def one_replica(tmp_path, **overrides) -> Replica:
                                       **overrides))
 
 
-def test_pysyncobj_is_the_pinned_minor_version():
+def version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split("."))
+
+
+def test_the_installed_pysyncobj_is_in_the_seams_range_and_pyproject_pins_the_same_range():
     from pysyncobj.version import VERSION
 
-    assert VERSION.startswith("0.3."), VERSION
-    assert tuple(int(x) for x in VERSION.split(".")) >= (0, 3, 17), "0.3.17 is the first that persists term/vote"
-    assert hasattr(pysyncobj, "SyncObj")
+    low, high = seam.PYSYNCOBJ_VERSION_RANGE  # 0.3.17 is the first that persists term/vote
+    assert version_tuple(low) <= version_tuple(VERSION) < version_tuple(high), VERSION
+    pins = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
+    pinned = next(d for d in pins["dependencies"] if d.startswith("pysyncobj"))
+    assert pinned == f"pysyncobj>={low},<{high}", f"pyproject.toml pins {pinned}; the seam supports {low} up to {high}"
 
 
 def test_journal_seam_hands_our_lmdb_journal_to_pysyncobj(tmp_path):
