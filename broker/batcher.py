@@ -123,12 +123,12 @@ class Batcher:
             expired = time.monotonic() >= retry_until
             retry = []
             for i, outcome in zip(todo, got, strict=True):
-                if isinstance(outcome, dledger.OutcomeUnknownError):
+                if isinstance(outcome, dledger.CommitUnknownError):
                     unknown.add(i)
                 if isinstance(outcome, dledger.NotLeaderError) and not expired:
                     self.stats["retried_no_leader"] += 1
                     retry.append(i)
-                elif isinstance(outcome, dledger.OutcomeUnknownError) and repeatable and not expired:
+                elif isinstance(outcome, dledger.CommitUnknownError) and repeatable and not expired:
                     self.stats["retried_unknown"] += 1
                     retry.append(i)
                 else:
@@ -142,8 +142,8 @@ class Batcher:
         """The outcome reported: a failed retry of a command whose earlier attempt may have been committed is
         unknown too (never a definite failure)."""
         if earlier_unknown and isinstance(outcome, BaseException) and not isinstance(
-                outcome, dledger.OutcomeUnknownError):
-            outcome = dledger.OutcomeUnknownError(f"an earlier attempt's outcome is unknown and the last attempt "
+                outcome, dledger.CommitUnknownError):
+            outcome = dledger.CommitUnknownError(f"an earlier attempt's outcome is unknown and the last attempt "
                                                   f"failed ({outcome})")
         return errors.from_outcome(outcome, self._store)
 
@@ -184,7 +184,7 @@ class Batcher:
         taken = submission.taken
         submission.future.cancel()
         self.stats["deadline_unknown"] += sum(o is _PENDING for o in submission.outcomes[:taken])
-        unknown = dledger.OutcomeUnknownError("no outcome before the request's deadline")
+        unknown = dledger.CommitUnknownError("no outcome before the request's deadline")
         not_stored = errors.NotSubmittedError("the request's deadline passed while this write waited in the send "
                                               "queue; it was not stored")
         return [unknown if o is _PENDING else o for o in submission.outcomes[:taken]] + [not_stored] * (

@@ -175,7 +175,7 @@ class Broker:
             raise BadRequestError(f"membership unchanged: {exc.message}") from None
         except dledger.MembershipChangePendingError as exc:
             raise PreconditionFailedError(f"membership unchanged: {exc.message}") from None
-        except dledger.OutcomeUnknownError as exc:
+        except dledger.CommitUnknownError as exc:
             raise OutcomeUnknownError(exc.message) from None
         except dledger.NotLeaderError as exc:
             raise await self._not_master(exc.leader_id) from None

@@ -63,7 +63,7 @@ def from_dledger(exc: BaseException, store: StoreFacts | None = None) -> BaseExc
         return NotMasterError(f"not the master: {exc}", exc.leader_address)
     if isinstance(exc, dledger.NoGroupTimeError):  # a leadership's first moments, or cut off from the master
         return NotMasterError(f"{exc}; retry shortly")
-    if isinstance(exc, dledger.OutcomeUnknownError):
+    if isinstance(exc, dledger.CommitUnknownError):
         return OutcomeUnknownError(f"outcome unknown: {exc}; the write may or may not have been committed")
     if is_map_full(exc):
         return _map_full(exc, store or StoreFacts())

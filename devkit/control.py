@@ -21,7 +21,7 @@ from concurrent.futures import Future
 from dataclasses import asdict
 from multiprocessing.connection import Client, Connection, Listener
 
-from dledger import DledgerError, OutcomeUnknownError, Replica
+from dledger import CommitUnknownError, DledgerError, Replica
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +194,7 @@ def bench_append(replica: Replica, count: int, msgs_per_entry: int, msg_bytes: i
         started = time.perf_counter()
         replica.append(payloads).add_done_callback(lambda f, s=started: finished(f, s))
     if not done.wait(120):
-        raise OutcomeUnknownError("benchmark did not finish within 120 s")
+        raise CommitUnknownError("benchmark did not finish within 120 s")
     elapsed = time.perf_counter() - t0
     latencies.sort()
     ok = len(latencies)

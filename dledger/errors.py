@@ -38,7 +38,7 @@ class NoGroupTimeError(DledgerError):
     code = "NO_GROUP_TIME"
 
 
-class OutcomeUnknownError(DledgerError):
+class CommitUnknownError(DledgerError):
     """The entry may or may not have been committed; a caller must not report it as a failure."""
 
     code = "OUTCOME_UNKNOWN"

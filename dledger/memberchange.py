@@ -14,11 +14,11 @@ from . import membership
 from ._pysyncobj_seam import FAIL_REASON, RaftCore
 from .config import ReplicaConfig
 from .errors import (
+    CommitUnknownError,
     MembershipChangePendingError,
     MembershipRefusedError,
     NoLeaderError,
     NotLeaderError,
-    OutcomeUnknownError,
 )
 from .hellos import Hellos
 from .journal import LmdbJournal
@@ -74,7 +74,7 @@ class MembershipChanges:
         self._requests.clear()
         for future in asked:
             if future is not None and not future.done():
-                future.set_exception(OutcomeUnknownError(
+                future.set_exception(CommitUnknownError(
                     "replica closed before the membership change's outcome was known: check the members (status "
                     "of a running replica) before asking again"))
 

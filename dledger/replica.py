@@ -8,7 +8,7 @@
 One `append` is one Raft entry holding a batch of opaque byte strings. The future resolves once the
 entry is committed (quorum) and applied on this replica, with its LMDB transaction committed; it fails
 with NotLeaderError/NoLeaderError (definitely not appended), AppendQueueFullError, EntryTooLargeError,
-or OutcomeUnknownError (may or may not be committed: never report that as a failure).
+or CommitUnknownError (may or may not be committed: never report that as a failure).
 Appends made on a follower are forwarded to the leader.
 """
 
@@ -36,6 +36,7 @@ from .engine import FAIL_REASON, HANDING_OVER, REFUSED, EngineView, RaftEngine, 
 from .errors import (
     AppendQueueFullError,
     AppendRefusedError,
+    CommitUnknownError,
     DledgerError,
     EntryCorruptError,
     EntryTooLargeError,
@@ -43,7 +44,6 @@ from .errors import (
     MembershipRefusedError,
     NoLeaderError,
     NotLeaderError,
-    OutcomeUnknownError,
     ReplicaClosedError,
     TransferMissedError,
     TransferRefusedError,
@@ -329,7 +329,7 @@ class Replica:
         if reason == reasons.QUEUE_FULL:
             return AppendQueueFullError("not appended: the Raft command queue is full; back off and retry")
         if reason in (reasons.LEADER_CHANGED, reasons.UNKNOWN_OUTCOME):
-            return OutcomeUnknownError(f"outcome unknown: the leader changed while the entry was in flight; {where}")
+            return CommitUnknownError(f"outcome unknown: the leader changed while the entry was in flight; {where}")
         return DledgerError(f"append refused (pysyncobj reason {reason})")
 
     # -- leadership transfer ---------------------------------------------------------------------------
@@ -385,7 +385,7 @@ class Replica:
         has caught up (snapshot + log) the leader promotes it to voter by itself (status().learners no longer
         names it). Raises NotLeaderError / NoLeaderError, MembershipChangePendingError (one change at a time),
         MembershipRefusedError (already a member, a bad address, another learner still catching up),
-        OutcomeUnknownError (no answer in time)."""
+        CommitUnknownError (no answer in time)."""
         return self._change_membership(membership.Change(membership.ADD, replica_id, address, learner=True),
                                        timeout_s)
 
@@ -408,7 +408,7 @@ class Replica:
         try:
             return self._engine.request_membership_change(change).result(timeout=timeout_s)
         except FutureTimeoutError:
-            raise OutcomeUnknownError(f"{change.describe()}: not committed within {timeout_s:.1f} s; it may still "
+            raise CommitUnknownError(f"{change.describe()}: not committed within {timeout_s:.1f} s; it may still "
                                       "commit: check the members (status) before asking again") from None
 
     def prepare_to_stop(self, timeout_s: float = PREPARE_TO_STOP_WAIT_S) -> bool:
@@ -547,7 +547,7 @@ class Replica:
         with self._pending_lock:
             pending, self._pending = self._pending, {}
         for future, _deadline in pending.values():
-            self._deliver((future, None, OutcomeUnknownError("replica closed before the outcome was known")))
+            self._deliver((future, None, CommitUnknownError("replica closed before the outcome was known")))
         self._completions.put(None)
         self._completer.join(5)
         self.store.close()
@@ -654,7 +654,7 @@ class Replica:
         with self._pending_lock:
             pending, self._pending = self._pending, {}
         for future, _deadline in pending.values():
-            self._deliver((future, None, OutcomeUnknownError(f"replica stopped after an error: {exc!r}")))
+            self._deliver((future, None, CommitUnknownError(f"replica stopped after an error: {exc!r}")))
 
     def _expire_pending(self) -> None:
         now = time.monotonic()
@@ -668,7 +668,7 @@ class Replica:
                 if entry is not None:
                     expired.append(entry[0])
         for future in expired:
-            self._deliver((future, None, OutcomeUnknownError(
+            self._deliver((future, None, CommitUnknownError(
                 f"no outcome within append_timeout_ms={self.config.append_timeout_ms}; the entry may still commit")))
 
     def _complete_loop(self) -> None:

@@ -93,7 +93,7 @@ def test_an_unknown_outcome_is_retried_only_for_repeatable_commands(repeatable, 
     unknowns = iter([True])
 
     def outcome(payloads):
-        return dledger.OutcomeUnknownError("leader changed") if next(unknowns, False) else [b"ok"] * len(payloads)
+        return dledger.CommitUnknownError("leader changed") if next(unknowns, False) else [b"ok"] * len(payloads)
 
     replica = ScriptedReplica(outcome)
     outcomes = run(replica, lambda b: b.submit_many([b"send"], repeatable))
@@ -145,7 +145,7 @@ def test_at_the_deadline_appended_commands_are_unknown_and_queued_ones_are_dropp
 
 
 def test_a_retry_refused_after_an_unknown_outcome_is_reported_unknown_not_as_a_definite_failure():
-    attempts = iter([dledger.OutcomeUnknownError("leader changed")])
+    attempts = iter([dledger.CommitUnknownError("leader changed")])
 
     def outcome(payloads):
         return next(attempts, dledger.NoLeaderError("election"))

@@ -12,10 +12,10 @@ from devkit.localcluster import free_port
 from devkit.waiting import wait_until
 from dledger import Replica, ReplicaConfig, Role
 from dledger.errors import (
+    CommitUnknownError,
     MembershipChangePendingError,
     MembershipRefusedError,
     NotLeaderError,
-    OutcomeUnknownError,
 )
 from tests.dledger.inproc import at_leader, leader_of, open_group
 
@@ -52,7 +52,7 @@ class Load:
             try:
                 leader.append([payload]).result(timeout=5)
                 self.acked.append(payload)
-            except OutcomeUnknownError:
+            except CommitUnknownError:
                 self.unknown += 1
             except Exception:  # noqa: BLE001 - not leader any more, closed: definite failures, retried as new ids
                 pass
@@ -153,7 +153,7 @@ def test_membership_changes_are_refused_by_name_a_non_voter_is_outside_the_quoru
         assert leader.status().member_voters["m8"] is False
         # one change at a time: with the last follower down the next change cannot commit, and a second is refused
         followers[1].close()
-        with pytest.raises(OutcomeUnknownError):
+        with pytest.raises(CommitUnknownError):
             leader.remove_peer("m8", timeout_s=0.3)
         with pytest.raises(MembershipChangePendingError):
             leader.add_peer("m9", "127.0.0.1:3")

@@ -12,10 +12,10 @@ from inproc import leader_of, open_group
 from devkit.counting import CountingStateMachine
 from devkit.localcluster import free_port
 from dledger import (
+    CommitUnknownError,
     EntryTooLargeError,
     NoLeaderError,
     NotLeaderError,
-    OutcomeUnknownError,
     Replica,
     ReplicaClosedError,
     ReplicaConfig,
@@ -108,10 +108,10 @@ def test_without_a_quorum_appends_fail_definitely_or_report_an_unknown_outcome(g
         r.close()
     # with no majority the leader steps down within the fallback timeout; nothing may claim success
     future = leader.append([b"no-quorum"])
-    with pytest.raises((OutcomeUnknownError, NotLeaderError)):
+    with pytest.raises((CommitUnknownError, NotLeaderError)):
         future.result(10)
     leader.wait_for(lambda st: st.role is not Role.LEADER, 5)
-    with pytest.raises((NoLeaderError, NotLeaderError, OutcomeUnknownError)):
+    with pytest.raises((NoLeaderError, NotLeaderError, CommitUnknownError)):
         leader.append([b"still-no-quorum"]).result(10)
 
 
@@ -148,7 +148,7 @@ def test_a_failing_state_machine_stops_the_replica_loudly_and_no_future_hangs(tm
     try:
         replica.wait_for(lambda st: st.role is Role.LEADER, 10)
         assert replica.append([b"fine"]).result(5).index > 0
-        with pytest.raises(OutcomeUnknownError, match="stopped"):
+        with pytest.raises(CommitUnknownError, match="stopped"):
             replica.append([b"boom"]).result(5)
         st = replica.wait_for(lambda st: st.failure is not None, 5)
         assert "state machine invariant broken" in st.failure
