@@ -53,11 +53,15 @@ class Door:
 
     async def stored_send(self, offset: int):
         """The stored send at a commit log offset. A replica that has not applied that position yet (a follower a few
-        milliseconds behind the replica that answered the send) waits for it, FOLLOWER_CATCH_UP_S at most."""
+        milliseconds behind the replica that answered the send) waits for it, FOLLOWER_CATCH_UP_S at most. A follower
+        waits even before it has heard that the position is committed: an offset message id is only handed out for a
+        committed send, and the follower that did not forward it hears of the commit with the leader's next message
+        (up to a heartbeat later). A master has applied every committed position, so it waits only for one it knows is
+        committed."""
         index, slot = records.position_of(offset)
         deadline = time.monotonic() + FOLLOWER_CATCH_UP_S
-        while self.broker.status.applied_index < index <= self.broker.status.commit_index \
-                and time.monotonic() < deadline:
+        while self.broker.status.applied_index < index and time.monotonic() < deadline \
+                and (not self.broker.is_master or index <= self.broker.status.commit_index):
             await asyncio.sleep(CATCH_UP_POLL_S)
         def read(txn):
             send = self.broker.sm.stored_send(txn, index, slot)

@@ -159,10 +159,10 @@ def test_sigterm_of_the_master_right_after_the_first_election_with_sends_in_flig
 # broker within milliseconds (a cold start takes seconds on a loaded machine, longer than a paused target stays
 # connected)
 WARM_CLI = ("import sys\n"
-            "from rocketraft import cli\n"
+            "from cli.main import main\n"
             "print('ready', flush=True)\n"
             "sys.stdin.readline()\n"
-            "sys.exit(cli.main(sys.argv[1:]))\n")
+            "sys.exit(main(sys.argv[1:]))\n")
 
 
 def test_transfer_leader_whose_target_stops_mid_handover_says_it_was_not_reached_names_who_leads_and_fails(
