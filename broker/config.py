@@ -18,6 +18,7 @@ import dledger
 from rocketraft.protocol import auth_acl, auth_internal, limits, tls
 from rocketraft.protocol.limits import DELAY_LEVELS
 from serverkit import auth_guard, configfile
+from serverkit.serverkeys import SecurityKeys
 
 STORE_MAP_SIZE_BYTES_MIN = 16 * 1024 * 1024
 ENTRY_OVERHEAD_BYTES = 64 * 1024  # a send command's fields around the message, and the batch header
@@ -50,7 +51,7 @@ def parse_delay_levels(text: str) -> tuple[int, ...]:
 
 
 @dataclass
-class BrokerConfig:
+class BrokerConfig(SecurityKeys):
     brokerClusterName: str = "DefaultCluster"
     brokerName: str = "broker-a"  # the broker group = one Raft group
     # dledger: this replica's id and every replica of the group as "id-host:port;id-host:port" (Raft addresses)
@@ -218,10 +219,6 @@ class BrokerConfig:
     @property
     def advertised(self) -> str:
         return self.advertisedAddress or self.listenAddress
-
-    @property
-    def cluster_auth_audiences(self) -> list[str]:
-        return [a.strip() for a in self.clusterAuthAudiences.split(";") if a.strip()]
 
     @property
     def remoting_listen(self) -> str | None:
@@ -422,15 +419,6 @@ class BrokerConfig:
                              "(\"\" = the host of listenAddress)")
 
     @property
-    def cluster_secret(self) -> str:
-        """The cluster secret from clusterSecret or clusterSecretFile ("" = none)."""
-        return auth_internal.load_secret(self.clusterSecret, self.clusterSecretFile, environ={})
-
-    @property
-    def server_tls(self) -> tls.ServerTls:
-        return tls.ServerTls(self.tlsMode, self.tlsCertFile, self.tlsKeyFile, self.tlsCaFile, self.tlsClientAuth)
-
-    @property
     def raft_password(self) -> str | None:
         """dLegerPassword, else one derived from the cluster secret (so a cluster with a secret never has an
         unauthenticated Raft port), else None."""
@@ -457,11 +445,6 @@ class BrokerConfig:
         if self.clusterAuthWindowMillis < 1:
             raise ValueError(f"clusterAuthWindowMillis {self.clusterAuthWindowMillis}: use at least 1 (ms)")
         auth_guard.check_config(self.guard_config, self.cluster_secret)
-
-    @property
-    def guard_config(self) -> auth_guard.GuardConfig:
-        return auth_guard.GuardConfig(self.authenticationEnabled, self.authorizationEnabled,
-                                      self.authenticationWindowMillis, self.authenticationAnyTimezone)
 
     @property
     def file_reserved_ms(self) -> int:

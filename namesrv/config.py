@@ -19,6 +19,7 @@ from rocketraft.protocol import auth_internal, tls
 from rocketraft.protocol.auth_acl import AUTH_WINDOW_MS_DEFAULT
 from rocketraft.protocol.wire import split_address
 from serverkit import auth_guard, configfile
+from serverkit.serverkeys import SecurityKeys
 
 from .auth_lookup import CACHE_MS_DEFAULT
 
@@ -29,7 +30,7 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 @dataclass
-class NamesrvConfig:
+class NamesrvConfig(SecurityKeys):
     bindAddress: str = "127.0.0.1"  # the host the gRPC port listens on (0.0.0.0: every address)
     listenPort: int = PORT_DEFAULT  # the gRPC port: clients (QueryRoute, RecallMessage) and brokers; 0 = a free one
     # RocketMQ's Remoting protocol for 4.x clients (docs/client.md): host:port; "" = bindAddress, listenPort + 1
@@ -77,24 +78,6 @@ class NamesrvConfig:
     @property
     def metrics_address(self) -> tuple[str, int] | None:
         return split_address(self.metricsListen) if self.metricsListen else None
-
-    @property
-    def cluster_auth_audiences(self) -> tuple[str, ...]:
-        return tuple(a.strip() for a in self.clusterAuthAudiences.split(";") if a.strip())
-
-    @property
-    def cluster_secret(self) -> str:
-        """The cluster secret from clusterSecret or clusterSecretFile ("" = none)."""
-        return auth_internal.load_secret(self.clusterSecret, self.clusterSecretFile, environ={})
-
-    @property
-    def server_tls(self) -> tls.ServerTls:
-        return tls.ServerTls(self.tlsMode, self.tlsCertFile, self.tlsKeyFile, self.tlsCaFile, self.tlsClientAuth)
-
-    @property
-    def guard_config(self) -> auth_guard.GuardConfig:
-        return auth_guard.GuardConfig(self.authenticationEnabled, self.authorizationEnabled,
-                                      self.authenticationWindowMillis, self.authenticationAnyTimezone)
 
     def validate(self) -> NamesrvConfig:
         if not self.bindAddress or any(c.isspace() or c in "/[]" for c in self.bindAddress):
