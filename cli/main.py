@@ -25,42 +25,32 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_tool(sub, "demo", "run a local three-replica dledger group with a live view", _demo)
     _add_tool(sub, "dev", "run a local NameServer + 3-replica broker group with a live view", _dev)
-    namesrv_parser = sub.add_parser("namesrv", help="run a NameServer")
-    namesrv_server.add_arguments(namesrv_parser)
-    namesrv_parser.set_defaults(run=namesrv_server.run)
-    broker_parser = sub.add_parser("broker", help="run one broker replica",
-                                   description=broker_server.__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-    broker_server.add_arguments(broker_parser)
-    broker_parser.set_defaults(run=broker_server.run)
-    admin_parser = sub.add_parser("admin", help="mqadmin verbs: clusterList, updateTopic, topicList, ...",
-                                  description=cli_admin.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    cli_admin.add_arguments(admin_parser)
-    admin_parser.set_defaults(run=cli_admin.run)
-    dashboard_parser = sub.add_parser("dashboard", help="serve the web dashboard (read-only unless --allow-changes)",
-                                      description=dashboard_server.__doc__,
-                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    dashboard_server.add_arguments(dashboard_parser)
-    dashboard_parser.set_defaults(run=dashboard_server.run)
-    send_parser = sub.add_parser("send", help="send messages", description=messaging.__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    messaging.add_send_arguments(send_parser)
-    send_parser.set_defaults(run=messaging.run_send)
-    recall_parser = sub.add_parser("recall", help="recall a sent message no consumer group got yet",
-                                   description=messaging.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    messaging.add_recall_arguments(recall_parser)
-    recall_parser.set_defaults(run=messaging.run_recall)
-    consume_parser = sub.add_parser("consume", help="consume (and acknowledge) messages",
-                                    description=messaging.__doc__,
-                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-    messaging.add_consume_arguments(consume_parser)
-    consume_parser.set_defaults(run=messaging.run_consume)
+    _add_command(sub, "namesrv", "run a NameServer", None, namesrv_server.add_arguments, namesrv_server.run)
+    _add_command(sub, "broker", "run one broker replica", broker_server.__doc__, broker_server.add_arguments,
+                 broker_server.run)
+    _add_command(sub, "admin", "mqadmin verbs: clusterList, updateTopic, topicList, ...", cli_admin.__doc__,
+                 cli_admin.add_arguments, cli_admin.run)
+    _add_command(sub, "dashboard", "serve the web dashboard (read-only unless --allow-changes)",
+                 dashboard_server.__doc__, dashboard_server.add_arguments, dashboard_server.run)
+    _add_command(sub, "send", "send messages", messaging.__doc__, messaging.add_send_arguments, messaging.run_send)
+    _add_command(sub, "recall", "recall a sent message no consumer group got yet", messaging.__doc__,
+                 messaging.add_recall_arguments, messaging.run_recall)
+    _add_command(sub, "consume", "consume (and acknowledge) messages", messaging.__doc__,
+                 messaging.add_consume_arguments, messaging.run_consume)
     _add_tool(sub, "bench", "benchmarks and reproductions (python -m bench)", _bench)
     args, rest = parser.parse_known_args(argv)
     if rest and not args.tool:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return args.run(rest) if args.tool else args.run(args)
+
+
+def _add_command(sub, name: str, help_text: str, doc: str | None, add_arguments, run) -> None:
+    """A subcommand whose arguments its module adds and whose `run` gets the parsed arguments."""
+    parser = sub.add_parser(name, help=help_text, description=doc,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    parser.set_defaults(run=run)
 
 
 # `demo`, `dev` and `bench` run development tooling (devkit/, bench/), which library code never imports

@@ -324,7 +324,7 @@ def retry_of(exc: BaseException) -> Retry:
     one that broke after the request went out UNKNOWN; anything not a RocketraftError NO."""
     if isinstance(exc, BrokerUnreachableError):
         return Retry.UNKNOWN if exc.sent else Retry.ELSEWHERE
-    if isinstance(exc, SendDeferredError) or not isinstance(exc, RocketraftError):
+    if not isinstance(exc, RocketraftError):
         return Retry.NO
     found = _BY_CODE.get(exc.code)
     return found.retry if found is not None else Retry.NO
@@ -343,11 +343,8 @@ def error_for(code: int, message: str) -> RocketraftError:
         unknown = BadRequestError(message) if 40000 <= code < 50000 else RocketraftError(message)
         unknown.code = code
         return unknown
-    if found.error is NotMasterError:
-        return NotMasterError(message)
-    if found.error is RocketraftError:
-        return RocketraftError(message)
-    return found.error(message, code)
+    cls = found.error
+    return cls(message) if code == cls.code else cls(message, code)
 
 
 def from_status(status: pb.Status) -> RocketraftError:
